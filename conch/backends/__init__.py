@@ -1,0 +1,1 @@
+"""One module per Triton backend; each defines a Step subclass."""

@@ -1,0 +1,164 @@
+"""ONNX Runtime steps (``onnxruntime_onnx``, ``1/model.onnx``); locally an ONNX Runtime stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from conch.backends.python import PythonStep
+from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
+from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.dtypes import DType
+from conch.ensembles.step import Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor, dims_compatible
+from conch.errors import BuildError, DeclarationError
+
+# onnx.TensorProto element types
+_ONNX_DTYPES = {
+    1: DType.FP32, 2: DType.UINT8, 3: DType.INT8, 4: DType.UINT16, 5: DType.INT16, 6: DType.INT32,
+    7: DType.INT64, 8: DType.BYTES, 9: DType.BOOL, 10: DType.FP16, 11: DType.FP64, 12: DType.UINT32,
+    13: DType.UINT64,
+}
+
+ModelSource = str | Path | Callable[[], str | Path]
+
+
+def read_onnx_io(path: Path, batching: bool, step: str) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Inputs and outputs of an ONNX file as Triton tensors (the batch axis dropped when batching)."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise BuildError(f"onnx step {step!r}: cannot read {path}: {exc}") from exc
+    initializers = {i.name for i in model.graph.initializer}
+
+    def convert(value: Any) -> Tensor:
+        ttype = value.type.tensor_type
+        if ttype.elem_type not in _ONNX_DTYPES:
+            raise BuildError(f"onnx step {step!r}: tensor {value.name!r} has an element type Triton lacks")
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim]
+        if batching:
+            if not dims:
+                raise BuildError(f"onnx step {step!r}: tensor {value.name!r} is a scalar, so it cannot batch")
+            if dims[0] != -1:
+                raise BuildError(
+                    f"onnx step {step!r}: tensor {value.name!r} has a fixed first dimension {dims[0]}, but "
+                    "max_batch_size > 0 needs a dynamic batch axis; export with dynamic axes or set "
+                    "max_batch_size=0"
+                )
+            dims = dims[1:]
+        return Tensor(value.name, _ONNX_DTYPES[ttype.elem_type], dims)
+
+    inputs = tuple(convert(v) for v in model.graph.input if v.name not in initializers)
+    outputs = tuple(convert(v) for v in model.graph.output)
+    for init in model.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            raise BuildError(
+                f"onnx step {step!r}: {path.name} keeps weights in external data files; save it as one file "
+                "(onnx.save(model, path, save_as_external_data=False))"
+            )
+    return inputs, outputs
+
+
+class OnnxStep(Step):
+    """A model run by Triton's ONNX Runtime backend.
+
+    ``model`` is a path to a ``.onnx`` file, or a function returning one (called when a build needs the
+    file, e.g. to export weights at build time). Inputs and outputs are read from the file; pass
+    ``inputs``/``outputs`` to declare them instead (needed when ``model`` is a function), and the build
+    checks them against the file.
+    """
+
+    kind = "onnx"
+
+    def __init__(
+        self,
+        name: str,
+        model: ModelSource,
+        *,
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
+        max_batch_size: int = 0,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+    ) -> None:
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
+            what=f"onnx step {name!r}",
+        )
+        self._model = model
+        self._path: Path | None = None
+        if inputs is None or outputs is None:
+            if callable(model):
+                raise DeclarationError(
+                    f"onnx step {name!r}: model is a function, so declare inputs= and outputs= (they are "
+                    "checked against the file when it is built)"
+                )
+            read_in, read_out = read_onnx_io(self.model_path(name), max_batch_size > 0, name)
+            inputs = read_in if inputs is None else inputs
+            outputs = read_out if outputs is None else outputs
+        super().__init__(name, inputs, outputs, settings)
+
+    def model_path(self, name: str | None = None) -> Path:
+        """The ONNX file, produced by the model function on first use."""
+        if self._path is None:
+            source = self._model() if callable(self._model) else self._model
+            path = Path(source)
+            if not path.is_file():
+                raise BuildError(f"onnx step {name or self.name!r}: model file {path} does not exist")
+            self._path = path
+        return self._path
+
+    def check(self, release: Release) -> None:
+        file_in, file_out = read_onnx_io(self.model_path(), self.max_batch_size > 0, self.name)
+        check_against_file(self.name, "input", self.inputs, file_in, self.model_path().name)
+        check_against_file(self.name, "output", self.outputs, file_out, self.model_path().name)
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            return self.standin().layout(model_name, target, release, ensemble)
+        spec = self.spec(model_name, platform="onnxruntime_onnx")
+        files = {"1/model.onnx": self.model_path(), **self.label_files()}
+        return StepLayout(spec, files)
+
+    def standin(self) -> PythonStep:
+        """The same model under ONNX Runtime on the CPU, as a Python-backend model with the same I/O."""
+        s = self.settings
+        return PythonStep(
+            self.name, OnnxRuntimeRunner, self.inputs, self.outputs,
+            files={"model.onnx": self.model_path()},
+            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
+            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
+            version_policy=s.version_policy,
+        )
+
+
+def check_against_file(
+    step: str, what: str, declared: Sequence[Tensor], in_file: Sequence[Tensor], file_name: str
+) -> None:
+    """Declared tensors must exist in the model file with the same dtype and compatible dims."""
+    found = {t.name: t for t in in_file}
+    for t in declared:
+        actual = found.get(t.name)
+        if actual is None:
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is not in {file_name}, whose {what}s are "
+                f"{', '.join(repr(n) for n in found)}"
+            )
+        if actual.dtype is not t.dtype:
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is declared {t.dtype.wire} but {file_name} has "
+                f"{actual.dtype.wire}"
+            )
+        shape = t.reshape if t.reshape is not None else t.dims
+        if not dims_compatible(shape, actual.dims):
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is declared with dims {list(shape)} but {file_name} has "
+                f"{list(actual.dims)}"
+            )

@@ -1,0 +1,166 @@
+"""Python-backend steps: a user function or class over numpy arrays, run by a generated model.py."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from conch.ensembles.config import InstanceGroup, ModelSpec, StepSettings
+from conch.ensembles.step import FileSource, Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError, DeclarationError
+from conch.templates import render
+
+
+class PythonStep(Step):
+    """A step whose code is a Python function or class, called once per batch of requests.
+
+    A function is called as ``code(**inputs)`` with numpy arrays (batch first when batching) and
+    returns a dict of outputs or a tuple in the declared order. A class is instantiated once per
+    model instance; its optional ``setup(context)`` runs at load (``context.file(name)`` finds the
+    step's files), ``__call__(**inputs)`` per batch, and the optional ``teardown()`` at unload.
+
+    The code's module is copied into the model folder and imported there, so it must be a module of
+    its own that does not import conch (conch does not run inside Triton).
+    """
+
+    kind = "python"
+
+    def __init__(
+        self,
+        name: str,
+        code: Callable[..., Any] | type,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        *,
+        files: Mapping[str, str | Path | bytes] | None = None,
+        max_batch_size: int = 0,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+    ) -> None:
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
+            what=f"python step {name!r}",
+        )
+        super().__init__(name, inputs, outputs, settings)
+        self.code = code
+        self.module_name, self.attr, self.source = _code_location(name, code)
+        takes_any = _takes_var_keywords(code)
+        for t in self.inputs:
+            if not t.name.isidentifier() and not takes_any:
+                raise DeclarationError(
+                    f"python step {name!r}: input {t.name!r} is passed to the code as a keyword argument, "
+                    "so it must be a Python identifier"
+                )
+        self.files: dict[str, FileSource] = {}
+        for key, value in (files or {}).items():
+            if Path(key).is_absolute() or ".." in Path(key).parts:
+                raise DeclarationError(f"python step {name!r}: file name {key!r} must be a relative path")
+            self.files[key] = value if isinstance(value, bytes) else Path(value)
+
+    def check(self, release: Release) -> None:
+        for key, value in self.files.items():
+            if isinstance(value, Path) and not value.is_file():
+                raise BuildError(
+                    f"python step {self.name!r}: file {key!r} points at {value}, which does not exist; "
+                    "fix the path in files="
+                )
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        spec = self.spec(model_name, backend="python")
+        notes: list[str] = []
+        if target is Target.LOCAL:
+            spec, notes = cpu_instances(spec)
+        return StepLayout(spec, self.version_files(ensemble), tuple(notes))
+
+    def version_files(self, ensemble: str) -> dict[str, FileSource]:
+        """model.py, the user's module and the step's files, keyed by path in the model folder."""
+        model_py = render(
+            "python_model.py.j2",
+            step=self.name,
+            ensemble=ensemble,
+            module=self.module_name,
+            attr=self.attr,
+            is_class=inspect.isclass(self.code),
+            batching=self.max_batch_size > 0,
+            inputs=[(t.name, str(t.dtype.numpy), t.optional) for t in self.inputs],
+            outputs=[(t.name, str(t.dtype.numpy), t.dtype.wire) for t in self.outputs],
+        )
+        files: dict[str, FileSource] = {
+            "1/model.py": model_py.encode(),
+            f"1/{self.module_name}.py": self.source,
+        }
+        files.update({f"1/files/{k}": v for k, v in self.files.items()})
+        files.update(self.label_files())
+        return files
+
+
+def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
+    target = code.__call__ if inspect.isclass(code) else code  # type: ignore[operator]
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
+    """The spec with GPU instance groups run on the CPU, for the local server that has no GPU."""
+    groups = spec.settings.instance_groups
+    if not any(g.kind == "KIND_GPU" for g in groups):
+        return spec, []
+    cpu = tuple(InstanceGroup("KIND_CPU", g.count) if g.kind == "KIND_GPU" else g for g in groups)
+    note = f"{spec.name}: KIND_GPU instance groups run as KIND_CPU on the local target"
+    return replace(spec, settings=replace(spec.settings, instance_groups=cpu)), [note]
+
+
+def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
+    """Module name, attribute name and source file of a step's code; refuse what cannot be imported."""
+    if not callable(code):
+        raise DeclarationError(f"python step {step!r}: code must be a function or a class, got {code!r}")
+    qualname = getattr(code, "__qualname__", "")
+    module = getattr(code, "__module__", None)
+    if not qualname or "<" in qualname or "." in qualname or module is None:
+        raise DeclarationError(
+            f"python step {step!r}: code {qualname or code!r} must be a function or class defined at the top "
+            "level of a module, so the generated model.py can import it"
+        )
+    try:
+        source = inspect.getsourcefile(code)
+    except TypeError:
+        source = None
+    if source is None or not Path(source).is_file():
+        raise DeclarationError(f"python step {step!r}: cannot find the source file of {qualname}")
+    path = Path(source)
+    name = path.stem
+    if name in ("model", "triton_python_backend_utils") or not name.isidentifier():
+        raise DeclarationError(
+            f"python step {step!r}: its code lives in {path.name}, a name the Python backend reserves or "
+            "cannot import; rename the module"
+        )
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise DeclarationError(
+                    f"python step {step!r}: {path.name} uses a relative import; step modules are copied "
+                    "alone into the model folder, so import absolute packages only"
+                )
+            names = [node.module or ""]
+        if any(n == "conch" or n.startswith("conch.") for n in names):
+            raise DeclarationError(
+                f"python step {step!r}: {path.name} imports conch, but step code runs inside Triton where "
+                f"conch is not installed; move {qualname} to a module of its own (e.g. {path.stem}_steps.py)"
+            )
+    return name, qualname, path

@@ -1,0 +1,118 @@
+"""Deterministic .tar.gz archives written atomically: the same files give the same bytes."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from conch.ensembles.step import FileSource
+from conch.errors import BuildError
+
+# 2000-01-01T00:00:00Z: a fixed mtime for every entry (0 upsets some extractors).
+FIXED_MTIME = 946684800
+
+
+def expand(files: Mapping[str, FileSource]) -> dict[str, FileSource]:
+    """Replace directory sources by the files under them, keyed by their path in the archive."""
+    out: dict[str, FileSource] = {}
+    for rel, source in files.items():
+        if isinstance(source, Path) and source.is_dir():
+            for path in sorted(source.rglob("*")):
+                if path.is_file() or path.is_symlink():
+                    out[f"{rel}/{path.relative_to(source).as_posix()}"] = path
+                elif path.is_dir() and not any(path.iterdir()):
+                    out[f"{rel}/{path.relative_to(source).as_posix()}/"] = b""
+        else:
+            out[rel] = source
+    return out
+
+
+def _dirs_of(paths: list[str]) -> set[str]:
+    dirs: set[str] = set()
+    for p in paths:
+        parts = p.rstrip("/").split("/")
+        for i in range(1, len(parts)):
+            dirs.add("/".join(parts[:i]))
+        if p.endswith("/"):
+            dirs.add(p.rstrip("/"))
+    return dirs
+
+
+def _info(name: str, kind: bytes, mode: int, size: int = 0) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.size = size
+    info.mtime = FIXED_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
+    """Write a deterministic gzip'd tar of ``files`` (path in archive -> bytes or file on disk)."""
+    entries = expand(files)
+    names = sorted(entries)
+    with gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=6) as gz, tarfile.open(
+        fileobj=gz, mode="w", format=tarfile.GNU_FORMAT
+    ) as tar:
+        for d in sorted(_dirs_of(names)):
+            tar.addfile(_info(d + "/", tarfile.DIRTYPE, 0o755))
+        for name in names:
+            if name.endswith("/"):
+                continue
+            source = entries[name]
+            if isinstance(source, bytes):
+                tar.addfile(_info(name, tarfile.REGTYPE, 0o644, len(source)), io.BytesIO(source))
+                continue
+            if source.is_symlink():
+                info = _info(name, tarfile.SYMTYPE, 0o777)
+                info.linkname = os.readlink(source)
+                tar.addfile(info)
+                continue
+            if not source.is_file():
+                raise BuildError(f"file {source} (for {name}) does not exist")
+            mode = 0o755 if source.stat().st_mode & stat.S_IXUSR else 0o644
+            with source.open("rb") as fh:
+                tar.addfile(_info(name, tarfile.REGTYPE, mode, source.stat().st_size), fh)
+
+
+@contextmanager
+def atomic_output(path: Path) -> Iterator[BinaryIO]:
+    """Yield a temp file beside ``path``; rename it over ``path`` only if the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_output(path) as fh:
+        fh.write(data)
+
+
+def safe_extract(archive: Path, dest: Path) -> None:
+    """Unpack an archive, refusing entries that would land outside ``dest``."""
+    dest = dest.resolve()
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar.getmembers():
+            target = (dest / member.name).resolve()
+            if target != dest and dest not in target.parents:
+                raise BuildError(f"{archive}: entry {member.name!r} points outside the archive root")
+        tar.extractall(dest, filter="tar")

@@ -1,0 +1,98 @@
+"""Render a ModelSpec into config.pbtxt text and check it by parsing into Triton's ModelConfig proto."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conch.ensembles.config import ModelSpec, VersionPolicy
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError
+from conch.templates import render
+
+
+def render_config(spec: ModelSpec) -> str:
+    """config.pbtxt for a model, parsed back through ModelConfig before it is returned."""
+    text = render("config.pbtxt.j2", **_context(spec))
+    check_config(text, spec.name)
+    return text
+
+
+def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
+    """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise BuildError(
+            f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc}\n"
+            f"--- rendered text ---\n{text}"
+        ) from exc
+    if config.name != expected_name:
+        raise BuildError(f"config.pbtxt names model {config.name!r}, but its folder is {expected_name!r}")
+    return config
+
+
+def _tensor(t: Tensor) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "data_type": t.dtype.triton,
+        "dims": list(t.dims),
+        "optional": t.optional,
+        "reshape": None if t.reshape is None else list(t.reshape),
+        "label_filename": t.label_filename,
+    }
+
+
+def _version_policy(policy: VersionPolicy | None) -> str | None:
+    if policy is None:
+        return None
+    if policy.all:
+        return "all: {}"
+    if policy.specific:
+        return "specific: { versions: [ " + ", ".join(str(v) for v in policy.specific) + " ] }"
+    return f"latest: {{ num_versions: {policy.latest} }}"
+
+
+def _warmups(spec: ModelSpec) -> list[dict[str, Any]]:
+    out = []
+    for w in spec.settings.warmups:
+        inputs = []
+        for t in spec.inputs:
+            if any(d < 0 for d in t.dims):
+                raise BuildError(
+                    f"model {spec.name!r}: warmup {w.name!r} needs concrete dims, but input {t.name!r} has "
+                    f"dims {list(t.dims)}; declare fixed dims or drop the warmup"
+                )
+            fill = "random_data" if w.random_data and t.dtype.wire != "BYTES" else "zero_data"
+            inputs.append({"name": t.name, "data_type": t.dtype.triton, "dims": list(t.dims), "fill": fill})
+        out.append({"name": w.name, "batch_size": w.batch_size, "count": w.count, "inputs": inputs})
+    return out
+
+
+def _context(spec: ModelSpec) -> dict[str, Any]:
+    s = spec.settings
+    return {
+        "name": spec.name,
+        "platform": spec.platform,
+        "backend": spec.backend,
+        "max_batch_size": s.max_batch_size,
+        "version_policy": _version_policy(s.version_policy),
+        "inputs": [_tensor(t) for t in spec.inputs],
+        "outputs": [_tensor(t) for t in spec.outputs],
+        "instance_groups": [{"kind": g.kind, "count": g.count, "gpus": list(g.gpus)} for g in s.instance_groups],
+        "dynamic_batching": s.dynamic_batching,
+        "parameters": sorted(s.parameters.items()),
+        "warmups": _warmups(spec),
+        "steps": [
+            {
+                "model_name": st.model_name,
+                "model_version": st.model_version,
+                "input_map": list(st.input_map),
+                "output_map": list(st.output_map),
+            }
+            for st in spec.ensemble_steps
+        ],
+    }

@@ -1,0 +1,153 @@
+"""Model-level config settings (instance groups, batching, warmup, versions) and the full model spec
+that the renderer turns into config.pbtxt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from conch.ensembles.tensors import Tensor
+from conch.errors import DeclarationError
+
+Kind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"]
+_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """How many copies of a model run, and where."""
+
+    kind: Kind = "KIND_AUTO"
+    count: int = 1
+    gpus: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        kind = self.kind.upper()
+        if not kind.startswith("KIND_"):
+            kind = "KIND_" + kind
+        if kind not in _KINDS:
+            raise DeclarationError(f"instance_group kind {self.kind!r}: use one of {', '.join(_KINDS)}")
+        object.__setattr__(self, "kind", kind)
+        if self.count < 1:
+            raise DeclarationError(f"instance_group count {self.count}: must be at least 1")
+        if self.gpus and kind != "KIND_GPU":
+            raise DeclarationError(f"instance_group gpus {list(self.gpus)} only apply to KIND_GPU, not {kind}")
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Let Triton merge requests into batches, preferring these sizes and waiting at most this long."""
+
+    preferred_batch_size: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = 0
+    preserve_ordering: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preferred_batch_size", tuple(int(s) for s in self.preferred_batch_size))
+        if any(s < 1 for s in self.preferred_batch_size):
+            raise DeclarationError(f"dynamic_batching preferred sizes {self.preferred_batch_size} must be >= 1")
+        if self.max_queue_delay_microseconds < 0:
+            raise DeclarationError("dynamic_batching max_queue_delay_microseconds must be >= 0")
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """A warmup request Triton sends at load: every input filled with zeros or random data."""
+
+    name: str
+    batch_size: int = 1
+    count: int = 1
+    random_data: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.count < 1:
+            raise DeclarationError(f"model_warmup {self.name!r}: batch_size and count must be >= 1")
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions Triton serves: the latest N, all, or specific ones."""
+
+    latest: int | None = None
+    all: bool = False
+    specific: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        chosen = sum([self.latest is not None, self.all, bool(self.specific)])
+        if chosen != 1:
+            raise DeclarationError("version_policy: give exactly one of latest=N, all=True, specific=(...)")
+        if self.latest is not None and self.latest < 1:
+            raise DeclarationError("version_policy latest must be >= 1")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The config fields every step may set, whatever its backend."""
+
+    max_batch_size: int = 0
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    dynamic_batching: DynamicBatching | None = None
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    warmups: tuple[Warmup, ...] = ()
+    version_policy: VersionPolicy | None = None
+
+    @staticmethod
+    def of(
+        max_batch_size: int = 0,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: DynamicBatching | bool | None = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Warmup | Sequence[Warmup] | None = None,
+        version_policy: VersionPolicy | None = None,
+        what: str = "step",
+    ) -> StepSettings:
+        """Normalise the keyword arguments users pass to a step."""
+        if max_batch_size < 0:
+            raise DeclarationError(f"{what}: max_batch_size {max_batch_size} must be >= 0 (0: no batching)")
+        groups = (instance_group,) if isinstance(instance_group, InstanceGroup) else tuple(instance_group or ())
+        if dynamic_batching is True:
+            dynamic_batching = DynamicBatching()
+        elif dynamic_batching is False:
+            dynamic_batching = None
+        if dynamic_batching is not None and max_batch_size == 0:
+            raise DeclarationError(
+                f"{what}: dynamic_batching needs max_batch_size > 0 (Triton only batches batching models)"
+            )
+        warmups = (warmup,) if isinstance(warmup, Warmup) else tuple(warmup or ())
+        for w in warmups:
+            if max_batch_size and w.batch_size > max_batch_size:
+                raise DeclarationError(
+                    f"{what}: warmup {w.name!r} batch_size {w.batch_size} exceeds max_batch_size {max_batch_size}"
+                )
+            if not max_batch_size and w.batch_size != 1:
+                raise DeclarationError(f"{what}: warmup {w.name!r} batch_size must be 1 without batching")
+        params = {str(k): str(v) for k, v in (parameters or {}).items()}
+        return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy)
+
+
+@dataclass(frozen=True)
+class EnsembleStepSpec:
+    """One entry of ``ensemble_scheduling.step``: model name and the two tensor maps."""
+
+    model_name: str
+    input_map: tuple[tuple[str, str], ...]
+    output_map: tuple[tuple[str, str], ...]
+    model_version: int = -1
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything a config.pbtxt says, computed in Python; the template only lays it out."""
+
+    name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    platform: str | None = None
+    backend: str | None = None
+    settings: StepSettings = field(default_factory=StepSettings)
+    ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.settings.max_batch_size

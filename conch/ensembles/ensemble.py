@@ -1,0 +1,325 @@
+"""The Ensemble: a DAG of steps declared by passing tensor handles, checked across steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conch.ensembles.config import EnsembleStepSpec, ModelSpec, StepSettings
+from conch.ensembles.dtypes import DType
+from conch.ensembles.names import check_model_name, check_tensor_name
+from conch.ensembles.samples import Sample, Tolerance
+from conch.ensembles.step import Step
+from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible
+from conch.errors import DeclarationError
+
+_NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
+
+
+@dataclass
+class StepCall:
+    """A step placed in an ensemble, with the handles wired to its inputs and produced by its outputs."""
+
+    step: Step
+    inputs: dict[str, TensorHandle]
+    outputs: dict[str, TensorHandle]
+
+
+class Ensemble:
+    """A Triton ensemble declared in Python.
+
+    Args:
+        name: the ensemble's model name (SageMaker MME renames it to the TargetModel when it loads).
+        max_batch_size: 0 for no batching; otherwise at most every step's max_batch_size.
+        step_prefix: prefix of the steps' model names; defaults to the ensemble name so that many
+            ensembles' steps load side by side on one server without model namespacing.
+        description: free text recorded in the manifest.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_batch_size: int = 0,
+        step_prefix: str | None = None,
+        description: str = "",
+        **refused: Any,
+    ) -> None:
+        for key in refused:
+            if key in _NOT_ON_ENSEMBLES:
+                raise DeclarationError(
+                    f"ensemble {name!r}: {key} cannot be set on an ensemble (Triton rejects it there); "
+                    "set it on the steps instead"
+                )
+            raise TypeError(f"Ensemble() got an unexpected keyword argument {key!r}")
+        self.name = check_model_name(name, "ensemble")
+        if max_batch_size < 0:
+            raise DeclarationError(f"ensemble {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
+        self.max_batch_size = int(max_batch_size)
+        self.step_prefix = check_model_name(step_prefix if step_prefix is not None else name, "step prefix")
+        self.description = description
+        self.inputs: dict[str, TensorHandle] = {}
+        self._input_specs: dict[str, Tensor] = {}
+        self.outputs: dict[str, TensorHandle] = {}
+        self.calls: list[StepCall] = []
+        self.discarded: set[int] = set()
+        self.samples: list[Sample] = []
+
+    def __repr__(self) -> str:
+        return f"<Ensemble {self.name!r}: {len(self.calls)} steps>"
+
+    # -- declaring -------------------------------------------------------------------------------
+
+    def input(self, name: str, dtype: DType | str, dims: Sequence[int], *, optional: bool = False) -> TensorHandle:
+        """Declare an ensemble input and return its handle (dims exclude the batch dimension)."""
+        check_tensor_name(name, f"ensemble {self.name!r} input")
+        if name in self.inputs or name in self.outputs:
+            raise DeclarationError(f"ensemble {self.name!r}: tensor {name!r} is already declared")
+        spec = Tensor(name, dtype, dims, optional=optional)
+        handle = TensorHandle(self, name, spec.dtype, spec.dims)
+        self.inputs[name] = handle
+        self._input_specs[name] = spec
+        return handle
+
+    def output(
+        self,
+        name: str,
+        handle: TensorHandle,
+        *,
+        dtype: DType | str | None = None,
+        dims: Sequence[int] | None = None,
+    ) -> None:
+        """Make a step's output an ensemble output; ``dtype``/``dims``, if given, are checked."""
+        what = f"ensemble {self.name!r} output {name!r}"
+        check_tensor_name(name, what)
+        if not isinstance(handle, TensorHandle):
+            raise DeclarationError(f"{what}: pass the tensor handle a step returned, got {type(handle).__name__}")
+        if handle.ensemble is not self:
+            raise DeclarationError(f"{what}: {handle.describe()} belongs to ensemble {handle.ensemble.name!r}")
+        if handle.producer is None:
+            raise DeclarationError(
+                f"{what}: {handle.describe()} is an ensemble input; Triton ensembles can only output tensors "
+                "that a step produces"
+            )
+        if name in self.outputs or name in self.inputs:
+            raise DeclarationError(f"{what}: tensor {name!r} is already declared")
+        for other, h in self.outputs.items():
+            if h is handle:
+                raise DeclarationError(
+                    f"{what}: {handle.describe()} is already ensemble output {other!r}; each tensor is written "
+                    "once"
+                )
+        if dtype is not None and DType.of(dtype) is not handle.dtype:
+            raise DeclarationError(
+                f"{what}: declared {DType.of(dtype).wire} but {handle.describe()} is {handle.dtype.wire}"
+            )
+        if dims is not None and not dims_compatible(tuple(dims), handle.dims):
+            raise DeclarationError(
+                f"{what}: declared dims {list(dims)} but {handle.describe()} has dims {list(handle.dims)}"
+            )
+        self.outputs[name] = handle
+
+    def discard(self, *handles: TensorHandle) -> None:
+        """Mark step outputs as deliberately unused (otherwise an unused output is an error)."""
+        for handle in handles:
+            if handle.producer is None:
+                raise DeclarationError(f"ensemble {self.name!r}: only step outputs can be discarded")
+            self.discarded.add(id(handle))
+
+    def sample(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+        tolerance: Tolerance | None = None,
+    ) -> None:
+        """Add a sample payload (arrays include the batch dimension) and its expected outputs."""
+        what = f"ensemble {self.name!r} sample {name!r}"
+        if any(s.name == name for s in self.samples):
+            raise DeclarationError(f"{what}: a sample of that name exists already")
+        arrays: dict[str, np.ndarray] = {}
+        for key, value in inputs.items():
+            if key not in self.inputs:
+                raise DeclarationError(f"{what}: no ensemble input {key!r}; inputs are {sorted(self.inputs)}")
+            spec = self._input_specs[key]
+            arr = as_array(value, spec.dtype)
+            full = ((-1,) if self.max_batch_size else ()) + spec.dims
+            if not dims_compatible(full, arr.shape):
+                raise DeclarationError(
+                    f"{what}: input {key!r} has shape {list(arr.shape)}, expected {list(full)} "
+                    "(-1: any size; the first dimension is the batch when the ensemble batches)"
+                )
+            if self.max_batch_size and arr.shape[0] > self.max_batch_size:
+                raise DeclarationError(
+                    f"{what}: batch of {arr.shape[0]} exceeds the ensemble's max_batch_size {self.max_batch_size}"
+                )
+            arrays[key] = arr
+        missing = [k for k, s in self._input_specs.items() if k not in arrays and not s.optional]
+        if missing:
+            raise DeclarationError(f"{what}: no value for required input(s) {missing}")
+        self.samples.append(Sample(name, arrays, expected, tolerance or Tolerance()))
+
+    # -- wiring (called by Step.__call__) ----------------------------------------------------------
+
+    def _add_call(self, step: Step, bound: dict[str, TensorHandle]) -> list[TensorHandle]:
+        for call in self.calls:
+            if call.step.name == step.name:
+                raise DeclarationError(
+                    f"ensemble {self.name!r}: a step named {step.name!r} is already in this ensemble; "
+                    "each step runs once per ensemble, so declare a second step with another name"
+                )
+        for spec in step.inputs:
+            handle = bound.get(spec.name)
+            if handle is None:
+                continue
+            where = f"ensemble {self.name!r}, step {step.name!r}, input {spec.name!r}"
+            if handle.dtype is not spec.dtype:
+                raise DeclarationError(
+                    f"{where}: expects {spec.dtype.wire} but {handle.describe()} is {handle.dtype.wire}; "
+                    "convert it in a step before, or fix the declared dtype"
+                )
+            want = self._seen_dims(step, spec)
+            if not dims_compatible(want, handle.dims):
+                raise DeclarationError(
+                    f"{where}: expects dims {list(want)} but {handle.describe()} has dims {list(handle.dims)} "
+                    "(-1 matches any size)"
+                )
+        call = StepCall(step, dict(bound), {})
+        for spec in step.outputs:
+            dims = self._seen_dims(step, spec)
+            handle = TensorHandle(self, f"{step.name}.{spec.name}", spec.dtype, dims, call, spec.name)
+            call.outputs[spec.name] = handle
+        self.calls.append(call)
+        return list(call.outputs.values())
+
+    def _seen_dims(self, step: Step, spec: Tensor) -> tuple[int, ...]:
+        """A step tensor's dims as the ensemble sees them: without batch if both batch, else full."""
+        if self.max_batch_size == 0 and step.max_batch_size > 0:
+            return (-1, *spec.dims)
+        return spec.dims
+
+    # -- checking ----------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Every check across steps that a build needs; raises DeclarationError naming the offence."""
+        where = f"ensemble {self.name!r}"
+        if not self.calls:
+            raise DeclarationError(f"{where}: has no steps; call a step with the ensemble's input handles")
+        if not self.outputs:
+            raise DeclarationError(f"{where}: declares no outputs; bind a step's output with ensemble.output()")
+        consumed = {id(h) for call in self.calls for h in call.inputs.values()}
+        for name, handle in self.inputs.items():
+            if id(handle) not in consumed:
+                raise DeclarationError(
+                    f"{where}: input {name!r} is not used by any step; pass it to a step or remove it"
+                )
+        bound = {id(h) for h in self.outputs.values()}
+        for call in self.calls:
+            for out, handle in call.outputs.items():
+                if id(handle) not in consumed | bound | self.discarded:
+                    raise DeclarationError(
+                        f"{where}: output {out!r} of step {call.step.name!r} is never used; pass it to a "
+                        "step, make it an ensemble output with ensemble.output(), or ensemble.discard() it"
+                    )
+            if self.max_batch_size and call.step.max_batch_size < self.max_batch_size:
+                raise DeclarationError(
+                    f"{where}: max_batch_size {self.max_batch_size} exceeds step {call.step.name!r}'s "
+                    f"max_batch_size {call.step.max_batch_size}; lower the ensemble's or raise the step's"
+                )
+            check_model_name(self.model_name(call.step), f"{where}, step {call.step.name!r}")
+        names: dict[str, str] = {}
+        for handle in self._all_handles():
+            tensor = self.tensor_name(handle)
+            if tensor in names and names[tensor] != handle.describe():
+                raise DeclarationError(
+                    f"{where}: tensor name {tensor!r} is used by both {names[tensor]} and {handle.describe()}; "
+                    "rename one of them"
+                )
+            names[tensor] = handle.describe()
+        model_names = [self.model_name(c.step) for c in self.calls]
+        if self.name in model_names:
+            raise DeclarationError(f"{where}: a step's model name equals the ensemble's; change step_prefix")
+        for sample in self.samples:
+            unknown = set(sample.expected_arrays()) - set(self.outputs) if not callable(sample.expected) else set()
+            if unknown:
+                raise DeclarationError(f"{where}: sample {sample.name!r} expects unknown outputs {sorted(unknown)}")
+
+    def _all_handles(self) -> list[TensorHandle]:
+        handles = list(self.inputs.values())
+        for call in self.calls:
+            handles.extend(call.outputs.values())
+        return handles
+
+    # -- rendering inputs --------------------------------------------------------------------------
+
+    def model_name(self, step: Step) -> str:
+        """The model (folder) name of a step in this ensemble's repository."""
+        return f"{self.step_prefix}__{step.name}" if self.step_prefix else step.name
+
+    def tensor_name(self, handle: TensorHandle) -> str:
+        """The ensemble-scope tensor name of a handle (its output name if it is an ensemble output)."""
+        for name, h in self.outputs.items():
+            if h is handle:
+                return name
+        return handle.name
+
+    def input_specs(self) -> tuple[Tensor, ...]:
+        return tuple(self._input_specs.values())
+
+    def output_specs(self) -> tuple[Tensor, ...]:
+        return tuple(Tensor(name, h.dtype, h.dims) for name, h in self.outputs.items())
+
+    def spec(self, name: str | None = None) -> ModelSpec:
+        """The ensemble's own config: I/O and the scheduling steps in wiring order."""
+        steps = []
+        for call in self.calls:
+            input_map = tuple((k, self.tensor_name(h)) for k, h in call.inputs.items())
+            output_map = tuple(
+                (k, self.tensor_name(h))
+                for k, h in call.outputs.items()
+                if id(h) not in self.discarded or any(h is o for o in self.outputs.values())
+            )
+            steps.append(EnsembleStepSpec(self.model_name(call.step), input_map, output_map))
+        return ModelSpec(
+            name=name or self.name,
+            inputs=self.input_specs(),
+            outputs=self.output_specs(),
+            platform="ensemble",
+            settings=StepSettings(max_batch_size=self.max_batch_size),
+            ensemble_steps=tuple(steps),
+        )
+
+    def schema(self) -> dict[str, Any]:
+        """The ensemble's I/O schema as the manifest records it."""
+        batch = [-1] if self.max_batch_size else []
+        return {
+            "max_batch_size": self.max_batch_size,
+            "inputs": [
+                {"name": t.name, "datatype": t.dtype.wire, "dims": list(t.dims), "shape": batch + list(t.dims)}
+                for t in self.input_specs()
+            ],
+            "outputs": [
+                {"name": t.name, "datatype": t.dtype.wire, "dims": list(t.dims), "shape": batch + list(t.dims)}
+                for t in self.output_specs()
+            ],
+        }
+
+    def graph_dot(self) -> str:
+        """The DAG in Graphviz dot, for `conch graph`."""
+        lines = [f'digraph "{self.name}" {{', "  rankdir=LR;"]
+        for name in self.inputs:
+            lines.append(f'  "in:{name}" [shape=oval, label="{name}"];')
+        for call in self.calls:
+            lines.append(f'  "{call.step.name}" [shape=box, label="{call.step.name}\\n({call.step.kind})"];')
+            for key, h in call.inputs.items():
+                src = f"in:{h.name}" if h.producer is None else h.producer.step.name
+                lines.append(f'  "{src}" -> "{call.step.name}" [label="{key}"];')
+        for name, h in self.outputs.items():
+            assert h.producer is not None
+            lines.append(f'  "out:{name}" [shape=oval, label="{name}"];')
+            lines.append(f'  "{h.producer.step.name}" -> "out:{name}";')
+        lines.append("}")
+        return "\n".join(lines) + "\n"

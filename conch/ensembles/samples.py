@@ -1,0 +1,116 @@
+"""Sample payloads with expected outputs, the tolerance they are compared with, and a JSON encoding
+that survives inside an archive so the archive can be replayed on its own."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from conch.ensembles.dtypes import DType
+from conch.errors import DeclarationError
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How replayed outputs are compared: ``cosine`` (min per-row similarity), ``argmax`` (equal class
+    along the last axis), or element-wise ``atol``/``rtol``. BYTES outputs are compared exactly."""
+
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    cosine: float | None = None
+    argmax: bool = False
+
+    def describe(self) -> str:
+        if self.cosine is not None:
+            return f"cosine>={self.cosine}"
+        if self.argmax:
+            return "argmax equal"
+        return f"atol={self.atol:g} rtol={self.rtol:g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "cosine": self.cosine, "argmax": self.argmax}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Tolerance:
+        return cls(float(data["atol"]), float(data["rtol"]), data.get("cosine"), bool(data.get("argmax")))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one output: passed or not, with a number a person can read."""
+
+    output: str
+    passed: bool
+    detail: str
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Comparison:
+    """Compare one replayed output against its expected value."""
+    if got.shape != want.shape:
+        return Comparison(name, False, f"shape {list(got.shape)} != expected {list(want.shape)}")
+    if want.dtype == object or got.dtype == object:
+        same = all(_as_bytes(a) == _as_bytes(b) for a, b in zip(got.ravel(), want.ravel(), strict=True))
+        return Comparison(name, same, "exact" if same else "bytes differ")
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if tol.cosine is not None:
+        rows_g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
+        rows_w = w.reshape(rows_g.shape)
+        norms = np.linalg.norm(rows_g, axis=1) * np.linalg.norm(rows_w, axis=1)
+        cos = np.sum(rows_g * rows_w, axis=1) / np.where(norms == 0, 1.0, norms)
+        worst = float(cos.min()) if cos.size else 1.0
+        return Comparison(name, worst >= tol.cosine, f"min cosine {worst:.6f}")
+    if tol.argmax:
+        same = np.array_equal(np.argmax(g, axis=-1), np.argmax(w, axis=-1))
+        err = float(np.max(np.abs(g - w))) if g.size else 0.0
+        return Comparison(name, bool(same), f"argmax {'equal' if same else 'differs'}, max abs err {err:.3g}")
+    err = float(np.max(np.abs(g - w))) if g.size else 0.0
+    ok = bool(np.allclose(g, w, atol=tol.atol, rtol=tol.rtol))
+    return Comparison(name, ok, f"max abs err {err:.3g}")
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+@dataclass
+class Sample:
+    """One payload for an ensemble and what it must answer. ``expected`` may be a function, so that
+    costly reference outputs (running the model directly) are computed only when a build needs them."""
+
+    name: str
+    inputs: Arrays
+    expected: Arrays | Callable[[], Mapping[str, Any]]
+    tolerance: Tolerance
+
+    def expected_arrays(self) -> Arrays:
+        value = self.expected() if callable(self.expected) else self.expected
+        if not isinstance(value, Mapping):
+            raise DeclarationError(f"sample {self.name!r}: expected outputs must be a mapping name -> array")
+        return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v for k, v in value.items()}
+
+
+def encode_array(array: np.ndarray, dtype: DType) -> dict[str, Any]:
+    """A JSON-safe, exact encoding of a tensor (base64 of little-endian bytes; BYTES element-wise)."""
+    if dtype is DType.BYTES:
+        items = [base64.b64encode(_as_bytes(v)).decode() for v in array.ravel()]
+        return {"datatype": dtype.wire, "shape": list(array.shape), "items": items}
+    data = np.ascontiguousarray(array, dtype=dtype.numpy.newbyteorder("<"))
+    return {"datatype": dtype.wire, "shape": list(array.shape), "b64": base64.b64encode(data.tobytes()).decode()}
+
+
+def decode_array(data: Mapping[str, Any]) -> np.ndarray:
+    """Inverse of :func:`encode_array`."""
+    dtype = DType.of(data["datatype"])
+    shape = tuple(data["shape"])
+    if dtype is DType.BYTES:
+        flat = np.empty(len(data["items"]), dtype=object)
+        flat[:] = [base64.b64decode(s) for s in data["items"]]
+        return flat.reshape(shape)
+    raw = base64.b64decode(data["b64"])
+    return np.frombuffer(raw, dtype=dtype.numpy.newbyteorder("<")).astype(dtype.numpy).reshape(shape)

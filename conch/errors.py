@@ -1,0 +1,31 @@
+"""conch's exceptions: one root, one subclass per stage, so callers can catch by stage."""
+
+from __future__ import annotations
+
+
+class ConchError(Exception):
+    """Root of every error conch raises for a user's mistake or an environment problem."""
+
+
+class DeclarationError(ConchError):
+    """An ensemble declaration is wrong (names, dtypes, dims, wiring)."""
+
+
+class BuildError(ConchError):
+    """A declared ensemble could not be turned into a repository or tarball."""
+
+
+class PackError(ConchError):
+    """A Python environment for a Python-backend step could not be packed."""
+
+
+class ServeError(ConchError):
+    """The local Triton server failed to start, load a model, or answer."""
+
+
+class ReplayMismatch(ConchError):
+    """Replayed outputs did not match the expected outputs."""
+
+
+class DeployError(ConchError):
+    """A SageMaker or S3 call failed."""

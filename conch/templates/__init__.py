@@ -1,0 +1,42 @@
+"""The jinja2 templates conch renders: config.pbtxt, the Python-backend model.py, stand-in runners."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).parent
+
+
+def pbtxt_string(value: object) -> str:
+    """A protobuf text-format string literal."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def _pylist(values: object) -> str:
+    return repr(list(values))  # type: ignore[call-overload]
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["q"] = pbtxt_string
+    env.filters["pylist"] = _pylist
+    env.filters["pyrepr"] = repr
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """Render one template with the values computed by the caller."""
+    return environment().get_template(template).render(**context)
