@@ -1,0 +1,166 @@
+"""Replay each archive's sample payloads against a local Triton loaded the way SageMaker MME loads it,
+compare with the expected outputs, and report a table."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conch.builder.archive import safe_extract
+from conch.builder.manifest import MANIFEST_NAME, read_manifest
+from conch.ensembles.samples import Tolerance, compare, decode_array
+from conch.errors import ConchError, ServeError
+from conch.harness.mme import InvokeError, MultiModelClient
+from conch.harness.server import LocalTriton
+
+ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+
+
+@dataclass
+class ReplayRow:
+    ensemble: str
+    sample: str
+    endpoint: str
+    passed: bool
+    detail: str
+    millis: float = 0.0
+
+
+@dataclass
+class ReplayReport:
+    rows: list[ReplayRow] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    def table(self) -> str:
+        header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
+        body = [
+            (r.ensemble, r.sample, r.endpoint, "ok" if r.passed else "FAIL", f"{r.millis:.1f}", r.detail)
+            for r in self.rows
+        ]
+        widths = [max(len(str(x[i])) for x in [header, *body]) for i in range(5)]
+        lines = []
+        for row in [header, *body]:
+            first = "  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True))
+            detail = str(row[5]).splitlines() or [""]
+            lines.append(f"{first}  {detail[0]}")
+            lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
+        passed = sum(r.passed for r in self.rows)
+        lines.append(f"{passed} passed, {len(self.rows) - passed} failed")
+        return "\n".join(lines)
+
+
+def target_name(archive: Path) -> str:
+    """The TargetModel an archive is invoked by: its file name, as an S3 key relative to the prefix."""
+    return archive.name
+
+
+def replay_archives(
+    archives: Sequence[Path],
+    *,
+    endpoints: Iterable[str] = ENDPOINTS,
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
+    server: LocalTriton | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ReplayReport:
+    """Load every archive into one server (as an MME does) and replay its samples on each endpoint."""
+    endpoints = tuple(endpoints)
+    for e in endpoints:
+        if e not in ENDPOINTS:
+            raise ConchError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
+    report = ReplayReport()
+    own = server is None
+    triton = server or LocalTriton()
+    try:
+        if own:
+            triton.start()
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        for archive in archives:
+            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress)
+    finally:
+        if own:
+            triton.stop()
+    return report
+
+
+def _replay_one(
+    archive: Path,
+    triton: LocalTriton,
+    client: MultiModelClient,
+    endpoints: tuple[str, ...],
+    load_timeout: float,
+    report: ReplayReport,
+    progress: Callable[[str], None] | None,
+) -> None:
+    name = target_name(archive)
+    folder = triton.workdir / "models" / name.removesuffix(".tar.gz")
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+        safe_extract(archive, folder)
+        if not (folder / MANIFEST_NAME).is_file():
+            raise ServeError(f"{archive.name} has no {MANIFEST_NAME}; build it with `conch build`")
+        manifest = read_manifest(folder)
+        if progress:
+            progress(f"loading {name} ({manifest['target']} build for {manifest['release']})")
+        start = time.perf_counter()
+        client.load(name, folder, load_timeout)
+        load_ms = (time.perf_counter() - start) * 1000
+    except ConchError as exc:
+        report.rows.append(ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}"))
+        return
+    report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
+    if not manifest["samples"]:
+        report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
+    for sample in manifest["samples"]:
+        inputs = {k: decode_array(v) for k, v in sample["inputs"].items()}
+        expected = {k: decode_array(v) for k, v in sample["expected"].items()}
+        tolerance = Tolerance.from_json(sample["tolerance"])
+        for endpoint in endpoints:
+            report.rows.append(_replay_sample(client, name, sample["name"], endpoint, inputs, expected, tolerance))
+            if progress:
+                progress(_short(report.rows[-1]))
+
+
+def _short(row: ReplayRow) -> str:
+    return f"{row.ensemble} {row.sample} {row.endpoint}: {'ok' if row.passed else 'FAIL'} {row.detail.splitlines()[0]}"
+
+
+def _replay_sample(
+    client: MultiModelClient,
+    name: str,
+    sample: str,
+    endpoint: str,
+    inputs: dict[str, np.ndarray],
+    expected: dict[str, np.ndarray],
+    tolerance: Tolerance,
+) -> ReplayRow:
+    call: Callable[[str, dict[str, np.ndarray]], dict[str, Any]] = {
+        "kserve": client.invoke_kserve,
+        "sagemaker-json": client.invoke_json,
+        "sagemaker-binary": client.invoke_binary,
+    }[endpoint]
+    start = time.perf_counter()
+    try:
+        got = call(name, inputs)
+    except InvokeError as exc:
+        return ReplayRow(name, sample, endpoint, False, f"server error: {exc}")
+    except ConchError as exc:
+        return ReplayRow(name, sample, endpoint, False, str(exc))
+    millis = (time.perf_counter() - start) * 1000
+    verdicts = []
+    for out, want in expected.items():
+        if out not in got:
+            verdicts.append((False, f"{out}: missing from the response"))
+            continue
+        c = compare(out, got[out], want, tolerance)
+        verdicts.append((c.passed, f"{out}: {c.detail} ({tolerance.describe()})"))
+    passed = all(v[0] for v in verdicts)
+    return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)

@@ -1,0 +1,220 @@
+"""The local tritonserver from the nvidia-pytriton wheel, started as a subprocess on 127.0.0.1.
+
+It runs the way SageMaker's serve script runs Triton for a multi-model endpoint (SageMaker front end,
+explicit model control, an empty dummy repository, ``SAGEMAKER_MULTI_MODEL=true``), plus the KServe HTTP
+endpoint for direct checks. Its process group is killed on exit, also on Ctrl-C or failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from conch.errors import ServeError
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+def cache_dir() -> Path:
+    """Where conch keeps reusable things (backend folders, exported models, packed envs)."""
+    root = os.environ.get("CONCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "conch")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pytriton_paths() -> tuple[Path, Path]:
+    """(tritonserver folder of the wheel, its shared-library folder)."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServeError("the nvidia-pytriton wheel is not installed; `pip install nvidia-pytriton` provides tritonserver")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    server_dir = package / "tritonserver"
+    libs = package.parent / "nvidia_pytriton.libs"
+    if not (server_dir / "bin" / "tritonserver").is_file():
+        raise ServeError(f"no tritonserver binary in {server_dir}; reinstall nvidia-pytriton")
+    return server_dir, libs
+
+
+def python_backend_dir(python_version: str | None = None) -> Path:
+    """A backends folder whose python/ holds the Python backend and the stub for this interpreter.
+
+    Built once in conch's cache (never inside the installed wheel)."""
+    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    server_dir, _ = pytriton_paths()
+    stub = server_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServeError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
+    sources = [server_dir / "backends" / "python" / n for n in ("libtriton_python.so", "triton_python_backend_utils.py")]
+    key = hashlib.sha256(b"".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in [stub, *sources]))
+    root = cache_dir() / "triton-backends" / f"py{version}-{key.hexdigest()[:12]}"
+    python_dir = root / "python"
+    if not (python_dir / "triton_python_backend_stub").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="backends.", dir=root.parent if root.parent.exists() else None))
+        (tmp / "python").mkdir(parents=True)
+        for src in [*sources, stub]:
+            shutil.copy2(src, tmp / "python" / src.name)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalTriton:
+    """A tritonserver subprocess with the SageMaker MME front end and the KServe HTTP endpoint.
+
+    Use as a context manager; ``stop()`` kills the whole process group (server and Python stubs).
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        *,
+        log_verbose: int = 0,
+        startup_timeout: float = STARTUP_TIMEOUT_S,
+        model_namespacing: bool = False,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="conch-triton-"))
+        self.log_verbose = log_verbose
+        self.startup_timeout = startup_timeout
+        self.model_namespacing = model_namespacing
+        self.extra_args = extra_args
+        self.process: subprocess.Popen[bytes] | None = None
+        self.http_port = self.grpc_port = self.sagemaker_port = 0
+        self.log_path = self.workdir / "tritonserver.log"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def sagemaker_url(self) -> str:
+        return f"http://127.0.0.1:{self.sagemaker_port}"
+
+    def command(self) -> list[str]:
+        server_dir, _ = pytriton_paths()
+        repo = self.workdir / "empty-repository"  # SageMaker MME passes a dummy repository too
+        repo.mkdir(parents=True, exist_ok=True)
+        return [
+            str(server_dir / "bin" / "tritonserver"),
+            f"--model-repository={repo}",
+            f"--backend-directory={python_backend_dir()}",
+            "--model-control-mode=explicit",
+            "--allow-sagemaker=true",
+            f"--sagemaker-port={self.sagemaker_port}",
+            "--allow-http=true",
+            "--http-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            "--allow-grpc=true",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.grpc_port}",
+            "--allow-metrics=false",
+            "--disable-auto-complete-config",
+            f"--model-namespacing={'true' if self.model_namespacing else 'false'}",
+            f"--log-verbose={self.log_verbose}",
+            "--exit-timeout-secs=5",
+            "--backend-config=python,shm-default-byte-size=16777216",
+            "--backend-config=python,shm-growth-byte-size=1048576",
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        _, libs = pytriton_paths()
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+        # The stub takes sys.prefix from the `python3` on PATH: this interpreter's environment.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["SAGEMAKER_MULTI_MODEL"] = "true"
+        return env
+
+    def start(self) -> LocalTriton:
+        if self.process is not None:
+            return self
+        self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.environment(), cwd=self.workdir, start_new_session=True,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise ServeError(f"tritonserver exited with code {self.process.returncode} at start\n{self.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
+                live = requests.get(f"{self.http_url}/v2/health/live", timeout=1).status_code == 200
+                ping = requests.get(f"{self.sagemaker_url}/ping", timeout=1).status_code == 200
+                if live and ping:
+                    return
+            time.sleep(0.05)
+        raise ServeError(f"tritonserver was not ready within {self.startup_timeout:.0f} s\n{self.log_tail()}")
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        """Terminate the server and everything it started; escalate to SIGKILL after a grace period."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # stubs that outlived the server
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no server log)"
+        noise = ("CUDA", "cuda", "DCGM", "GPU metrics", "Unable to allocate pinned", "pinned memory", "NVML")
+        kept = [ln for ln in text if not any(n in ln for n in noise)]
+        return "--- tritonserver log (last lines) ---\n" + "\n".join(kept[-lines:])
+
+    def __enter__(self) -> LocalTriton:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
