@@ -23,17 +23,10 @@ from types import TracebackType
 
 import requests
 
+from conch.cache import cache_dir
 from conch.errors import ServeError
 
 STARTUP_TIMEOUT_S = 60.0
-
-
-def cache_dir() -> Path:
-    """Where conch keeps reusable things (backend folders, exported models, packed envs)."""
-    root = os.environ.get("CONCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "conch")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def pytriton_paths() -> tuple[Path, Path]:

@@ -1,0 +1,70 @@
+"""Find the ensembles declared in Python files: every module-level Ensemble in each file."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from conch.ensembles.ensemble import Ensemble
+from conch.errors import ConchError, DeclarationError
+
+
+def python_files(paths: Iterable[Path]) -> list[Path]:
+    """The .py files named, and those directly inside named folders (skipping _private.py)."""
+    files: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            files.extend(p for p in sorted(path.glob("*.py")) if not p.name.startswith("_"))
+        elif path.suffix == ".py" and path.is_file():
+            files.append(path)
+        else:
+            raise ConchError(f"{path}: expected a .py file or a folder of them")
+    return files
+
+
+def load_module_ensembles(path: Path) -> list[Ensemble]:
+    """Import one file under its own name (so its step modules import as siblings) and collect ensembles."""
+    path = path.resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem
+    module = sys.modules.get(name)
+    if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
+        if module is not None:
+            raise ConchError(
+                f"{path}: a different module named {name!r} is already imported ({module.__file__}); rename the file"
+            )
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ConchError(f"{path}: cannot be imported")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except ConchError as exc:
+            sys.modules.pop(name, None)
+            raise type(exc)(f"{path.name}: {exc}") from exc
+        except Exception:
+            sys.modules.pop(name, None)
+            raise
+    return [v for v in vars(module).values() if isinstance(v, Ensemble)]
+
+
+def discover(paths: Iterable[Path]) -> list[Ensemble]:
+    """All ensembles in the given files/folders, in file order; names must be unique."""
+    found: list[Ensemble] = []
+    seen: dict[str, Path] = {}
+    for file in python_files(paths):
+        for ensemble in load_module_ensembles(file):
+            if ensemble.name in seen and not any(e is ensemble for e in found):
+                raise DeclarationError(
+                    f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
+                )
+            if not any(e is ensemble for e in found):
+                seen[ensemble.name] = file
+                found.append(ensemble)
+    return found

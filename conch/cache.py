@@ -1,0 +1,38 @@
+"""conch's cache folder: exported models, backend folders and packed environments, reused across runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``$CONCH_CACHE_DIR``, or ``~/.cache/conch``."""
+    root = os.environ.get("CONCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "conch")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], None]) -> Path:
+    """``<cache>/<kind>/<key>/<filename>``, produced once by ``produce(path)`` and published atomically."""
+    final = cache_dir() / kind / key
+    path = final / filename
+    if path.is_file():
+        return path
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final.parent))
+    try:
+        produce(tmp / filename)
+        if not (tmp / filename).is_file():
+            raise FileNotFoundError(f"producing {kind}/{key} wrote no {filename}")
+        try:
+            os.replace(tmp, final)
+        except OSError:  # published meanwhile by another process
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
