@@ -210,6 +210,15 @@ class Ensemble:
             raise DeclarationError(f"{where}: has no steps; call a step with the ensemble's input handles")
         if not self.outputs:
             raise DeclarationError(f"{where}: declares no outputs; bind a step's output with ensemble.output()")
+        names: dict[str, str] = {}
+        for handle in self._all_handles():
+            tensor = self.tensor_name(handle)
+            if tensor in names and names[tensor] != handle.describe():
+                raise DeclarationError(
+                    f"{where}: tensor name {tensor!r} is used by both {names[tensor]} and {handle.describe()}; "
+                    "rename one of them"
+                )
+            names[tensor] = handle.describe()
         consumed = {id(h) for call in self.calls for h in call.inputs.values()}
         for name, handle in self.inputs.items():
             if id(handle) not in consumed:
@@ -230,15 +239,6 @@ class Ensemble:
                     f"max_batch_size {call.step.max_batch_size}; lower the ensemble's or raise the step's"
                 )
             check_model_name(self.model_name(call.step), f"{where}, step {call.step.name!r}")
-        names: dict[str, str] = {}
-        for handle in self._all_handles():
-            tensor = self.tensor_name(handle)
-            if tensor in names and names[tensor] != handle.describe():
-                raise DeclarationError(
-                    f"{where}: tensor name {tensor!r} is used by both {names[tensor]} and {handle.describe()}; "
-                    "rename one of them"
-                )
-            names[tensor] = handle.describe()
         model_names = [self.model_name(c.step) for c in self.calls]
         if self.name in model_names:
             raise DeclarationError(f"{where}: a step's model name equals the ensemble's; change step_prefix")

@@ -62,13 +62,14 @@ class Step(abc.ABC):
     def _check_io(self) -> None:
         if not self.outputs:
             raise DeclarationError(f"step {self.name!r}: declare at least one output")
-        seen: set[str] = set()
-        for t in self.inputs + self.outputs:
-            if not isinstance(t, Tensor):
-                raise DeclarationError(f"step {self.name!r}: inputs and outputs must be conch.Tensor, got {t!r}")
-            if t.name in seen:
-                raise DeclarationError(f"step {self.name!r}: tensor name {t.name!r} is declared twice")
-            seen.add(t.name)
+        for group, what in ((self.inputs, "input"), (self.outputs, "output")):
+            seen: set[str] = set()
+            for t in group:
+                if not isinstance(t, Tensor):
+                    raise DeclarationError(f"step {self.name!r}: {what}s must be conch.Tensor, got {t!r}")
+                if t.name in seen:
+                    raise DeclarationError(f"step {self.name!r}: {what} {t.name!r} is declared twice")
+                seen.add(t.name)
         for t in self.inputs:
             if t.labels is not None:
                 raise DeclarationError(f"step {self.name!r}: labels belong on outputs, not input {t.name!r}")

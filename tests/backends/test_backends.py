@@ -1,0 +1,97 @@
+"""Every backend, the same checks: its config parses as ModelConfig, its production layout uses Triton's
+file names, its local stand-in keeps name and I/O and answers in the real tritonserver, and wrong
+declarations fail at build naming the cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cases import CASES, BackendCase
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conch import ConchError, Ensemble, Release, Target
+from conch.builder.build import build_ensemble, render_repository
+from conch.harness.replay import replay_archives
+
+IDS = [c.kind for c in CASES]
+
+
+def single_step_ensemble(case: BackendCase, tmp: Path, name: str = "single") -> Ensemble:
+    step = case.make(tmp)
+    mbs = step.max_batch_size
+    ens = Ensemble(name, max_batch_size=mbs)
+    handles = {t.name: ens.input(t.name.upper().replace("/", "_"), t.dtype, t.dims) for t in step.inputs}
+    outs = step(**handles)
+    outs = [outs] if not isinstance(outs, tuple) else list(outs)
+    for spec, handle in zip(step.outputs, outs, strict=True):
+        ens.output(spec.name.upper().replace("/", "_"), handle)
+    inputs = {k.upper().replace("/", "_"): v for k, v in case.inputs.items()}
+    expected = {k.upper().replace("/", "_"): v for k, v in case.expected.items()}
+    from conch import Tolerance
+
+    ens.sample("case", inputs, expected, Tolerance(atol=case.atol, rtol=case.atol))
+    return ens
+
+
+def configs(repo_files: dict[str, object]) -> dict[str, model_config_pb2.ModelConfig]:
+    out = {}
+    for name, data in repo_files.items():
+        if name.endswith("/config.pbtxt"):
+            config = model_config_pb2.ModelConfig()
+            assert isinstance(data, bytes)
+            text_format.Parse(data.decode(), config)
+            out[name.split("/")[0]] = config
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_production_layout_and_config(case: BackendCase, tmp_path: Path) -> None:
+    ens = single_step_ensemble(case, tmp_path)
+    repo = render_repository(ens, Target.PRODUCTION, Release.of("24.10"))
+    model = "single__" + ens.calls[0].step.name
+    config = configs(repo.files)[model]
+    assert case.served_as in (config.platform, config.backend)
+    files = {n[len(model) + 1:] for n in repo.files if n.startswith(model + "/") and not n.endswith("/")}
+    assert files - {"config.pbtxt"} == case.files
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_local_standin_keeps_name_and_io(case: BackendCase, tmp_path: Path) -> None:
+    ens = single_step_ensemble(case, tmp_path)
+    model = "single__" + ens.calls[0].step.name
+    prod = configs(render_repository(ens, Target.PRODUCTION, Release.of("24.10")).files)[model]
+    local = configs(render_repository(ens, Target.LOCAL, Release.of("24.10")).files)[model]
+    assert local.backend == "python" and local.name == prod.name
+    assert list(local.input) == list(prod.input) and list(local.output) == list(prod.output)
+    assert local.max_batch_size == prod.max_batch_size
+
+
+WRONG = [(c, i) for c in CASES for i in range(len(c.wrong))]
+
+
+@pytest.mark.parametrize(("case", "index"), WRONG, ids=[f"{c.kind}-{i}" for c, i in WRONG])
+def test_wrong_declarations_fail_at_build(case: BackendCase, index: int, tmp_path: Path) -> None:
+    make, pattern = case.wrong[index]
+    with pytest.raises(ConchError, match=pattern):
+        step = make(tmp_path)
+        ens = Ensemble("wrong", max_batch_size=step.max_batch_size)
+        handles = {t.name: ens.input(t.name.upper(), t.dtype, t.dims) for t in step.inputs}
+        outs = step(**handles)
+        for i, h in enumerate([outs] if not isinstance(outs, tuple) else outs):
+            ens.output(f"OUT{i}", h)
+        build_ensemble(ens, tmp_path / "dist", Target.PRODUCTION, "24.10")
+    dist = tmp_path / "dist"
+    assert not dist.exists() or not list(dist.iterdir()), "a failed build left files behind"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_local_standin_answers_in_tritonserver(case: BackendCase, tmp_path: Path, triton) -> None:  # type: ignore[no-untyped-def]
+    ens = single_step_ensemble(case, tmp_path, name=f"standin_{case.kind}")
+    archive = build_ensemble(ens, tmp_path, Target.LOCAL, "24.10")
+    report = replay_archives([archive], server=triton, endpoints=["kserve", "sagemaker-binary"])
+    assert report.passed, report.table()
+    assert np.isfinite([r.millis for r in report.rows]).all()

@@ -1,0 +1,50 @@
+"""Shared fixtures: small declared ensembles, and one real tritonserver per test session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+if str(FIXTURES) not in sys.path:
+    sys.path.insert(0, str(FIXTURES))
+
+import basic_steps  # noqa: E402
+
+from conch import Ensemble, PythonStep, Tensor  # noqa: E402
+
+
+def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
+    """X -> double -> add_one -> Z, with one sample."""
+    ens = Ensemble(name, max_batch_size=max_batch_size)
+    x = ens.input("X", "FP32", [4])
+    dbl = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                     max_batch_size=max_batch_size)
+    add = PythonStep("add_one", basic_steps.add_one, [Tensor("y", "FP32", [4])], [Tensor("z", "FP32", [4])],
+                     max_batch_size=max_batch_size)
+    ens.output("Z", add(dbl(x)))
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    ens.sample("two rows", {"X": data}, {"Z": data * 2 + 1})
+    return ens
+
+
+@pytest.fixture
+def linear() -> Ensemble:
+    return linear_ensemble()
+
+
+@pytest.fixture(scope="session")
+def triton() -> Iterator[object]:
+    """One real tritonserver (SageMaker MME front end + KServe HTTP) for the integration tests."""
+    from conch.harness.server import LocalTriton
+
+    server = LocalTriton()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,322 @@
+"""Every declaration check: each bad declaration fails where it is written, with a message naming it."""
+
+from __future__ import annotations
+
+import basic_steps
+import numpy as np
+import pytest
+
+from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
+
+
+def step(name: str = "s", inputs=None, outputs=None, code=basic_steps.double, **kw) -> PythonStep:  # type: ignore[no-untyped-def]
+    kw.setdefault("max_batch_size", 8)
+    return PythonStep(name, code, inputs or [Tensor("x", "FP32", [4])], outputs or [Tensor("y", "FP32", [4])], **kw)
+
+
+def ensemble(name: str = "e", mbs: int = 8) -> Ensemble:
+    return Ensemble(name, max_batch_size=mbs)
+
+
+def test_unknown_dtype_lists_the_valid_ones() -> None:
+    with pytest.raises(DeclarationError, match=r"unknown dtype 'FLOAT33'.*FP32"):
+        Tensor("x", "FLOAT33", [1])
+
+
+@pytest.mark.parametrize("char", list(";|&$`<>()[]{}\"'*?~#!"))
+def test_model_names_refuse_shell_and_triton_specials(char: str) -> None:
+    with pytest.raises(DeclarationError, match="may not contain"):
+        Ensemble(f"bad{char}name")
+
+
+@pytest.mark.parametrize("name", ["", "has space", "a/b", ".hidden", "123"])
+def test_model_names_refuse_non_folder_names(name: str) -> None:
+    with pytest.raises(DeclarationError):
+        step(name=name)
+
+
+def test_tensor_names_refuse_specials_and_whitespace() -> None:
+    with pytest.raises(DeclarationError, match="tensor name 'a b'"):
+        Tensor("a b", "FP32", [1])
+    with pytest.raises(DeclarationError, match="tensor name"):
+        Tensor('a"b', "FP32", [1])
+
+
+@pytest.mark.parametrize("dims", [[0], [-2], [3, 0]])
+def test_dims_must_be_positive_or_wildcard(dims: list[int]) -> None:
+    with pytest.raises(DeclarationError, match="positive sizes or -1"):
+        Tensor("x", "FP32", dims)
+
+
+def test_wrong_dtype_fails_at_the_call_naming_ensemble_step_and_tensor() -> None:
+    ens = ensemble()
+    x = ens.input("X", "INT32", [4])
+    with pytest.raises(DeclarationError, match=r"ensemble 'e', step 's', input 'x': expects FP32 but ensemble input 'X' is INT32"):
+        step()(x)
+
+
+def test_wrong_dims_fail_at_the_call() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [5])
+    with pytest.raises(DeclarationError, match=r"expects dims \[4\] but ensemble input 'X' has dims \[5\]"):
+        step()(x)
+
+
+def test_wildcard_dims_match_any_size() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [-1])
+    y = step()(x)
+    assert y.dims == (4,)
+
+
+def test_rank_mismatch_fails_even_with_wildcards() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [-1, -1])
+    with pytest.raises(DeclarationError, match="expects dims"):
+        step()(x)
+
+
+def test_unknown_input_name() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match=r"step 's' has no input 'nope'; its inputs are 'x'"):
+        step()(nope=x)
+
+
+def test_missing_required_input() -> None:
+    ens = ensemble()
+    a = ens.input("A", "FP32", [4])
+    s = step(inputs=[Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])], code=basic_steps.split_sum,
+             outputs=[Tensor("sum", "FP32", [4]), Tensor("diff", "FP32", [4])])
+    with pytest.raises(DeclarationError, match=r"required input 'b' is not connected"):
+        s(a=a)
+
+
+def test_too_many_positional_handles() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match="takes 1 inputs"):
+        step()(x, x)
+
+
+def test_input_given_twice() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match="both by position and by name"):
+        step()(x, x=x)
+
+
+def test_handles_from_two_ensembles_do_not_mix() -> None:
+    one, two = ensemble("one"), ensemble("two")
+    a = one.input("A", "FP32", [4])
+    b = two.input("B", "FP32", [4])
+    s = step(inputs=[Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])], code=basic_steps.split_sum,
+             outputs=[Tensor("sum", "FP32", [4]), Tensor("diff", "FP32", [4])])
+    with pytest.raises(DeclarationError, match="belongs to ensemble 'two'"):
+        s(a, b)
+
+
+def test_inputs_must_be_handles() -> None:
+    with pytest.raises(DeclarationError, match="must be tensor handles"):
+        step()(np.zeros(4))  # type: ignore[arg-type]
+
+
+def test_a_step_runs_once_per_ensemble() -> None:
+    ens = ensemble()
+    s = step()
+    s(ens.input("X", "FP32", [4]))
+    with pytest.raises(DeclarationError, match="a step named 's' is already in this ensemble"):
+        s(ens.input("X2", "FP32", [4]))
+
+
+def test_one_step_may_serve_two_ensembles() -> None:
+    s = step()
+    for name in ("one", "two"):
+        ens = ensemble(name)
+        ens.output("Y", s(ens.input("X", "FP32", [4])))
+        ens.validate()
+
+
+def test_single_output_handle_cannot_be_unpacked() -> None:
+    ens = ensemble()
+    y = step()(ens.input("X", "FP32", [4]))
+    with pytest.raises(TypeError, match="single tensor handle"):
+        a, b = y  # noqa: F841
+
+
+def test_duplicate_ensemble_tensor_names() -> None:
+    ens = ensemble()
+    ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match="tensor 'X' is already declared"):
+        ens.input("X", "FP32", [4])
+
+
+def test_ensemble_input_cannot_be_an_output() -> None:
+    ens = ensemble()
+    x = ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match="can only output tensors that a step produces"):
+        ens.output("Y", x)
+
+
+def test_output_dtype_and_dims_checks() -> None:
+    ens = ensemble()
+    y = step()(ens.input("X", "FP32", [4]))
+    with pytest.raises(DeclarationError, match=r"declared INT64 but output 'y' of step 's' is FP32"):
+        ens.output("Y", y, dtype="INT64")
+    with pytest.raises(DeclarationError, match=r"declared dims \[3\]"):
+        ens.output("Y", y, dims=[3])
+
+
+def test_a_tensor_is_written_once() -> None:
+    ens = ensemble()
+    y = step()(ens.input("X", "FP32", [4]))
+    ens.output("Y", y)
+    with pytest.raises(DeclarationError, match="already ensemble output 'Y'"):
+        ens.output("Y2", y)
+
+
+def test_unused_ensemble_input() -> None:
+    ens = ensemble()
+    ens.output("Y", step()(ens.input("X", "FP32", [4])))
+    ens.input("UNUSED", "FP32", [4])
+    with pytest.raises(DeclarationError, match="input 'UNUSED' is not used by any step"):
+        ens.validate()
+
+
+def test_unused_step_output_and_discard() -> None:
+    ens = ensemble()
+    a = ens.input("A", "FP32", [4])
+    b = ens.input("B", "FP32", [4])
+    s = step(inputs=[Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])], code=basic_steps.split_sum,
+             outputs=[Tensor("sum", "FP32", [4]), Tensor("diff", "FP32", [4])])
+    total, diff = s(a, b)
+    ens.output("SUM", total)
+    with pytest.raises(DeclarationError, match="output 'diff' of step 's' is never used"):
+        ens.validate()
+    ens.discard(diff)
+    ens.validate()
+    assert [m for m in ens.spec().ensemble_steps[0].output_map] == [("sum", "SUM")]
+
+
+def test_no_steps_and_no_outputs() -> None:
+    ens = ensemble()
+    with pytest.raises(DeclarationError, match="has no steps"):
+        ens.validate()
+    step()(ens.input("X", "FP32", [4]))
+    with pytest.raises(DeclarationError, match="declares no outputs"):
+        ens.validate()
+
+
+def test_ensemble_batch_must_fit_every_step() -> None:
+    ens = ensemble(mbs=16)
+    ens.output("Y", step(max_batch_size=8)(ens.input("X", "FP32", [4])))
+    with pytest.raises(DeclarationError, match=r"max_batch_size 16 exceeds step 's''s max_batch_size 8"):
+        ens.validate()
+
+
+def test_non_batching_step_in_batching_ensemble() -> None:
+    ens = ensemble(mbs=4)
+    ens.output("Y", step(max_batch_size=0)(ens.input("X", "FP32", [4])))
+    with pytest.raises(DeclarationError, match="max_batch_size 0"):
+        ens.validate()
+
+
+def test_non_batching_ensemble_sees_batching_steps_with_batch_dim() -> None:
+    ens = ensemble(mbs=0)
+    y = step(max_batch_size=8)(ens.input("X", "FP32", [-1, 4]))
+    assert y.dims == (-1, 4)
+
+
+@pytest.mark.parametrize("field", ["instance_group", "dynamic_batching", "model_warmup"])
+def test_ensemble_refuses_per_model_scheduling_fields(field: str) -> None:
+    with pytest.raises(DeclarationError, match=f"{field} cannot be set on an ensemble"):
+        Ensemble("e", **{field: object()})
+
+
+def test_dynamic_batching_needs_batching() -> None:
+    with pytest.raises(DeclarationError, match="dynamic_batching needs max_batch_size > 0"):
+        step(max_batch_size=0, dynamic_batching=DynamicBatching())
+
+
+def test_warmup_batch_bounded_by_max_batch_size() -> None:
+    with pytest.raises(DeclarationError, match="exceeds max_batch_size"):
+        step(max_batch_size=4, warmup=Warmup("w", batch_size=8))
+
+
+def test_instance_group_kind_checked() -> None:
+    with pytest.raises(DeclarationError, match="instance_group kind 'TPU'"):
+        InstanceGroup("TPU")
+    assert InstanceGroup("gpu").kind == "KIND_GPU"
+
+
+def test_negative_max_batch_size() -> None:
+    with pytest.raises(DeclarationError, match="max_batch_size -1"):
+        step(max_batch_size=-1)
+
+
+def test_tensor_name_collision_between_input_and_internal_name() -> None:
+    ens = ensemble()
+    y = step()(ens.input("X", "FP32", [4]))
+    z = step("t", inputs=[Tensor("y", "FP32", [4])], outputs=[Tensor("z", "FP32", [4])])(y)
+    ens.output("Z", z)
+    ens.input("s.y", "FP32", [4])  # the internal name of s's output
+    with pytest.raises(DeclarationError, match="tensor name 's.y' is used by both"):
+        ens.validate()
+
+
+def test_duplicate_step_tensor_names() -> None:
+    with pytest.raises(DeclarationError, match="input 'x' is declared twice"):
+        step(inputs=[Tensor("x", "FP32", [4]), Tensor("x", "FP32", [4])])
+
+
+class TestSamples:
+    def test_unknown_input(self) -> None:
+        ens = ensemble()
+        ens.input("X", "FP32", [4])
+        with pytest.raises(DeclarationError, match="no ensemble input 'Y'"):
+            ens.sample("s", {"Y": np.zeros((1, 4))}, {})
+
+    def test_wrong_shape(self) -> None:
+        ens = ensemble()
+        ens.input("X", "FP32", [4])
+        with pytest.raises(DeclarationError, match=r"input 'X' has shape \[1, 3\], expected \[-1, 4\]"):
+            ens.sample("s", {"X": np.zeros((1, 3))}, {})
+
+    def test_batch_too_large(self) -> None:
+        ens = ensemble(mbs=2)
+        ens.input("X", "FP32", [4])
+        with pytest.raises(DeclarationError, match="batch of 3 exceeds"):
+            ens.sample("s", {"X": np.zeros((3, 4))}, {})
+
+    def test_missing_input(self) -> None:
+        ens = ensemble()
+        ens.input("X", "FP32", [4])
+        with pytest.raises(DeclarationError, match="no value for required input"):
+            ens.sample("s", {}, {})
+
+
+class TestPythonStepCode:
+    def test_nested_function_refused(self) -> None:
+        def inner(x):  # type: ignore[no-untyped-def]
+            return x
+
+        with pytest.raises(DeclarationError, match="top level of a module"):
+            step(code=inner)
+
+    def test_lambda_refused(self) -> None:
+        with pytest.raises(DeclarationError, match="top level of a module"):
+            step(code=lambda x: x)
+
+    def test_module_importing_conch_refused(self) -> None:
+        import conch_importing_steps
+
+        with pytest.raises(DeclarationError, match="imports conch.*move step to a module of its own"):
+            step(code=conch_importing_steps.step)
+
+    def test_input_names_must_be_identifiers(self) -> None:
+        with pytest.raises(DeclarationError, match="must be a Python identifier"):
+            step(inputs=[Tensor("input.1", "FP32", [4])])
+
+    def test_file_names_must_be_relative(self) -> None:
+        with pytest.raises(DeclarationError, match="must be a relative path"):
+            step(files={"../x": b""})
