@@ -55,8 +55,11 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Com
     if got.shape != want.shape:
         return Comparison(name, False, f"shape {list(got.shape)} != expected {list(want.shape)}")
     if want.dtype == object or got.dtype == object:
-        same = all(_as_bytes(a) == _as_bytes(b) for a, b in zip(got.ravel(), want.ravel(), strict=True))
-        return Comparison(name, same, "exact" if same else "bytes differ")
+        for index, (a, b) in enumerate(zip(got.ravel(), want.ravel(), strict=True)):
+            if _as_bytes(a) != _as_bytes(b):
+                where = list(np.unravel_index(index, got.shape))
+                return Comparison(name, False, f"element {where}: got {_as_bytes(a)!r}, expected {_as_bytes(b)!r}")
+        return Comparison(name, True, "exact")
     g, w = got.astype(np.float64), want.astype(np.float64)
     if tol.cosine is not None:
         rows_g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)

@@ -68,10 +68,21 @@ class MultiModelClient:
             raise ServeError(f"unloading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}")
 
     def list_models(self) -> list[dict[str, Any]]:
+        """``GET /models``. Triton 2.51 checks readiness under the hash, not the TargetModel name the
+        ensemble was loaded as, so archives loaded with a TargetModel header are not listed."""
         response = requests.get(f"{self.sagemaker_url}/models", timeout=self.request_timeout)
         response.raise_for_status()
         models: list[dict[str, Any]] = response.json().get("models", [])
         return [m for m in models if m]
+
+    def describe(self, target_model: str) -> dict[str, Any] | None:
+        """``GET /models/<hash>``: the loaded archive's name and folder, or None if it is not loaded."""
+        response = requests.get(f"{self.sagemaker_url}/models/{model_hash(target_model)}", timeout=self.request_timeout)
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
+        return found
 
     def invoke_json(self, target_model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a KServe v2 JSON body."""

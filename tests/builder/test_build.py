@@ -1,0 +1,152 @@
+"""Building archives: MME-ready layout, manifest, byte-identical rebuilds, no half tarballs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import basic_steps
+import numpy as np
+import pytest
+from conftest import linear_ensemble
+
+from conch import BuildError, Ensemble, InstanceGroup, PythonStep, Release, Tensor
+from conch.builder.build import build_ensemble, render_repository
+from conch.builder.manifest import MANIFEST_NAME
+from conch.ensembles.samples import decode_array
+from conch.errors import DeclarationError
+
+ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')
+
+
+def members(archive: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(archive) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def read(archive: Path, name: str) -> bytes:
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(name)
+        assert member is not None
+        return member.read()
+
+
+def test_archive_is_mme_ready(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble(), tmp_path)
+    entries = members(archive)
+    top = {n.split("/")[0] for n in entries}
+    assert top == {"linear", "linear__double", "linear__add_one", MANIFEST_NAME}
+    assert "config.pbtxt" not in entries, "a root config.pbtxt would make SageMaker load one single model"
+    assert entries["linear/1"].isdir()
+    assert not [n for n in entries if n.startswith("linear/1/")], "the ensemble's 1/ must be empty"
+    ensembles = []
+    for name in entries:
+        if name.endswith("/config.pbtxt"):
+            text = read(archive, name).decode()
+            folder = name.split("/")[0]
+            assert f'name: "{folder}"' in text, "each config's name must equal its folder"
+            if ENSEMBLE_REGEX.search(text):
+                ensembles.append(folder)
+    assert ensembles == ["linear"], "exactly one config must match SageMaker's ensemble regex"
+
+
+def test_entries_are_normalised(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble(), tmp_path)
+    for m in members(archive).values():
+        assert (m.uid, m.gid, m.uname, m.gname) == (0, 0, "", "")
+        assert m.mtime == 946684800
+    order = [(not m.isdir(), m.name) for m in members(archive).values()]
+    assert order == sorted(order), "folders first, then files, each sorted"
+
+
+def test_two_builds_are_byte_identical(tmp_path: Path) -> None:
+    first = build_ensemble(linear_ensemble(), tmp_path / "a")
+    Path(basic_steps.__file__).touch()  # a newer mtime on a source must not change the archive
+    second = build_ensemble(linear_ensemble(), tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_different_names_give_different_step_names(tmp_path: Path) -> None:
+    one = render_repository(linear_ensemble("alpha"), "production", "24.10")
+    two = render_repository(linear_ensemble("beta"), "production", "24.10")
+    folders = lambda r: {n.split("/")[0] for n in r.files if "/" in n}  # noqa: E731
+    assert not folders(one) & folders(two)
+
+
+def test_manifest_records_hashes_release_schema_and_samples(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble(), tmp_path, "local", "24.05")
+    manifest = json.loads(read(archive, MANIFEST_NAME))
+    assert (manifest["target"], manifest["release"], manifest["stub_python"]) == ("local", "24.05", "3.10")
+    assert manifest["schema"]["inputs"] == [{"name": "X", "datatype": "FP32", "dims": [4], "shape": [-1, 4]}]
+    assert manifest["schema"]["outputs"][0]["name"] == "Z"
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256(read(archive, name)).hexdigest() == digest
+    assert set(manifest["files"]) == {n for n, m in members(archive).items() if m.isfile()} - {MANIFEST_NAME}
+    (sample,) = manifest["samples"]
+    x = decode_array(sample["inputs"]["X"])
+    np.testing.assert_array_equal(decode_array(sample["expected"]["Z"]), x * 2 + 1)
+
+
+def test_missing_artifact_fails_naming_step_and_file_and_leaves_nothing(tmp_path: Path) -> None:
+    ens = Ensemble("needs_file", max_batch_size=4)
+    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+                      files={"prefix.txt": tmp_path / "absent.txt"}, max_batch_size=4)
+    ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
+    out = tmp_path / "dist"
+    with pytest.raises(BuildError, match=r"ensemble 'needs_file': python step 'prefix': file 'prefix.txt'"):
+        build_ensemble(ens, out)
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_failed_rebuild_keeps_the_previous_archive(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble(), tmp_path)
+    before = archive.read_bytes()
+    broken = linear_ensemble()
+    broken.sample("bad", {"X": np.zeros((1, 4), np.float32)}, lambda: 1 / 0)  # type: ignore[arg-type,return-value]
+    with pytest.raises(BuildError, match="computing its expected outputs failed"):
+        build_ensemble(broken, tmp_path)
+    assert archive.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [archive.name]
+
+
+def test_bad_declaration_is_reported_before_anything_is_written(tmp_path: Path) -> None:
+    ens = Ensemble("unused", max_batch_size=4)
+    ens.input("X", "FP32", [4])
+    with pytest.raises(DeclarationError, match="has no steps"):
+        build_ensemble(ens, tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()
+
+
+def test_local_target_runs_gpu_instance_groups_on_cpu(tmp_path: Path) -> None:
+    ens = Ensemble("gpu", max_batch_size=4)
+    step = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=4, instance_group=InstanceGroup("KIND_GPU", 2))
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    prod = render_repository(ens, "production", "24.10")
+    local = render_repository(ens, "local", "24.10")
+    assert b"KIND_GPU" in prod.files["gpu__s/config.pbtxt"]  # type: ignore[operator]
+    assert b"KIND_CPU" in local.files["gpu__s/config.pbtxt"]  # type: ignore[operator]
+    assert local.manifest["notes"] == ["gpu__s: KIND_GPU instance groups run as KIND_CPU on the local target"]
+
+
+class TestRelease:
+    @pytest.mark.parametrize(("release", "python"), [("23.02", "3.8"), ("23.04", "3.8"), ("23.05", "3.10"),
+                                                     ("24.10", "3.10"), ("24.11", "3.12"), ("25.09", "3.12")])
+    def test_stub_python(self, release: str, python: str) -> None:
+        assert Release.of(release).stub_python == python
+
+    @pytest.mark.parametrize("bad", ["24.13", "2410", "v24.10", "22.12"])
+    def test_bad_releases(self, bad: str) -> None:
+        with pytest.raises(BuildError, match="release"):
+            Release.of(bad)
+
+    def test_tensorflow_backend_gone_from_25_03(self) -> None:
+        assert Release.of("25.02").has_tensorflow and not Release.of("25.03").has_tensorflow
+
+    def test_image(self) -> None:
+        assert Release.of("24.10").sagemaker_image("785573368785", "us-east-1") == (
+            "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.10-py3"
+        )

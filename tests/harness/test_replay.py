@@ -1,0 +1,123 @@
+"""Replay against the real tritonserver, loaded the way SageMaker MME loads archives."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import basic_steps
+import numpy as np
+import pytest
+from conftest import linear_ensemble
+
+from conch import Ensemble, PythonStep, ServeError, Tensor
+from conch.builder.archive import safe_extract
+from conch.builder.build import build_ensemble
+from conch.harness.mme import InvokeError, MultiModelClient
+from conch.harness.replay import ENDPOINTS, replay_archives
+from conch.harness.server import LocalTriton
+
+pytestmark = pytest.mark.integration
+
+
+def one_step(name: str, code, dtype: str = "FP32", mbs: int = 4) -> Ensemble:  # type: ignore[no-untyped-def]
+    ens = Ensemble(name, max_batch_size=mbs)
+    step = PythonStep(code.__name__.lower(), code, [Tensor("x", dtype, [4])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=mbs)
+    ens.output("Y", step(ens.input("X", dtype, [4])))
+    x = np.ones((2, 4), np.float32)
+    ens.sample("ones", {"X": x}, {"Y": x * 2})
+    return ens
+
+
+def test_linear_ensemble_replays_green_on_every_endpoint(tmp_path: Path, triton: LocalTriton) -> None:
+    archive = build_ensemble(linear_ensemble("replay_linear"), tmp_path, "local")
+    report = replay_archives([archive], server=triton)
+    assert report.passed, report.table()
+    assert {r.endpoint for r in report.rows} == {"load", *ENDPOINTS}
+    assert "3 passed, 0 failed" in report.table() or "4 passed, 0 failed" in report.table()
+
+
+def test_two_ensembles_from_one_declaration_load_side_by_side(tmp_path: Path, triton: LocalTriton) -> None:
+    archives = [build_ensemble(linear_ensemble(n), tmp_path, "local") for n in ("side_a", "side_b")]
+    report = replay_archives(archives, server=triton, endpoints=["sagemaker-binary"])
+    assert report.passed, report.table()
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    for archive in archives:
+        described = client.describe(archive.name)
+        assert described is not None and described["modelUrl"].endswith(archive.name.removesuffix(".tar.gz"))
+    assert client.describe("never_loaded.tar.gz") is None
+    x = np.full((1, 4), 3, np.float32)
+    for archive in archives:  # both still answer after the other loaded
+        np.testing.assert_array_equal(client.invoke_binary(archive.name, {"X": x})["Z"], x * 2 + 1)
+
+
+def test_class_step_with_file_and_bytes_of_different_lengths(tmp_path: Path, triton: LocalTriton) -> None:
+    (tmp_path / "prefix.txt").write_bytes(b">> ")
+    ens = Ensemble("prefixer", max_batch_size=8)
+    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+                      files={"prefix.txt": tmp_path / "prefix.txt"}, max_batch_size=8)
+    ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
+    texts = ["a", "a much longer string", "ünïcödé ✓", ""]
+    ens.sample("texts", {"TEXT": [[t] for t in texts]}, {"OUT": [[b">> " + t.encode()] for t in texts]})
+    report = replay_archives([build_ensemble(ens, tmp_path, "local")], server=triton)
+    assert report.passed, report.table()
+
+
+def test_exception_in_user_code_names_the_step_and_shows_the_error(tmp_path: Path, triton: LocalTriton) -> None:
+    archive = build_ensemble(one_step("broken_code", basic_steps.broken), tmp_path, "local")
+    start = time.monotonic()
+    report = replay_archives([archive], server=triton)
+    assert time.monotonic() - start < 60
+    assert not report.passed
+    failures = [r for r in report.rows if not r.passed]
+    assert len(failures) == len(ENDPOINTS)
+    for row in failures:
+        assert "step 'broken' of ensemble 'broken_code' raised ValueError" in row.detail
+        assert "the user code failed on purpose" in row.detail
+
+
+def test_wrong_output_dtype_names_step_and_tensor(tmp_path: Path, triton: LocalTriton) -> None:
+    archive = build_ensemble(one_step("wrong_dtype", basic_steps.wrong_dtype), tmp_path, "local")
+    report = replay_archives([archive], server=triton, endpoints=["sagemaker-json"])
+    (row,) = [r for r in report.rows if not r.passed]
+    assert "step 'wrong_dtype'" in row.detail
+    assert "output 'y' is declared FP32 (numpy float32) but the code returned dtype float64" in row.detail
+
+
+def test_mismatch_is_reported_with_the_error(tmp_path: Path, triton: LocalTriton) -> None:
+    ens = one_step("mismatch", basic_steps.double)
+    ens.samples[0].expected = {"Y": np.full((2, 4), 5, np.float32)}
+    report = replay_archives([build_ensemble(ens, tmp_path, "local")], server=triton, endpoints=["kserve"])
+    (row,) = [r for r in report.rows if r.endpoint == "kserve"]
+    assert not row.passed and "max abs err 3" in row.detail
+    assert "1 failed" in report.table()
+
+
+def test_a_hanging_load_times_out_with_the_server_log(tmp_path: Path) -> None:
+    ens = Ensemble("slow_setup", max_batch_size=4)
+    step = PythonStep("slow", basic_steps.SlowSetup, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    ens.sample("s", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
+    archive = build_ensemble(ens, tmp_path, "local")
+    start = time.monotonic()
+    with LocalTriton() as server:  # its own server: the hung load keeps a stub busy
+        report = replay_archives([archive], server=server, load_timeout=3)
+    assert time.monotonic() - start < 40
+    (row,) = report.rows
+    assert not row.passed and row.endpoint == "load"
+    assert "did not finish within 3 s" in row.detail
+
+
+def test_load_of_a_bad_archive_fails_with_the_server_error(tmp_path: Path, triton: LocalTriton) -> None:
+    archive = build_ensemble(linear_ensemble("bad_config"), tmp_path, "local")
+    folder = tmp_path / "unpacked"
+    safe_extract(archive, folder)
+    config = folder / "bad_config__double" / "config.pbtxt"
+    config.write_text(config.read_text().replace("TYPE_FP32", "TYPE_INT8", 1))
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    with pytest.raises(ServeError, match="loading 'bad_config.tar.gz' failed"):
+        client.load("bad_config.tar.gz", folder, timeout=60)
+    with pytest.raises(InvokeError):
+        client.invoke_json("bad_config.tar.gz", {"X": np.ones((1, 4), np.float32)})

@@ -1,0 +1,54 @@
+"""The local tritonserver: starts on loopback, stops with everything it started, reports its log."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from conch import ServeError
+from conch.harness.server import LocalTriton, python_backend_dir
+
+pytestmark = pytest.mark.integration
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_backend_folder_is_built_outside_the_wheel() -> None:
+    folder = python_backend_dir()
+    assert (folder / "python" / "libtriton_python.so").is_file()
+    assert (folder / "python" / "triton_python_backend_stub").is_file()
+    assert "site-packages" not in str(folder)
+
+
+def test_start_answers_on_both_endpoints_then_stop_kills_the_group(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w")
+    with server:
+        assert requests.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+        assert requests.get(f"{server.sagemaker_url}/ping", timeout=5).status_code == 200
+        assert requests.get(f"{server.sagemaker_url}/models", timeout=5).json() == {"models": []}
+        assert server.http_url.startswith("http://127.0.0.1:")
+        assert server.process is not None
+        pid = server.process.pid
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
+    assert not server.running()
+
+
+def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w", extra_args=("--no-such-flag",), startup_timeout=20)
+    with pytest.raises(ServeError, match="tritonserver exited with code"):
+        server.start()
+    assert not server.running()
