@@ -1,0 +1,91 @@
+"""The command line as users and CI scripts run it: separate processes, exit codes, messages."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PIPELINES = FIXTURES / "cli_ensembles" / "pipelines.py"
+
+
+def conch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "conch.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_builds_in_two_processes_are_byte_identical(tmp_path: Path) -> None:
+    for out in ("a", "b"):
+        result = conch("build", str(PIPELINES), "--out", str(tmp_path / out))
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "a" / "cli_linear.tar.gz").read_bytes() == (tmp_path / "b" / "cli_linear.tar.gz").read_bytes()
+
+
+def test_a_declaration_error_is_one_clear_line_without_traceback(tmp_path: Path) -> None:
+    result = conch("build", str(FIXTURES / "cli_bad"), "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "conch: error: ensemble 'bad_unused': input 'FORGOTTEN' is not used by any step" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_release_is_refused(tmp_path: Path) -> None:
+    result = conch("build", str(PIPELINES), "--out", str(tmp_path), "--release", "24.13")
+    assert result.returncode == 2 and "release '24.13': write it as YY.MM" in result.stderr
+
+
+def test_inspect_and_graph(tmp_path: Path) -> None:
+    assert conch("build", str(PIPELINES), "--out", str(tmp_path), "--target", "local").returncode == 0
+    shown = conch("inspect", str(tmp_path / "cli_linear.tar.gz"))
+    assert shown.returncode == 0 and "target local" in shown.stdout and "cli_linear__double" in shown.stdout
+    dot = conch("graph", str(PIPELINES))
+    assert dot.returncode == 0 and '"double" -> "add_one"' in dot.stdout
+
+
+@pytest.mark.integration
+def test_replay_from_sources_and_from_archives(tmp_path: Path) -> None:
+    from_sources = conch("replay", str(PIPELINES))
+    assert from_sources.returncode == 0, from_sources.stderr
+    assert "cli_linear.tar.gz" in from_sources.stdout and "4 passed, 0 failed" in from_sources.stdout
+    assert conch("build", str(PIPELINES), "--out", str(tmp_path), "--target", "local").returncode == 0
+    from_archives = conch("replay", str(tmp_path), "--endpoint", "sagemaker-json")
+    assert from_archives.returncode == 0 and "2 passed, 0 failed" in from_archives.stdout
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_the_server_and_its_stubs() -> None:
+    env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
+    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(PIPELINES)], stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:
+        if "Ctrl-C stops" in line or time.monotonic() > deadline:
+            break
+    servers = _children(proc.pid)
+    assert servers, "conch serve started no tritonserver"
+    stubs = [k for s in servers for k in _children(s)]
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    time.sleep(0.5)
+    for pid in servers + stubs:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -1,0 +1,37 @@
+"""The shipped example ensembles build for both targets and replay green on the real tritonserver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conch.builder.build import build_ensemble, render_repository
+from conch.builder.discover import discover
+from conch.harness.replay import ENDPOINTS, replay_archives
+
+EXAMPLES = Path(__file__).parent.parent / "ensembles"
+
+
+def test_text_embeddings_production_layout() -> None:
+    (ens,) = discover([EXAMPLES / "text_embeddings.py"])
+    repo = render_repository(ens, "production", "24.10")
+    assert 'platform: "onnxruntime_onnx"' in repo.files["text_embeddings__encoder/config.pbtxt"].decode()  # type: ignore[union-attr]
+    assert "text_embeddings__encoder/1/model.onnx" in repo.files
+    assert "text_embeddings__tokenize/1/files/tokenizer.json" in repo.files
+    assert repo.manifest["schema"]["outputs"] == [
+        {"name": "EMBEDDINGS", "datatype": "FP32", "dims": [384], "shape": [-1, 384]}
+    ]
+
+
+@pytest.mark.integration
+def test_text_embeddings_replays_within_cosine_0_999(tmp_path: Path, triton) -> None:  # type: ignore[no-untyped-def]
+    (ens,) = discover([EXAMPLES / "text_embeddings.py"])
+    archive = build_ensemble(ens, tmp_path, "local")
+    report = replay_archives([archive], server=triton)
+    assert report.passed, report.table()
+    rows = [r for r in report.rows if r.endpoint in ENDPOINTS]
+    assert len(rows) == 2 * len(ENDPOINTS)
+    for row in rows:
+        cosine = float(row.detail.split("min cosine ")[1].split()[0])
+        assert cosine >= 0.999
