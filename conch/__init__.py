@@ -2,15 +2,15 @@
 
 __version__ = "0.1.0"
 
-from conch.backends.onnx import OnnxStep  # noqa: E402
-from conch.backends.python import PythonStep  # noqa: E402
-from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup  # noqa: E402
-from conch.ensembles.dtypes import DType  # noqa: E402
-from conch.ensembles.ensemble import Ensemble  # noqa: E402
-from conch.ensembles.samples import Tolerance  # noqa: E402
-from conch.ensembles.target import DEFAULT_RELEASE, Release, Target  # noqa: E402
-from conch.ensembles.tensors import Tensor, TensorHandle  # noqa: E402
-from conch.errors import (  # noqa: E402
+from conch.backends.onnx import OnnxStep
+from conch.backends.python import PythonStep
+from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
+from conch.ensembles.dtypes import DType
+from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.samples import Tolerance
+from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
+from conch.ensembles.tensors import Tensor, TensorHandle
+from conch.errors import (
     BuildError,
     ConchError,
     DeclarationError,

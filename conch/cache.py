@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -29,10 +30,8 @@ def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], No
         produce(tmp / filename)
         if not (tmp / filename).is_file():
             raise FileNotFoundError(f"producing {kind}/{key} wrote no {filename}")
-        try:
+        with contextlib.suppress(OSError):  # published meanwhile by another process
             os.replace(tmp, final)
-        except OSError:  # published meanwhile by another process
-            pass
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path

@@ -104,7 +104,7 @@ class PythonStep(Step):
 
 
 def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
-    target = code.__call__ if inspect.isclass(code) else code  # type: ignore[operator]
+    target = code.__call__ if inspect.isclass(code) else code
     try:
         params = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):

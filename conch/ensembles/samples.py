@@ -88,7 +88,7 @@ class Sample:
 
     name: str
     inputs: Arrays
-    expected: Arrays | Callable[[], Mapping[str, Any]]
+    expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
     tolerance: Tolerance
 
     def expected_arrays(self) -> Arrays:

@@ -30,7 +30,7 @@ class StepLayout:
 class Outputs(tuple[TensorHandle, ...]):
     """The handles a multi-output step returns: unpack them, or index them by output name."""
 
-    def __getitem__(self, key):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
         if isinstance(key, str):
             for handle in self:
                 if handle.output_name == key:

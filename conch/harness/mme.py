@@ -56,7 +56,9 @@ class MultiModelClient:
                 "e.g. on a Python version mismatch in its environment)"
             ) from None
         if response.status_code != 200:
-            raise ServeError(f"loading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}")
+            raise ServeError(
+                f"loading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}"
+            )
 
     def unload(self, target_model: str, timeout: float = 60.0) -> None:
         response = requests.delete(
@@ -65,7 +67,9 @@ class MultiModelClient:
             timeout=timeout,
         )
         if response.status_code != 200:
-            raise ServeError(f"unloading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}")
+            raise ServeError(
+                f"unloading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}"
+            )
 
     def list_models(self) -> list[dict[str, Any]]:
         """``GET /models``. Triton 2.51 checks readiness under the hash, not the TargetModel name the

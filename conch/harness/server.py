@@ -33,7 +33,9 @@ def pytriton_paths() -> tuple[Path, Path]:
     """(tritonserver folder of the wheel, its shared-library folder)."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise ServeError("the nvidia-pytriton wheel is not installed; `pip install nvidia-pytriton` provides tritonserver")
+        raise ServeError(
+            "the nvidia-pytriton wheel is not installed; `pip install nvidia-pytriton` provides tritonserver"
+        )
     package = Path(next(iter(spec.submodule_search_locations)))
     server_dir = package / "tritonserver"
     libs = package.parent / "nvidia_pytriton.libs"
@@ -51,7 +53,8 @@ def python_backend_dir(python_version: str | None = None) -> Path:
     stub = server_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
     if not stub.is_file():
         raise ServeError(f"nvidia-pytriton has no Python-backend stub for Python {version}")
-    sources = [server_dir / "backends" / "python" / n for n in ("libtriton_python.so", "triton_python_backend_utils.py")]
+    backend = server_dir / "backends" / "python"
+    sources = [backend / n for n in ("libtriton_python.so", "triton_python_backend_utils.py")]
     key = hashlib.sha256(b"".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in [stub, *sources]))
     root = cache_dir() / "triton-backends" / f"py{version}-{key.hexdigest()[:12]}"
     python_dir = root / "python"
@@ -184,10 +187,8 @@ class LocalTriton:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # stubs that outlived the server
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -37,7 +37,8 @@ def dags(draw: st.DrawFn) -> Ensemble:
         step_mbs = draw(st.sampled_from([mbs, 8])) if mbs else 0
         inputs = [Tensor(f"i{j}", h.dtype, [d if draw(st.booleans()) else -1 for d in h.dims])
                   for j, h in enumerate(chosen)]
-        outputs = [Tensor(f"o{j}", draw(st.sampled_from(DTYPES)), draw(dims_st)) for j in range(draw(st.integers(1, 2)))]
+        n_out = draw(st.integers(1, 2))
+        outputs = [Tensor(f"o{j}", draw(st.sampled_from(DTYPES)), draw(dims_st)) for j in range(n_out)]
         kwargs = {}
         if step_mbs and draw(st.booleans()):
             kwargs["dynamic_batching"] = DynamicBatching(preferred_batch_size=(2,), max_queue_delay_microseconds=50)

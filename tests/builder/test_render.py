@@ -52,7 +52,8 @@ def test_every_step_field_renders_and_parses() -> None:
     config = parse(render_config(layout.spec))
     assert config.name == "ens__full" and config.backend == "python" and config.max_batch_size == 16
     x, mask = config.input
-    assert (x.name, x.data_type, list(x.dims), list(x.reshape.shape)) == ("x", model_config_pb2.TYPE_FP32, [4], [2, 2])
+    assert (x.name, x.data_type, list(x.dims)) == ("x", model_config_pb2.TYPE_FP32, [4])
+    assert list(x.reshape.shape) == [2, 2]
     assert mask.optional and list(mask.dims) == [3] and mask.data_type == model_config_pb2.TYPE_INT64
     assert config.output[0].label_filename == "y_labels.txt"
     gpu, cpu = config.instance_group
@@ -78,7 +79,11 @@ def test_warmup_refuses_wildcard_dims_with_the_reason() -> None:
 
 @pytest.mark.parametrize(
     ("policy", "field"),
-    [(VersionPolicy(all=True), "all"), (VersionPolicy(specific=(1, 3)), "specific"), (VersionPolicy(latest=1), "latest")],
+    [
+        (VersionPolicy(all=True), "all"),
+        (VersionPolicy(specific=(1, 3)), "specific"),
+        (VersionPolicy(latest=1), "latest"),
+    ],
 )
 def test_version_policies(policy: VersionPolicy, field: str) -> None:
     step = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],

@@ -51,7 +51,8 @@ def test_dims_must_be_positive_or_wildcard(dims: list[int]) -> None:
 def test_wrong_dtype_fails_at_the_call_naming_ensemble_step_and_tensor() -> None:
     ens = ensemble()
     x = ens.input("X", "INT32", [4])
-    with pytest.raises(DeclarationError, match=r"ensemble 'e', step 's', input 'x': expects FP32 but ensemble input 'X' is INT32"):
+    message = r"ensemble 'e', step 's', input 'x': expects FP32 but ensemble input 'X' is INT32"
+    with pytest.raises(DeclarationError, match=message):
         step()(x)
 
 
@@ -141,7 +142,7 @@ def test_single_output_handle_cannot_be_unpacked() -> None:
     ens = ensemble()
     y = step()(ens.input("X", "FP32", [4]))
     with pytest.raises(TypeError, match="single tensor handle"):
-        a, b = y  # noqa: F841
+        _a, _b = y
 
 
 def test_duplicate_ensemble_tensor_names() -> None:

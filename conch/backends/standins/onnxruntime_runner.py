@@ -17,4 +17,4 @@ class OnnxRuntimeRunner:
 
     def __call__(self, **inputs):
         results = self.session.run(self.output_names, inputs)
-        return dict(zip(self.output_names, results))
+        return dict(zip(self.output_names, results))  # noqa: B905 - runs on the stub Python, 3.8 too
