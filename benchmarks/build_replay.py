@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> int:
@@ -49,7 +49,8 @@ def main() -> int:
             archives.append(archive)
             rows.append({"ensemble": ens.name, "metric": "build (first, s)", "value": round(timings[0], 3)})
             rows.append({"ensemble": ens.name, "metric": "build (again, s)", "value": round(timings[1], 3)})
-            rows.append({"ensemble": ens.name, "metric": "archive (MB)", "value": round(archive.stat().st_size / 1e6, 2)})
+            size = round(archive.stat().st_size / 1e6, 2)
+            rows.append({"ensemble": ens.name, "metric": "archive (MB)", "value": size})
         start = time.perf_counter()
         with LocalTriton() as server:
             rows.append({"ensemble": "-", "metric": "server start (s)", "value": round(time.perf_counter() - start, 3)})
@@ -60,7 +61,8 @@ def main() -> int:
                 start = time.perf_counter()
                 client.load(archive.name, folder, 600)
                 name = archive.name.removesuffix(".tar.gz")
-                rows.append({"ensemble": name, "metric": "MME load (s)", "value": round(time.perf_counter() - start, 3)})
+                load_s = round(time.perf_counter() - start, 3)
+                rows.append({"ensemble": name, "metric": "MME load (s)", "value": load_s})
                 sample = read_manifest(folder)["samples"][0]
                 inputs = {k: decode_array(v) for k, v in sample["inputs"].items()}
                 for endpoint, call in (("kserve", client.invoke_kserve), ("sagemaker-json", client.invoke_json),
