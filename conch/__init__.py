@@ -6,6 +6,7 @@ from conch.backends.onnx import OnnxStep
 from conch.backends.python import PythonStep
 from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
 from conch.ensembles.dtypes import DType
+from conch.ensembles.environment import PythonEnv
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.samples import Tolerance
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
@@ -32,6 +33,7 @@ __all__ = [
     "InstanceGroup",
     "OnnxStep",
     "PackError",
+    "PythonEnv",
     "PythonStep",
     "Release",
     "ReplayMismatch",

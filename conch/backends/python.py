@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.ensembles.config import InstanceGroup, ModelSpec, StepSettings
+from conch.ensembles.environment import PythonEnv
 from conch.ensembles.step import FileSource, Step, StepLayout
 from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
@@ -26,7 +27,9 @@ class PythonStep(Step):
     step's files), ``__call__(**inputs)`` per batch, and the optional ``teardown()`` at unload.
 
     The code's module is copied into the model folder and imported there, so it must be a module of
-    its own that does not import conch (conch does not run inside Triton).
+    its own that does not import conch (conch does not run inside Triton). ``env`` names the packages it
+    needs beyond the Triton image's Python (see PythonEnv); without it, the step runs in the image's
+    own Python (locally: the Python conch runs in).
     """
 
     kind = "python"
@@ -45,6 +48,7 @@ class PythonStep(Step):
         parameters: Mapping[str, object] | None = None,
         warmup: Any = None,
         version_policy: Any = None,
+        env: PythonEnv | None = None,
     ) -> None:
         settings = StepSettings.of(
             max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
@@ -52,6 +56,9 @@ class PythonStep(Step):
         )
         super().__init__(name, inputs, outputs, settings)
         self.code = code
+        if env is not None and not isinstance(env, PythonEnv):
+            raise DeclarationError(f"python step {name!r}: env must be a conch.PythonEnv, got {env!r}")
+        self.env = env
         self.module_name, self.attr, self.source = _code_location(name, code)
         takes_any = _takes_var_keywords(code)
         for t in self.inputs:

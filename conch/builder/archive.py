@@ -24,12 +24,13 @@ def expand(files: Mapping[str, FileSource]) -> dict[str, FileSource]:
     """Replace directory sources by the files under them, keyed by their path in the archive."""
     out: dict[str, FileSource] = {}
     for rel, source in files.items():
-        if isinstance(source, Path) and source.is_dir():
+        if isinstance(source, Path) and source.is_dir() and not source.is_symlink():
+            prefix = "" if rel in ("", ".") else rel.rstrip("/") + "/"
             for path in sorted(source.rglob("*")):
                 if path.is_file() or path.is_symlink():
-                    out[f"{rel}/{path.relative_to(source).as_posix()}"] = path
+                    out[f"{prefix}{path.relative_to(source).as_posix()}"] = path
                 elif path.is_dir() and not any(path.iterdir()):
-                    out[f"{rel}/{path.relative_to(source).as_posix()}/"] = b""
+                    out[f"{prefix}{path.relative_to(source).as_posix()}/"] = b""
         else:
             out[rel] = source
     return out

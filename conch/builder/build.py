@@ -9,6 +9,8 @@ from typing import Any
 from conch import __version__
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
+from conch.builder.envs import EnvLayout
+from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.samples import encode_array
@@ -27,31 +29,37 @@ class Repository:
     notes: list[str] = field(default_factory=list)
 
 
-def render_repository(ensemble: Ensemble, target: Target | str, release: Release | str) -> Repository:
-    """Everything the archive holds, checked; nothing is written."""
+def render_repository(
+    ensemble: Ensemble, target: Target | str, release: Release | str, progress: Progress | None = None
+) -> Repository:
+    """Everything the archive holds, checked; nothing is written (environments are packed into the cache)."""
     target, release = Target.of(target), Release.of(release)
     ensemble.validate()
     files: dict[str, FileSource] = {}
     steps: list[dict[str, Any]] = []
     notes: list[str] = []
+    envs = EnvLayout(target, release, progress)
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
         try:
             step.check(release)
             layout = step.layout(model, target, release, ensemble.name)
+            env = ensemble.env_of(step)
+            spec = layout.spec if env is None else envs.attach(env, layout.spec)
         except ConchError as exc:
             raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
-        if layout.spec.name != model:
-            raise BuildError(f"step {step.name!r} laid out model {layout.spec.name!r}, expected {model!r}")
-        files[f"{model}/config.pbtxt"] = render_config(layout.spec).encode()
+        if spec.name != model:
+            raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
+        files[f"{model}/config.pbtxt"] = render_config(spec).encode()
         for rel, source in layout.files.items():
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
-        served = layout.spec.platform or layout.spec.backend
+        served = spec.platform or spec.backend
         steps.append({**step.describe(), "model_name": model, "served_as": served})
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
+    files.update(envs.files)
     files = expand(files)
     manifest = {
         "format": FORMAT,
@@ -64,6 +72,7 @@ def render_repository(ensemble: Ensemble, target: Target | str, release: Release
         "schema": ensemble.schema(),
         "steps": steps,
         "notes": notes,
+        "environments": envs.manifest,
         "files": {name: sha256(src) for name, src in sorted(files.items()) if not name.endswith("/")},
         "samples": _samples(ensemble),
     }
@@ -98,12 +107,16 @@ def _samples(ensemble: Ensemble) -> list[dict[str, Any]]:
 
 
 def build_ensemble(
-    ensemble: Ensemble, out_dir: Path, target: Target | str = Target.PRODUCTION, release: Release | str = ""
+    ensemble: Ensemble,
+    out_dir: Path,
+    target: Target | str = Target.PRODUCTION,
+    release: Release | str = "",
+    progress: Progress | None = None,
 ) -> Path:
     """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind."""
     from conch.ensembles.target import DEFAULT_RELEASE
 
-    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE)
+    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE, progress)
     path = Path(out_dir) / f"{ensemble.name}.tar.gz"
     with atomic_output(path) as fh:
         write_tar(repo.files, fh)

@@ -10,6 +10,7 @@ import numpy as np
 
 from conch.ensembles.config import EnsembleStepSpec, ModelSpec, StepSettings
 from conch.ensembles.dtypes import DType
+from conch.ensembles.environment import PythonEnv
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
@@ -37,6 +38,7 @@ class Ensemble:
         step_prefix: prefix of the steps' model names; defaults to the ensemble name so that many
             ensembles' steps load side by side on one server without model namespacing.
         description: free text recorded in the manifest.
+        env: the Python environment of every Python step that declares none of its own.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class Ensemble:
         max_batch_size: int = 0,
         step_prefix: str | None = None,
         description: str = "",
+        env: PythonEnv | None = None,
         **refused: Any,
     ) -> None:
         for key in refused:
@@ -61,6 +64,9 @@ class Ensemble:
         self.max_batch_size = int(max_batch_size)
         self.step_prefix = check_model_name(step_prefix if step_prefix is not None else name, "step prefix")
         self.description = description
+        if env is not None and not isinstance(env, PythonEnv):
+            raise DeclarationError(f"ensemble {name!r}: env must be a conch.PythonEnv, got {env!r}")
+        self.env = env
         self.inputs: dict[str, TensorHandle] = {}
         self._input_specs: dict[str, Tensor] = {}
         self.outputs: dict[str, TensorHandle] = {}
@@ -254,6 +260,13 @@ class Ensemble:
         return handles
 
     # -- rendering inputs --------------------------------------------------------------------------
+
+    def env_of(self, step: Step) -> PythonEnv | None:
+        """The environment a step runs in: its own, else the ensemble's for Python steps."""
+        own: PythonEnv | None = getattr(step, "env", None)
+        if own is not None:
+            return own
+        return self.env if step.kind == "python" else None
 
     def model_name(self, step: Step) -> str:
         """The model (folder) name of a step in this ensemble's repository."""

@@ -1,0 +1,71 @@
+"""Where packed environments go in an archive, and how steps point at them (EXECUTION_ENV_PATH)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from conch.builder.pack import IMAGE_PYTHON_HOME, PackedEnv, Progress, pack
+from conch.ensembles.config import ModelSpec
+from conch.ensembles.environment import PythonEnv
+from conch.ensembles.step import FileSource
+from conch.ensembles.target import Release, Target
+from conch.errors import BuildError
+
+ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
+
+
+def local_python() -> str:
+    """The Python of the local server's stub: the interpreter conch runs in."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def local_home() -> str:
+    """The folder of this interpreter's base Python, whose standard library the local stub uses."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return str(Path(base).resolve().parent)
+
+
+class EnvLayout:
+    """Packs each distinct environment of an ensemble once and gives every step that uses it the same copy."""
+
+    def __init__(self, target: Target, release: Release, progress: Progress | None) -> None:
+        self.target, self.release, self.progress = target, release, progress
+        self.python = local_python() if target is Target.LOCAL else release.stub_python
+        self.home = local_home() if target is Target.LOCAL else IMAGE_PYTHON_HOME
+        self.files: dict[str, FileSource] = {}
+        self.manifest: dict[str, Any] = {}
+        self._paths: dict[PythonEnv, str] = {}
+
+    def attach(self, env: PythonEnv, spec: ModelSpec) -> ModelSpec:
+        """The spec with EXECUTION_ENV_PATH pointing at the (shared) packed copy of ``env``."""
+        if "EXECUTION_ENV_PATH" in spec.settings.parameters:
+            raise BuildError(f"model {spec.name!r}: set its environment with env=, not an EXECUTION_ENV_PATH parameter")
+        if env.unpacked and not self.release.env_dirs_supported:
+            raise BuildError(
+                f"model {spec.name!r}: an unpacked environment needs release 23.07 or later (target is "
+                f"{self.release}); use unpacked=False"
+            )
+        rel = self._paths.get(env)
+        if rel is None:
+            rel = self._add(env)
+            self._paths[env] = rel
+        # Must start with $$TRITON_MODEL_DIRECTORY/; the copy sits beside the model folders.
+        parameters = {**spec.settings.parameters, "EXECUTION_ENV_PATH": f"$$TRITON_MODEL_DIRECTORY/../{rel}"}
+        return replace(spec, settings=replace(spec.settings, parameters=parameters))
+
+    def _add(self, env: PythonEnv) -> str:
+        packed: PackedEnv = pack(env, self.python, home=self.home, progress=self.progress)
+        stem = f"{env.name}-{packed.key[:12]}"
+        rel = f"{ENV_DIR}/{stem}" if env.unpacked else f"{ENV_DIR}/{stem}.tar.gz"
+        self.files[rel] = packed.folder if env.unpacked else packed.archive
+        self.manifest[rel] = {
+            "python": packed.python,
+            "source": env.describe(),
+            "pins": list(packed.pins),
+            "key": packed.key,
+            "unpacked": env.unpacked,
+        }
+        return rel

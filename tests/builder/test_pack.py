@@ -1,0 +1,154 @@
+"""Packing environments for real (wheels from PyPI, conda-pack) and loading them in the real
+tritonserver: the step imports a package the server's own Python does not have."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import env_steps
+import numpy as np
+import pytest
+
+from conch import Ensemble, PackError, PythonEnv, PythonStep, Tensor
+from conch.builder.archive import safe_extract
+from conch.builder.build import build_ensemble, render_repository
+from conch.builder.envs import local_python
+from conch.builder.pack import pack, resolve
+from conch.harness.mme import MultiModelClient
+from conch.harness.server import LocalTriton
+
+pytestmark = pytest.mark.integration
+
+TABULATE = PythonEnv(requirements=("tabulate==0.9.0",))
+
+
+def test_the_server_python_lacks_the_package() -> None:
+    with pytest.raises(ImportError):
+        __import__("tabulate")
+
+
+def where_ensemble(name: str, env: PythonEnv, steps: int = 1) -> Ensemble:
+    ens = Ensemble(name, max_batch_size=4)
+    x = ens.input("X", "FP32", [1])
+    for i in range(steps):
+        step = PythonStep(f"where{i}", env_steps.where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])],
+                          max_batch_size=4, env=env)
+        ens.output(f"WHERE{i}", step(x))
+    return ens
+
+
+def load_and_ask(server: LocalTriton, archive: Path) -> list[str]:
+    folder = server.workdir / "models" / archive.name
+    safe_extract(archive, folder)
+    client = MultiModelClient(server.sagemaker_url, server.http_url)
+    client.load(archive.name, folder, timeout=120)
+    out = client.invoke_binary(archive.name, {"X": np.ones((1, 1), np.float32)})
+    return [v.decode() for v in out["WHERE0"][0]]
+
+
+@pytest.mark.parametrize("unpacked", [False, True], ids=["tar.gz", "folder"])
+def test_conda_free_env_loads_and_answers(unpacked: bool, tmp_path: Path, triton: LocalTriton) -> None:
+    env = PythonEnv(requirements=("tabulate==0.9.0",), unpacked=unpacked)
+    archive = build_ensemble(where_ensemble(f"where_{int(unpacked)}", env), tmp_path, "local")
+    tabulate_file, prefix, numpy_file = load_and_ask(triton, archive)
+    assert tabulate_file.startswith(prefix) and numpy_file.startswith(prefix)
+    assert f"lib/python{local_python()}/site-packages" in tabulate_file
+    assert sys.prefix not in prefix
+    if unpacked:
+        assert "/conch-envs/env-" in prefix  # used in place, not extracted
+    else:
+        assert "python_env_" in prefix  # the backend unpacked the .tar.gz
+
+
+def test_steps_with_equal_envs_share_one_copy() -> None:
+    repo = render_repository(where_ensemble("shared", TABULATE, steps=2), "local", "24.10")
+    envs = [n for n in repo.files if n.startswith("conch-envs/")]
+    assert len(envs) == 1 and envs[0].endswith(".tar.gz")
+    configs = [repo.files[f"shared__where{i}/config.pbtxt"] for i in range(2)]
+    for config in configs:
+        assert f"$$TRITON_MODEL_DIRECTORY/../{envs[0]}".encode() in config  # type: ignore[operator]
+    (record,) = repo.manifest["environments"].values()
+    assert "tabulate==0.9.0" in record["pins"] and any(p.startswith("numpy==1.") for p in record["pins"])
+
+
+def test_production_env_is_packed_for_the_release_python() -> None:
+    repo = render_repository(where_ensemble("prod", TABULATE), "production", "24.10")
+    (rel,) = [n for n in repo.files if n.startswith("conch-envs/")]
+    with tarfile.open(repo.files[rel]) as tar:  # type: ignore[arg-type]
+        names = tar.getnames()
+        pyvenv = tar.extractfile("pyvenv.cfg").read().decode()  # type: ignore[union-attr]
+    assert "bin/activate" in names and "bin/python3" in names
+    assert any(n.startswith("lib/python3.10/site-packages/tabulate") for n in names)
+    assert "home = /usr/bin" in pyvenv and not any("/bin/tabulate" in n for n in names)
+
+
+def test_second_pack_comes_from_the_cache_and_is_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    messages: list[str] = []
+    first = pack(TABULATE, "3.12", progress=messages.append)
+    second = pack(TABULATE, "3.12", progress=messages.append)
+    assert not first.from_cache and second.from_cache
+    assert first.archive == second.archive and first.key == second.key
+    assert any(m.startswith("resolving") for m in messages) and any(m.startswith("downloading") for m in messages)
+    assert any("from cache" in m for m in messages)
+
+
+def test_sdist_only_package_is_refused_with_the_reason() -> None:
+    with pytest.raises(PackError, match=r"jieba==0.42.1 has no wheel for CPython 3.10 on Linux x86-64, only a source"):
+        resolve(("jieba==0.42.1",), "3.10")
+
+
+def test_unknown_package_is_refused() -> None:
+    with pytest.raises(PackError, match="conch-no-such-package-xyz"):
+        resolve(("conch-no-such-package-xyz==1.0",), "3.10")
+
+
+def make_conda_prefix(root: Path, python: str) -> Path:
+    """A prefix conda-pack accepts (conda-meta/history), from a real pip installation of the packages."""
+    site = root / "lib" / f"python{python}" / "site-packages"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
+                    "--platform", "manylinux2014_x86_64", "--python-version", python, "--implementation", "cp",
+                    "tabulate==0.9.0", "numpy<2"], check=True)
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python3").write_bytes(b"")
+    (root / "bin" / "python3").chmod(0o755)
+    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve().parent
+    (root / "pyvenv.cfg").write_text(f"home = {base}\ninclude-system-site-packages = false\n")
+    (root / "conda-meta").mkdir()
+    (root / "conda-meta" / "history").write_text("==> 2024-01-01 00:00:00 <==\n")
+    return root
+
+
+def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) -> None:
+    prefix = make_conda_prefix(tmp_path / "condaenv", local_python())
+    assert not (prefix / "bin" / "activate").exists()  # conda-pack must add it
+    env = PythonEnv(conda_prefix=prefix)
+    archive = build_ensemble(where_ensemble("conda_where", env), tmp_path / "dist", "local")
+    tabulate_file, prefix_seen, _ = load_and_ask(triton, archive)
+    assert tabulate_file.startswith(prefix_seen) and "python_env_" in prefix_seen
+    with tarfile.open(archive) as outer:
+        (member,) = [m for m in outer.getmembers() if m.name.startswith("conch-envs/")]
+        assert member.mode == 0o644
+        inner = outer.extractfile(member)
+        assert inner is not None
+        with tarfile.open(fileobj=inner) as env_tar:
+            assert {"bin/activate", "bin/conda-unpack"} <= set(env_tar.getnames())
+    again = build_ensemble(where_ensemble("conda_where", env), tmp_path / "again", "local")
+    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_conda_env_of_another_python_is_refused_before_packing(tmp_path: Path) -> None:
+    prefix = tmp_path / "py38"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "lib" / "python3.8").mkdir(parents=True)
+    env = PythonEnv(conda_prefix=prefix)
+    with pytest.raises(PackError, match=r"has Python 3.8, but the target's Python-backend stub runs Python 3.10"):
+        render_repository(where_ensemble("old", env), "production", "24.10")
+
+
+def test_not_a_conda_env(tmp_path: Path) -> None:
+    with pytest.raises(PackError, match="is not a conda environment"):
+        pack(PythonEnv(conda_prefix=tmp_path), "3.10")
