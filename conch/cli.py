@@ -47,7 +47,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         return 2
     for ensemble in ensembles:
         start = time.perf_counter()
-        path = build_ensemble(ensemble, args.out, args.target, args.release)
+        path = build_ensemble(ensemble, args.out, args.target, args.release, progress=_say)
         _say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
              f"{time.perf_counter() - start:.1f} s)")
         if args.repo_dir:
@@ -67,7 +67,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 if args.only and ensemble.name not in args.only:
                     continue
                 _say(f"building {ensemble.name} (local target, release {args.release})")
-                archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release))
+                archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release, progress=_say))
         if not archives:
             _say("conch: nothing to replay (give ensemble files, folders, or .tar.gz archives)")
             return 2

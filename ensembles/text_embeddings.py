@@ -5,7 +5,7 @@ import numpy as np
 from _minilm import SENTENCES, export_onnx, reference_embeddings, tokenizer_file
 from text_steps import Tokenize, mean_pool
 
-from conch import DynamicBatching, Ensemble, InstanceGroup, OnnxStep, PythonStep, Tensor, Tolerance
+from conch import DynamicBatching, Ensemble, InstanceGroup, OnnxStep, PythonEnv, PythonStep, Tensor, Tolerance
 
 MAX_BATCH = 64
 
@@ -40,6 +40,8 @@ text_embeddings = Ensemble(
     "text_embeddings",
     max_batch_size=MAX_BATCH,
     description="all-MiniLM-L6-v2 sentence embeddings (tokenizer -> ONNX encoder -> mean pooling)",
+    # The Triton image's Python has no tokenizers: both Python steps share one packed environment.
+    env=PythonEnv(requirements=("tokenizers>=0.19,<1",)),
 )
 text = text_embeddings.input("TEXT", "BYTES", [1])
 ids, mask = tokenize(text)

@@ -19,6 +19,11 @@ def test_text_embeddings_production_layout() -> None:
     assert 'platform: "onnxruntime_onnx"' in repo.files["text_embeddings__encoder/config.pbtxt"].decode()  # type: ignore[union-attr]
     assert "text_embeddings__encoder/1/model.onnx" in repo.files
     assert "text_embeddings__tokenize/1/files/tokenizer.json" in repo.files
+    for step in ("tokenize", "pool"):  # both Python steps run from one packed environment, not the image's
+        config = repo.files[f"text_embeddings__{step}/config.pbtxt"].decode()  # type: ignore[union-attr]
+        assert "EXECUTION_ENV_PATH" in config and "conch-envs/env-" in config
+    (env,) = repo.manifest["environments"].values()
+    assert env["python"] == "3.10" and any(p.startswith("tokenizers==") for p in env["pins"])
     assert repo.manifest["schema"]["outputs"] == [
         {"name": "EMBEDDINGS", "datatype": "FP32", "dims": [384], "shape": [-1, 384]}
     ]
