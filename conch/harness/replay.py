@@ -20,6 +20,7 @@ from conch.harness.server import LocalTriton
 
 ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
 
 @dataclass
@@ -108,6 +109,13 @@ def _replay_one(
         if not (folder / MANIFEST_NAME).is_file():
             raise ServeError(f"{archive.name} has no {MANIFEST_NAME}; build it with `conch build`")
         manifest = read_manifest(folder)
+        lacking = [s for s in manifest["steps"] if s["served_as"] not in LOCAL_BACKENDS]
+        if lacking:
+            names = ", ".join(f"{s['model_name']} ({s['served_as']})" for s in lacking)
+            raise ServeError(
+                f"{archive.name} is a {manifest['target']} build whose steps {names} need backends the local "
+                "server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
+            )
         if progress:
             progress(f"loading {name} ({manifest['target']} build for {manifest['release']})")
         start = time.perf_counter()

@@ -121,3 +121,19 @@ def test_load_of_a_bad_archive_fails_with_the_server_error(tmp_path: Path, trito
         client.load("bad_config.tar.gz", folder, timeout=60)
     with pytest.raises(InvokeError):
         client.invoke_json("bad_config.tar.gz", {"X": np.ones((1, 4), np.float32)})
+
+
+def test_production_archive_with_backends_the_server_lacks_is_explained(tmp_path: Path, triton: LocalTriton) -> None:
+    import onnx_models
+
+    from conch import OnnxStep
+
+    ens = Ensemble("prod_onnx", max_batch_size=8)
+    step = OnnxStep("affine", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    ens.sample("s", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 3, np.float32)})
+    report = replay_archives([build_ensemble(ens, tmp_path, "production")], server=triton)
+    (row,) = report.rows
+    assert not row.passed
+    assert "prod_onnx__affine (onnxruntime_onnx) need backends the local server lacks" in row.detail
+    assert "--target local" in row.detail
