@@ -2,12 +2,16 @@
 
 __version__ = "0.1.0"
 
+from conch.backends.dali import DaliStep
 from conch.backends.onnx import OnnxStep
 from conch.backends.python import PythonStep
+from conch.backends.pytorch import TorchScriptStep
+from conch.backends.tensorflow import TensorFlowStep
+from conch.backends.tensorrt import TensorRTStep
 from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
 from conch.ensembles.dtypes import DType
-from conch.ensembles.environment import PythonEnv
 from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.environment import PythonEnv
 from conch.ensembles.samples import Tolerance
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, TensorHandle
@@ -26,6 +30,7 @@ __all__ = [
     "BuildError",
     "ConchError",
     "DType",
+    "DaliStep",
     "DeclarationError",
     "DeployError",
     "DynamicBatching",
@@ -40,8 +45,11 @@ __all__ = [
     "ServeError",
     "Target",
     "Tensor",
+    "TensorFlowStep",
     "TensorHandle",
+    "TensorRTStep",
     "Tolerance",
+    "TorchScriptStep",
     "VersionPolicy",
     "Warmup",
 ]

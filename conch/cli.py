@@ -38,6 +38,7 @@ def _split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
 def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble, render_repository, write_repository
     from conch.builder.discover import discover
+    from conch.errors import ConchError
 
     ensembles = discover(args.paths)
     if args.only:
@@ -45,13 +46,22 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not ensembles:
         _say("conch: no ensembles found")
         return 2
+    failed: list[str] = []
     for ensemble in ensembles:
         start = time.perf_counter()
-        path = build_ensemble(ensemble, args.out, args.target, args.release, progress=_say)
+        try:  # one ensemble that cannot build (e.g. needs a GPU) does not stop the others
+            path = build_ensemble(ensemble, args.out, args.target, args.release, progress=_say)
+        except ConchError as exc:
+            _say(f"conch: error: {exc}")
+            failed.append(ensemble.name)
+            continue
         _say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
              f"{time.perf_counter() - start:.1f} s)")
         if args.repo_dir:
             write_repository(render_repository(ensemble, args.target, args.release), args.repo_dir / ensemble.name)
+    if failed:
+        _say(f"conch: {len(failed)} of {len(ensembles)} ensembles failed to build: {', '.join(failed)}")
+        return 2
     return 0
 
 

@@ -86,16 +86,20 @@ def export_onnx() -> Path:
 
 
 def export_torchscript() -> Path:
-    """model.pt traced from the same wrapper (forward(input_ids, attention_mask))."""
+    """model.pt traced from the same wrapper (forward(input_ids, attention_mask)), written as
+    deterministic bytes: saved through a buffer (a path would name the zip's root folder after the file)
+    and without the trace's debug records (they hold this machine's paths)."""
 
     def produce(path: Path) -> None:
         import torch
 
+        from conch.backends.pytorch import torchscript_bytes
+
         with torch.no_grad():
             traced = torch.jit.trace(encoder(), _example_inputs(), check_trace=False)
-        torch.jit.save(traced, str(path))
+        path.write_bytes(torchscript_bytes(traced))
 
-    return cached_file("artifacts", _weights_key("torchscript"), "model.pt", produce)
+    return cached_file("artifacts", _weights_key("torchscript-v2"), "model.pt", produce)
 
 
 def reference_embeddings(sentences: list[str]) -> np.ndarray:

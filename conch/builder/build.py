@@ -8,8 +8,8 @@ from typing import Any
 
 from conch import __version__
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
 from conch.builder.envs import EnvLayout
+from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.ensembles.ensemble import Ensemble

@@ -1,0 +1,296 @@
+"""DALI steps (``backend: "dali"``, ``1/model.dali`` or an autoserialized ``1/dali.py``); locally the same
+pipeline on the CPU through the nvidia-dali wheel, its GPU operators swapped for their CPU versions.
+
+A pipeline is serialized with ``device_id=None``, which works without a GPU even with ``mixed``
+decoders (the server supplies the device), and with DALI's operator-origin tracing off, which would
+otherwise write each operator's absolute source path, line and text into the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from conch.backends import dali_serialized
+from conch.backends.artifact import Artifact
+from conch.backends.python import PythonStep
+from conch.backends.standins.dali_runner import DaliRunner
+from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.step import FileSource, Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError, DeclarationError
+from conch.templates import render
+
+FILENAME = "model.dali"
+
+
+def _dali(step: str) -> Any:
+    try:
+        import nvidia.dali as dali
+    except ImportError as exc:
+        raise BuildError(
+            f"dali step {step!r}: serializing or running a DALI pipeline needs DALI; "
+            "pip install 'conch[dali]' (the nvidia-dali-cuda120 wheel runs CPU pipelines without a GPU)"
+        ) from exc
+    return dali
+
+
+def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: int, num_threads: int | None) -> bytes:
+    """Serialize a pipeline function (decorated with ``@pipeline_def`` or not) without a GPU, deterministically."""
+    dali = _dali(step)
+    # Private API (DALI 2.x): operator-origin tracing stores absolute source paths and source lines.
+    # DALI versions without it have nothing to turn off.
+    dali_trace: Any = None
+    with contextlib.suppress(ImportError):
+        dali_trace = importlib.import_module("nvidia.dali._utils.dali_trace")
+    factory = definition if getattr(definition, "_is_pipeline_def", False) else dali.pipeline_def(definition)
+    kwargs: dict[str, Any] = {"batch_size": batch_size, "device_id": None}
+    if num_threads:
+        kwargs["num_threads"] = num_threads
+    previous = dali_trace.is_tracing_enabled() if dali_trace else False
+    if dali_trace:
+        dali_trace.set_tracing(enabled=False)
+    try:
+        data: bytes = factory(**kwargs).serialize()
+    except Exception as exc:
+        raise BuildError(
+            f"dali step {step!r}: building the pipeline from {getattr(definition, '__qualname__', definition)} "
+            f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        ) from exc
+    finally:
+        if dali_trace:
+            dali_trace.set_tracing(enabled=previous)
+    return data
+
+
+class DaliStep(Step):
+    """A DALI pipeline run by Triton's DALI backend.
+
+    ``pipeline`` is the pipeline's graph-defining function (decorated with ``@pipeline_def`` or plain,
+    taking no arguments), or an already serialized pipeline (bytes or a ``.dali`` file). Input names
+    must equal the pipeline's ``external_source`` names; outputs are matched to the pipeline's outputs
+    by position. ``num_threads`` becomes the pipeline's and the config's ``num_threads``; other DALI
+    backend parameters go in ``parameters``. ``autoserialize=True`` ships the pipeline as Python
+    (``1/dali.py``, serialized by the server's DALI at load) instead of ``1/model.dali``.
+    """
+
+    kind = "dali"
+
+    def __init__(
+        self,
+        name: str,
+        pipeline: Callable[..., Any] | bytes | str | Path,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        *,
+        max_batch_size: int,
+        num_threads: int | None = None,
+        autoserialize: bool = False,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise DeclarationError(
+                f"dali step {name!r}: DALI's Triton backend needs max_batch_size >= 1 (a pipeline always "
+                f"runs on batches), got {max_batch_size}"
+            )
+        if num_threads is not None and num_threads < 1:
+            raise DeclarationError(f"dali step {name!r}: num_threads must be >= 1, got {num_threads}")
+        params = dict(parameters or {})
+        if num_threads is not None:
+            params["num_threads"] = num_threads
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, params, warmup, version_policy,
+            what=f"dali step {name!r}",
+        )
+        super().__init__(name, inputs, outputs, settings)
+        for t in (*self.inputs, *self.outputs):
+            if t.dtype not in dali_serialized.DALI_DTYPES.values():
+                raise DeclarationError(
+                    f"dali step {name!r}: tensor {t.name!r} is {t.dtype.wire}, which DALI's Triton backend "
+                    "does not exchange; use a numeric dtype (encoded images travel as UINT8)"
+                )
+        self.num_threads = num_threads
+        self.autoserialize = autoserialize
+        self._definition: Callable[..., Any] | None = None
+        self._file: Artifact | None = None
+        if isinstance(pipeline, bytes | str | Path):
+            if autoserialize:
+                raise DeclarationError(
+                    f"dali step {name!r}: autoserialize=True ships the pipeline's Python code, so pass the "
+                    "pipeline function, not a serialized pipeline"
+                )
+            self._file = Artifact(pipeline, what=f"dali step {name!r}", filename=FILENAME)
+        elif callable(pipeline):
+            self._definition = pipeline
+            if autoserialize:
+                self._module_name, self._attr, self._source = _definition_source(name, pipeline)
+        else:
+            raise DeclarationError(
+                f"dali step {name!r}: pipeline must be a pipeline function or a serialized pipeline (bytes or "
+                f"a path), got {type(pipeline).__name__}"
+            )
+        self._raw: bytes | None = None
+
+    # -- the serialized pipeline -------------------------------------------------------------------
+
+    def raw_pipeline(self) -> bytes:
+        """The pipeline as serialized from the user's function or file, before conch edits it."""
+        if self._raw is None:
+            if self._file is not None:
+                self._raw = self._file.data()
+            else:
+                assert self._definition is not None
+                self._raw = serialize_pipeline(self._definition, self.name, self.max_batch_size, self.num_threads)
+        return self._raw
+
+    def serialized(self) -> bytes:
+        """``model.dali``: the pipeline with the declared output dtypes and ranks baked in."""
+        declared = [(t.dtype, len(t.dims)) for t in self.outputs]
+        return dali_serialized.declare_outputs(self.raw_pipeline(), declared, self.name)
+
+    def check(self, release: Release) -> None:
+        data = self.raw_pipeline()
+        sources = {s.name: s for s in dali_serialized.external_sources(data, self.name)}
+        names = ", ".join(repr(n) for n in sources) or "none"
+        for t in self.inputs:
+            source = sources.get(t.name)
+            if source is None:
+                raise BuildError(
+                    f"dali step {self.name!r}: input {t.name!r} is not an external_source of the pipeline, "
+                    f"whose external sources are {names}; name the input after its "
+                    "fn.external_source(name=...)"
+                )
+            if source.dtype is not None and source.dtype is not t.dtype:
+                raise BuildError(
+                    f"dali step {self.name!r}: input {t.name!r} is declared {t.dtype.wire} but the pipeline's "
+                    f"external_source {t.name!r} has dtype {source.dtype.wire}"
+                )
+            if source.ndim is not None and source.ndim != len(t.dims):
+                raise BuildError(
+                    f"dali step {self.name!r}: input {t.name!r} is declared with dims {list(t.dims)} "
+                    f"({len(t.dims)} per sample) but the pipeline's external_source {t.name!r} has "
+                    f"ndim={source.ndim}"
+                )
+        unfed = [n for n in sources if n not in {t.name for t in self.inputs}]
+        if unfed:
+            raise BuildError(
+                f"dali step {self.name!r}: the pipeline's external_source {unfed[0]!r} has no declared input; "
+                "DALI's backend feeds every external source from a model input, so declare one"
+            )
+        produced = dali_serialized.outputs(data, self.name)
+        if len(produced) != len(self.outputs):
+            raise BuildError(
+                f"dali step {self.name!r}: the pipeline returns {len(produced)} output(s) but the step declares "
+                f"{len(self.outputs)}; DALI's backend matches outputs to the pipeline's by position"
+            )
+        for index, (t, out) in enumerate(zip(self.outputs, produced, strict=True)):
+            if out.dtype is not None and out.dtype is not t.dtype:
+                raise BuildError(
+                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared "
+                    f"{t.dtype.wire} but the pipeline declares {out.dtype.wire}"
+                )
+            if out.ndim is not None and out.ndim != len(t.dims):
+                raise BuildError(
+                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared with "
+                    f"dims {list(t.dims)} but the pipeline declares ndim={out.ndim}"
+                )
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            return self._local_layout(model_name, target, release, ensemble)
+        spec = self.spec(model_name, backend="dali")
+        files: dict[str, FileSource] = dict(self.label_files())
+        if self.autoserialize:
+            files["1/dali.py"] = render(
+                "dali_autoserialize.py.j2", step=self.name, module=self._module_name, attr=self._attr,
+                batch_size=self.max_batch_size, num_threads=self.num_threads,
+                output_dtypes=[dali_serialized.dtype_id(t.dtype) for t in self.outputs],
+                output_ndims=[len(t.dims) for t in self.outputs],
+            ).encode()
+            files[f"1/{self._module_name}.py"] = self._source
+        else:
+            files[f"1/{FILENAME}"] = self.serialized()
+        return StepLayout(spec, files)
+
+    def _local_layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        cpu = dali_serialized.on_cpu(self.serialized(), self.name)
+        self._check_runs_on_cpu(cpu)
+        layout = self.standin(cpu).layout(model_name, target, release, ensemble)
+        moved = list(dict.fromkeys(dali_serialized.gpu_operators(self.raw_pipeline(), self.name)))
+        how = f"GPU operators {', '.join(moved)} swapped for their CPU versions" if moved else "a CPU pipeline"
+        note = f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
+        return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+
+    def _check_runs_on_cpu(self, cpu: bytes) -> None:
+        """Build the CPU pipeline here, so an operator without a CPU version fails the build, not the load."""
+        dali = _dali(self.name)
+        try:
+            dali.Pipeline.deserialize(cpu, batch_size=self.max_batch_size, num_threads=1, device_id=None)
+        except Exception as exc:
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            raise BuildError(
+                f"dali step {self.name!r}: the pipeline cannot run on the CPU for the local stand-in: "
+                f"{lines[0] if lines else type(exc).__name__}; use operators that have a CPU version, or "
+                "replay it on a GPU host"
+            ) from exc
+
+    def standin(self, cpu_pipeline: bytes | None = None) -> PythonStep:
+        """The pipeline on DALI's CPU operators, as a Python-backend model with the same I/O."""
+        cpu = cpu_pipeline if cpu_pipeline is not None else dali_serialized.on_cpu(self.serialized(), self.name)
+        spec = {
+            "batch_size": self.max_batch_size,
+            "num_threads": self.num_threads or 1,
+            "inputs": [t.name for t in self.inputs],
+            "outputs": [t.name for t in self.outputs],
+        }
+        s = self.settings
+        return PythonStep(
+            self.name, DaliRunner, self.inputs, self.outputs,
+            files={FILENAME: cpu, "standin.json": json.dumps(spec, sort_keys=True).encode()},
+            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
+            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
+            version_policy=s.version_policy,
+        )
+
+
+def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, str, Path]:
+    """Module name, attribute and source file of a pipeline function shipped for autoserialization."""
+    target = getattr(definition, "__wrapped__", definition)
+    qualname = getattr(target, "__qualname__", "")
+    if not qualname or "<" in qualname or "." in qualname:
+        raise DeclarationError(
+            f"dali step {step!r}: with autoserialize=True the pipeline function must be defined at the top "
+            "level of a module, so the generated dali.py can import it"
+        )
+    source = inspect.getsourcefile(target)
+    if source is None or not Path(source).is_file():
+        raise DeclarationError(f"dali step {step!r}: cannot find the source file of {qualname}")
+    path = Path(source)
+    if path.stem in ("dali", "model") or not path.stem.isidentifier():
+        raise DeclarationError(
+            f"dali step {step!r}: the pipeline lives in {path.name}, a name the generated files use or Python "
+            "cannot import; rename the module"
+        )
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        )
+        if any(m == "conch" or m.startswith("conch.") for m in modules):
+            raise DeclarationError(
+                f"dali step {step!r}: {path.name} imports conch, but with autoserialize=True it is imported by "
+                "DALI inside Triton, where conch is not installed; move the pipeline to a module of its own"
+            )
+    return path.stem, qualname, path

@@ -1,0 +1,330 @@
+"""PyTorch steps (``pytorch_libtorch``, ``1/model.pt``): a TorchScript module; locally a torch stand-in.
+
+TorchScript keeps forward()'s argument names but no dtypes or shapes, so a step declares its tensors
+and the build checks them: names bind the way the libtorch backend binds them (forward() argument
+names, or the ``<name>__<index>`` convention), and one run on zeros of the declared inputs checks the
+outputs' count, dtypes and dims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conch.backends.artifact import Artifact
+from conch.backends.python import PythonStep
+from conch.backends.standins.torchscript_runner import TorchScriptRunner
+from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.dtypes import DType
+from conch.ensembles.step import Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor, dims_compatible
+from conch.errors import BuildError, ConchError, DeclarationError
+
+PLATFORM = "pytorch_libtorch"
+FILENAME = "model.pt"
+# Size used for -1 dims (and the batch) when probing the module with zeros.
+_PROBE_SIZE = 2
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How declared tensors meet forward(): inputs in argument order, outputs by result index."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[tuple[str, int], ...]
+
+
+def named_index(name: str) -> int | None:
+    """The index of a ``<name>__<index>`` tensor name as the libtorch backend reads it (digits after the
+    first ``__``), else None."""
+    _, sep, tail = name.partition("__")
+    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
+
+
+def bind_inputs(step: str, declared: Sequence[str], arguments: Sequence[str]) -> tuple[str, ...]:
+    """Declared input names in forward() order, bound by argument name or by ``__<index>``.
+
+    Triton also falls back to config order when neither applies; conch refuses that instead, because
+    a misspelt argument name would silently feed the wrong tensor.
+    """
+    args = ", ".join(repr(a) for a in arguments) or "none"
+    if len(declared) != len(arguments):
+        raise BuildError(
+            f"pytorch step {step!r}: {FILENAME}'s forward() takes {len(arguments)} tensors ({args}), but the "
+            f"step declares {len(declared)} inputs; declare one input per forward() argument"
+        )
+    if all(name in arguments for name in declared):
+        return tuple(sorted(declared, key=list(arguments).index))
+    indices = [named_index(name) for name in declared]
+    if all(i is not None for i in indices):
+        by_index: dict[int, str] = {}
+        for name, index in zip(declared, indices, strict=True):
+            assert index is not None
+            if index >= len(arguments):
+                raise BuildError(
+                    f"pytorch step {step!r}: input {name!r} names forward() argument {index}, but forward() "
+                    f"takes {len(arguments)} ({args}); number inputs from __0"
+                )
+            if index in by_index:
+                raise BuildError(
+                    f"pytorch step {step!r}: inputs {by_index[index]!r} and {name!r} both name forward() "
+                    f"argument {index}"
+                )
+            by_index[index] = name
+        return tuple(by_index[i] for i in sorted(by_index))
+    stray = next(n for n in declared if n not in arguments)
+    raise BuildError(
+        f"pytorch step {step!r}: input {stray!r} is not an argument of forward() in {FILENAME} (its arguments "
+        f"are {args}), and the inputs do not all follow the <name>__<index> convention; name the inputs "
+        "after forward()'s arguments, or INPUT__0, INPUT__1, ... in argument order"
+    )
+
+
+def bind_outputs(declared: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """Output names with their index in forward()'s result: ``__<index>``, else declaration order."""
+    indices = [named_index(name) for name in declared]
+    if all(i is not None for i in indices):
+        return tuple((name, int(i)) for name, i in zip(declared, indices, strict=True))  # type: ignore[arg-type]
+    return tuple((name, i) for i, name in enumerate(declared))
+
+
+def torchscript_bytes(module: Any) -> bytes:
+    """A ScriptModule as deterministic model.pt bytes.
+
+    Saved through a buffer, so the zip's root folder is always ``archive`` (torch.jit.save to a path
+    names it after the file), and without the ``*.debug_pkl`` records: a traced module keeps the
+    Python call stack of the trace there (absolute paths and line numbers of the tracing code), which
+    would make the file depend on where and from what it was built. TorchScript runs the same without
+    them; only its error messages lose the source lines.
+    """
+    import torch
+
+    buffer = io.BytesIO()
+    with _torchscript_warnings_off():
+        torch.jit.save(module, buffer)
+    return _without_debug_records(buffer.getvalue())
+
+
+def _without_debug_records(data: bytes) -> bytes:
+    """The archive rewritten by torch's own writer (which aligns records and derives the serialization
+    id from the content), minus the debug records."""
+    import torch
+
+    source = zipfile.ZipFile(io.BytesIO(data))
+    root = source.namelist()[0].split("/", 1)[0]
+    names = set(source.namelist())
+    # Older formats keep the version in "version", newer ones in ".data/version".
+    version_record = next(f"{root}/{n}" for n in (".data/version", "version") if f"{root}/{n}" in names)
+    version = int(source.read(version_record).decode().strip())
+    buffer = io.BytesIO()
+    writer = torch._C.PyTorchFileWriter(buffer)
+    for info in source.infolist():
+        name = info.filename.split("/", 1)[1]
+        if name.endswith(".debug_pkl") or name in ("version", ".data/version", ".data/serialization_id"):
+            continue  # the writer adds version and serialization id itself
+        record = source.read(info.filename)
+        writer.write_record(name, record, len(record))
+    writer.set_min_version(version)
+    writer.write_end_of_file()
+    return buffer.getvalue()
+
+
+def _script_bytes(value: Any) -> bytes | None:
+    """model.pt bytes of an in-memory ScriptModule (see torchscript_bytes); None for other objects."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if isinstance(value, torch.jit.ScriptModule):
+        return torchscript_bytes(value)
+    if isinstance(value, torch.nn.Module):
+        raise DeclarationError(
+            f"a pytorch step needs TorchScript, but got the eager module {type(value).__name__}; convert it "
+            "with torch.jit.trace(module, example_inputs) or torch.jit.script(module)"
+        )
+    return None
+
+
+@contextlib.contextmanager
+def _torchscript_warnings_off() -> Iterator[None]:
+    """torch 2.13 deprecates torch.jit.save/load in favour of torch.export, but Triton's libtorch backend
+    loads TorchScript, so the warning is noise here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=DeprecationWarning)
+        yield
+
+
+class TorchScriptStep(Step):
+    """A TorchScript model run by Triton's PyTorch (libtorch) backend.
+
+    ``model`` is a traced or scripted module, a ``.pt`` file, its bytes, or a function returning one of
+    these (called when a build needs the file). Name inputs after forward()'s arguments or
+    ``INPUT__0, INPUT__1, ...``; name outputs ``OUTPUT__0, ...`` (or any names, bound in declaration
+    order). ``probe=False`` skips the build-time run on zeros, for models that cannot run on zeros.
+    """
+
+    kind = "pytorch"
+
+    def __init__(
+        self,
+        name: str,
+        model: Any,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        *,
+        max_batch_size: int = 0,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+        probe: bool = True,
+    ) -> None:
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
+            what=f"pytorch step {name!r}",
+        )
+        super().__init__(name, inputs, outputs, settings)
+        for t in (*self.inputs, *self.outputs):
+            if t.dtype is DType.BYTES:
+                raise DeclarationError(
+                    f"pytorch step {name!r}: tensor {t.name!r} is BYTES; conch's pytorch steps take numeric "
+                    "tensors only (tokenize strings in a Python step before)"
+                )
+        self.artifact = Artifact(model, what=f"pytorch step {name!r}", filename=FILENAME, serialize=_script_bytes)
+        self.probe = probe
+        self._binding: Binding | None = None
+
+    def check(self, release: Release) -> None:
+        self.binding()
+
+    def binding(self) -> Binding:
+        """Bind declared names to forward() (and probe the module once); cached."""
+        if self._binding is None:
+            module = self._load()
+            arguments = [a.name for a in module.forward.schema.arguments[1:]]
+            kinds = {a.name: str(a.type) for a in module.forward.schema.arguments[1:]}
+            odd = [f"{n}: {k}" for n, k in kinds.items() if k != "Tensor"]
+            if odd:
+                raise BuildError(
+                    f"pytorch step {self.name!r}: forward() in {FILENAME} takes {', '.join(odd)}; conch binds "
+                    "tensor arguments only"
+                )
+            binding = Binding(
+                bind_inputs(self.name, [t.name for t in self.inputs], arguments),
+                bind_outputs([t.name for t in self.outputs]),
+            )
+            if self.probe:
+                self._probe(module, binding)
+            self._binding = binding
+        return self._binding
+
+    def _load(self) -> Any:
+        try:
+            import torch
+        except ImportError as exc:
+            raise BuildError(
+                f"pytorch step {self.name!r}: reading {FILENAME} needs torch; pip install 'conch[pytorch]'"
+            ) from exc
+        source = self.artifact.resolve()
+        file = io.BytesIO(source) if isinstance(source, bytes) else str(source)
+        try:
+            with _torchscript_warnings_off():
+                return torch.jit.load(file, map_location="cpu")
+        except Exception as exc:
+            raise BuildError(
+                f"pytorch step {self.name!r}: {self.artifact.describe()} is not a TorchScript file torch can "
+                f"load: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _probe(self, module: Any, binding: Binding) -> None:
+        """Run forward() once on zeros of the declared inputs; check outputs' count, dtypes and dims."""
+        import torch
+
+        batch = [_PROBE_SIZE] if self.max_batch_size > 0 else []
+        declared = {t.name: t for t in self.inputs}
+        args, shown = [], []
+        for name in binding.inputs:
+            t = declared[name]
+            shape = batch + [d if d > 0 else _PROBE_SIZE for d in (t.reshape if t.reshape is not None else t.dims)]
+            args.append(torch.zeros(shape, dtype=getattr(torch, str(t.dtype.numpy))))
+            shown.append(f"{name}: {t.dtype.wire} {shape}")
+        try:
+            with torch.inference_mode():
+                result = module(*args)
+        except Exception as exc:
+            # TorchScript errors end with the Python-level cause after a long interpreter trace.
+            lines = str(exc).strip().splitlines()
+            cause = lines[-1] if lines else type(exc).__name__
+            raise BuildError(
+                f"pytorch step {self.name!r}: running {FILENAME} on zeros shaped like the declared inputs "
+                f"({'; '.join(shown)}) failed: {cause}; check the inputs' dtypes and "
+                "dims (or pass probe=False if the model cannot run on zeros)"
+            ) from exc
+        results = (result,) if isinstance(result, torch.Tensor) else result
+        if not isinstance(results, tuple | list) or not all(isinstance(r, torch.Tensor) for r in results):
+            raise BuildError(
+                f"pytorch step {self.name!r}: forward() returned {type(result).__name__}; the libtorch backend "
+                "needs a tensor or a tuple of tensors"
+            )
+        declared_out = {t.name: t for t in self.outputs}
+        for name, index in binding.outputs:
+            t = declared_out[name]
+            if index >= len(results):
+                raise BuildError(
+                    f"pytorch step {self.name!r}: output {name!r} is element {index} of forward()'s result, "
+                    f"which has {len(results)} element(s); declare one output per element"
+                )
+            actual = results[index]
+            try:
+                dtype = DType.of(str(actual.dtype).removeprefix("torch."))
+            except ConchError:
+                dtype = None
+            if dtype is not t.dtype:
+                found = dtype.wire if dtype else str(actual.dtype)
+                raise BuildError(
+                    f"pytorch step {self.name!r}: output {name!r} is declared {t.dtype.wire} but {FILENAME} "
+                    f"returns {found}"
+                )
+            shape = list(actual.shape)
+            if batch:
+                if not shape or shape[0] != _PROBE_SIZE:
+                    raise BuildError(
+                        f"pytorch step {self.name!r}: output {name!r} has shape {shape} for a batch of "
+                        f"{_PROBE_SIZE}; with max_batch_size > 0 outputs keep the batch dimension first"
+                    )
+                shape = shape[1:]
+            want = t.reshape if t.reshape is not None else t.dims
+            if not dims_compatible(want, shape):
+                raise BuildError(
+                    f"pytorch step {self.name!r}: output {name!r} is declared with dims {list(want)} but "
+                    f"{FILENAME} returns {shape} (probed with {_PROBE_SIZE} for each -1)"
+                )
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            layout = self.standin().layout(model_name, target, release, ensemble)
+            note = f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (torch on the CPU)"
+            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+        spec = self.spec(model_name, platform=PLATFORM)
+        return StepLayout(spec, {f"1/{FILENAME}": self.artifact.resolve(), **self.label_files()})
+
+    def standin(self) -> PythonStep:
+        """The same module under torch on the CPU, as a Python-backend model with the same I/O."""
+        binding = self.binding()
+        spec = {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
+        s = self.settings
+        return PythonStep(
+            self.name, TorchScriptRunner, self.inputs, self.outputs,
+            files={FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()},
+            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
+            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
+            version_policy=s.version_policy,
+        )

@@ -1,0 +1,200 @@
+"""TensorFlow steps (``tensorflow_graphdef``, ``1/model.graphdef``): a frozen GraphDef; locally a
+TensorFlow stand-in. Triton's TensorFlow backend left the containers with 25.03, so builds for later
+releases are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conch.backends.artifact import Artifact
+from conch.backends.onnx import check_against_file
+from conch.backends.python import PythonStep
+from conch.backends.standins.tensorflow_runner import GraphDefRunner
+from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.dtypes import DType
+from conch.ensembles.step import Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError, ConchError, DeclarationError
+
+PLATFORM = "tensorflow_graphdef"
+FILENAME = "model.graphdef"
+_INPUT_OPS = ("Placeholder", "PlaceholderV2")
+_NOT_OUTPUTS = ("Const", "NoOp", *_INPUT_OPS)
+
+# (name, dtype, dims or None when the graph does not know the rank)
+GraphTensor = tuple[str, DType, tuple[int, ...] | None]
+
+
+def _tensorflow(step: str) -> Any:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    try:
+        import tensorflow
+    except ImportError as exc:
+        raise BuildError(
+            f"tensorflow step {step!r}: reading a GraphDef needs TensorFlow; pip install 'conch[tensorflow]'"
+        ) from exc
+    return tensorflow
+
+
+def _graphdef_bytes(value: Any) -> bytes | None:
+    """A GraphDef (or Graph) serialized deterministically: plain SerializeToString orders attr maps
+    differently from one process to the next."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return None
+    if isinstance(value, tf.Graph):
+        value = value.as_graph_def()
+    if isinstance(value, tf.compat.v1.GraphDef):
+        data: bytes = value.SerializeToString(deterministic=True)
+        return data
+    return None
+
+
+def read_graphdef_io(data: bytes, batching: bool, step: str) -> tuple[list[GraphTensor], list[GraphTensor]]:
+    """Inputs (placeholders) and outputs (nodes nothing consumes) of a frozen graph, batch axis dropped."""
+    tf = _tensorflow(step)
+    try:
+        graph_def = tf.compat.v1.GraphDef.FromString(data)
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+    except Exception as exc:
+        raise BuildError(
+            f"tensorflow step {step!r}: {FILENAME} is not a GraphDef TensorFlow can import: {exc}"
+        ) from exc
+    consumed = {name.lstrip("^").split(":")[0] for node in graph_def.node for name in node.input}
+
+    def convert(node: Any) -> GraphTensor:
+        tensor = graph.get_operation_by_name(node.name).outputs[0]
+        dtype_name = "bytes" if tensor.dtype == tf.string else tensor.dtype.name
+        try:
+            dtype = DType.BYTES if dtype_name == "bytes" else DType.of(dtype_name)
+        except ConchError:
+            raise BuildError(
+                f"tensorflow step {step!r}: tensor {node.name!r} is {dtype_name}, which Triton has no type for"
+            ) from None
+        if tensor.shape.rank is None:
+            return node.name, dtype, None
+        dims = [-1 if d is None else int(d) for d in tensor.shape.as_list()]
+        if batching:
+            if not dims or dims[0] != -1:
+                raise BuildError(
+                    f"tensorflow step {step!r}: tensor {node.name!r} has shape {dims}, but max_batch_size > 0 "
+                    "needs an unknown first dimension (None) for the batch; rebuild the graph with "
+                    "shape [None, ...] or set max_batch_size=0"
+                )
+            dims = dims[1:]
+        return node.name, dtype, tuple(dims)
+
+    inputs = [convert(n) for n in graph_def.node if n.op in _INPUT_OPS]
+    outputs = [
+        convert(n) for n in graph_def.node
+        if n.name not in consumed and n.op not in _NOT_OUTPUTS and graph.get_operation_by_name(n.name).outputs
+    ]
+    return inputs, outputs
+
+
+def _as_tensors(found: Sequence[GraphTensor], step: str, what: str) -> tuple[Tensor, ...]:
+    out = []
+    for name, dtype, dims in found:
+        if dims is None:
+            raise BuildError(
+                f"tensorflow step {step!r}: the graph does not know the rank of {what} {name!r}; declare "
+                f"{what}s= with their dims"
+            )
+        out.append(Tensor(name, dtype, dims))
+    return tuple(out)
+
+
+class TensorFlowStep(Step):
+    """A frozen TensorFlow graph run by Triton's TensorFlow backend (``tensorflow_graphdef``).
+
+    ``graph`` is a serialized GraphDef (bytes), a ``.graphdef``/``.pb`` file, a ``tf.compat.v1.GraphDef``
+    or ``tf.Graph`` (serialized deterministically), or a function returning one of these (called when a
+    build needs the file). Inputs are the graph's placeholders and outputs the nodes nothing consumes;
+    tensor names are node names and may contain ``/``. Pass ``inputs``/``outputs`` to declare them
+    instead (needed when ``graph`` is a function, and to give an output ``labels``); the build checks
+    them against the graph.
+    """
+
+    kind = "tensorflow"
+
+    def __init__(
+        self,
+        name: str,
+        graph: Any,
+        *,
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
+        max_batch_size: int = 0,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+    ) -> None:
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
+            what=f"tensorflow step {name!r}",
+        )
+        self.artifact = Artifact(
+            graph, what=f"tensorflow step {name!r}", filename=FILENAME, serialize=_graphdef_bytes
+        )
+        if inputs is None or outputs is None:
+            if self.artifact.deferred:
+                raise DeclarationError(
+                    f"tensorflow step {name!r}: graph is a function, so declare inputs= and outputs= (they are "
+                    "checked against the graph when it is built)"
+                )
+            found_in, found_out = read_graphdef_io(self.artifact.data(), max_batch_size > 0, name)
+            inputs = _as_tensors(found_in, name, "input") if inputs is None else inputs
+            outputs = _as_tensors(found_out, name, "output") if outputs is None else outputs
+        super().__init__(name, inputs, outputs, settings)
+
+    def check(self, release: Release) -> None:
+        if not release.has_tensorflow:
+            raise BuildError(
+                f"tensorflow step {self.name!r}: Triton {release} has no TensorFlow backend (it left the "
+                "containers with 25.03); build for an earlier release (--release 25.02 or older), or convert "
+                "the graph to ONNX (e.g. with tf2onnx) and use an OnnxStep"
+            )
+        found_in, found_out = read_graphdef_io(self.artifact.data(), self.max_batch_size > 0, self.name)
+        for what, declared, found in (("input", self.inputs, found_in), ("output", self.outputs, found_out)):
+            by_name = {t.name: t for t in declared}
+            in_graph = [
+                Tensor(n, dtype, dims if dims is not None else _declared_dims(by_name.get(n)))
+                for n, dtype, dims in found
+            ]
+            check_against_file(self.name, what, declared, in_graph, FILENAME)
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            layout = self.standin().layout(model_name, target, release, ensemble)
+            note = f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (TensorFlow on the CPU)"
+            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+        spec = self.spec(model_name, platform=PLATFORM)
+        return StepLayout(spec, {f"1/{FILENAME}": self.artifact.resolve(), **self.label_files()})
+
+    def standin(self) -> PythonStep:
+        """The same graph in a TensorFlow session on the CPU, as a Python-backend model with the same I/O."""
+        spec = {"inputs": [t.name for t in self.inputs], "outputs": [t.name for t in self.outputs]}
+        s = self.settings
+        return PythonStep(
+            self.name, GraphDefRunner, self.inputs, self.outputs,
+            files={FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()},
+            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
+            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
+            version_policy=s.version_policy,
+        )
+
+
+def _declared_dims(t: Tensor | None) -> tuple[int, ...]:
+    """For a graph tensor of unknown rank, whatever was declared passes the dims check."""
+    if t is None:
+        return ()
+    return t.reshape if t.reshape is not None else t.dims

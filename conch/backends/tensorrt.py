@@ -1,0 +1,334 @@
+"""TensorRT steps (``tensorrt_plan``, ``1/model.plan``): a prebuilt plan, or an ONNX model compiled with
+TensorRT's Python API on a GPU host; locally the ONNX source under ONNX Runtime.
+
+A plan is an engine for one TensorRT version and GPU architecture, so it can be neither built nor read
+without a GPU. Where TensorRT cannot run, conch says so: a production build that has to compile fails
+with what to do instead, and a plan without its ONNX source has no CPU stand-in for the local target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conch.backends.artifact import Artifact
+from conch.backends.onnx import check_against_file, read_onnx_io
+from conch.backends.python import PythonStep
+from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
+from conch.cache import cached_file
+from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.dtypes import DType
+from conch.ensembles.step import Step, StepLayout
+from conch.ensembles.target import Release, Target
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError, ConchError, DeclarationError
+
+PLATFORM = "tensorrt_plan"
+FILENAME = "model.plan"
+WORKSPACE_BYTES = 1 << 30
+
+
+def _tensorrt() -> tuple[Any, str]:
+    """The tensorrt module, or None with the reason it cannot be imported."""
+    try:
+        import tensorrt
+    except Exception as exc:  # ImportError, or an OSError from missing libnvinfer
+        return None, f"import tensorrt failed: {type(exc).__name__}: {exc}"
+    return tensorrt, ""
+
+
+@dataclass(frozen=True)
+class EngineTensor:
+    """One I/O tensor of a deserialized engine; ``max_batch`` is the profile's largest first dim."""
+
+    name: str
+    is_input: bool
+    dtype: DType | None
+    shape: tuple[int, ...]
+    max_batch: int | None
+
+
+def inspect_plan(plan: bytes) -> list[EngineTensor] | None:
+    """The I/O of a plan, or None where it cannot be read: without tensorrt or a GPU (as on the build
+    machines conch is tested on) an engine cannot be deserialized, so a prebuilt plan's names, dtypes
+    and batch size are then taken from the declaration unchecked."""
+    trt, _ = _tensorrt()
+    if trt is None:
+        return None
+    try:
+        engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(plan)
+    except Exception:
+        return None
+    if engine is None:
+        return None
+    found = []
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        try:
+            dtype: DType | None = DType.of(trt.nptype(engine.get_tensor_dtype(name)))
+        except (ConchError, TypeError):
+            dtype = None
+        shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+        max_batch = None
+        if is_input and shape and shape[0] == -1:
+            max_batch = int(engine.get_tensor_profile_shape(name, 0)[2][0])
+        found.append(EngineTensor(name, is_input, dtype, shape, max_batch))
+    return found
+
+
+def profile_shapes(
+    step: str, inputs: Sequence[Tensor], max_batch_size: int, max_dims: Mapping[str, Sequence[int]]
+) -> dict[str, tuple[list[int], list[int], list[int]]]:
+    """(min, opt, max) shapes per input for one optimization profile: the batch axis from 1 to
+    max_batch_size (optimised for the largest batch), each -1 dim from 1 to its ``max_dims`` size."""
+    shapes = {}
+    for t in inputs:
+        limits = list(max_dims.get(t.name, t.dims))
+        if len(limits) != len(t.dims):
+            raise BuildError(
+                f"tensorrt step {step!r}: max_dims[{t.name!r}] is {limits}, but input {t.name!r} has dims "
+                f"{list(t.dims)}; give one size per dim"
+            )
+        low, high = [], []
+        for d, limit in zip(t.dims, limits, strict=True):
+            if d == -1 and limit == -1:
+                raise BuildError(
+                    f"tensorrt step {step!r}: input {t.name!r} has dims {list(t.dims)}; compiling needs the "
+                    f"largest size of each -1 dim, e.g. max_dims={{{t.name!r}: [...]}}"
+                )
+            low.append(1 if d == -1 else d)
+            high.append(limit if d == -1 else d)
+        batch = [max_batch_size] if max_batch_size > 0 else []
+        shapes[t.name] = ([1] * len(batch) + low, batch + high, batch + high)
+    return shapes
+
+
+def compile_plan(
+    onnx: bytes,
+    step: str,
+    shapes: Mapping[str, tuple[list[int], list[int], list[int]]],
+    fp16: bool,
+    release: Release,
+) -> tuple[bytes, str]:
+    """Build a serialized engine from ONNX bytes with TensorRT's Python API: (plan, TensorRT version)."""
+    trt, reason = _tensorrt()
+    builder = logger = None
+    if trt is not None:
+        try:
+            logger = trt.Logger(trt.Logger.WARNING)
+            builder = trt.Builder(logger)
+        except Exception as exc:  # no CUDA device or driver
+            reason = f"TensorRT cannot start a builder: {type(exc).__name__}: {exc}"
+    if builder is None:
+        reason = reason or "TensorRT created no builder: no CUDA device?"
+        raise BuildError(
+            f"tensorrt step {step!r}: compiling model.onnx into a TensorRT plan needs an NVIDIA GPU and the "
+            f"tensorrt Python package, which this machine lacks ({reason}). Build on a GPU host "
+            f"with the TensorRT of Triton {release} (e.g. in nvcr.io/nvidia/tritonserver:{release}-py3), or "
+            "pass plan= with a model.plan prebuilt there (trtexec --onnx=model.onnx --saveEngine=model.plan). "
+            "The local target needs no plan: it runs the ONNX source under ONNX Runtime"
+        )
+    version = str(trt.__version__)
+    # TensorRT 10 networks are always explicit-batch; 8.x needs the flag.
+    flags = 0 if int(version.split(".")[0]) >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(onnx):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BuildError(f"tensorrt step {step!r}: TensorRT {version} cannot parse model.onnx: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
+    if fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        name = network.get_input(i).name
+        if name not in shapes:
+            raise BuildError(f"tensorrt step {step!r}: model.onnx has input {name!r}, which the step does not declare")
+        profile.set_shape(name, *shapes[name])
+    config.add_optimization_profile(profile)
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise BuildError(f"tensorrt step {step!r}: TensorRT {version} could not build an engine from model.onnx")
+    return bytes(plan), version
+
+
+class TensorRTStep(Step):
+    """A TensorRT engine run by Triton's TensorRT backend.
+
+    Give ``plan`` (a prebuilt ``model.plan``: bytes, a path, or a function returning one), ``onnx`` (the
+    model's ONNX file, or a function returning its path), or both. With only ``onnx``, a production build
+    compiles the plan with TensorRT (on a GPU host; one optimization profile from ``max_batch_size``,
+    the declared dims and ``max_dims`` for -1 dims; ``fp16=True`` allows half precision). The ONNX source
+    is also what the local target runs, under ONNX Runtime: a plan alone has no CPU stand-in.
+    Inputs and outputs are read from the ONNX file when given; declare them otherwise.
+    """
+
+    kind = "tensorrt"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        plan: Any = None,
+        onnx: Any = None,
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
+        max_batch_size: int = 0,
+        fp16: bool = False,
+        max_dims: Mapping[str, Sequence[int]] | None = None,
+        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
+        dynamic_batching: Any = None,
+        parameters: Mapping[str, object] | None = None,
+        warmup: Any = None,
+        version_policy: Any = None,
+    ) -> None:
+        settings = StepSettings.of(
+            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
+            what=f"tensorrt step {name!r}",
+        )
+        if plan is None and onnx is None:
+            raise DeclarationError(
+                f"tensorrt step {name!r}: give plan= (a prebuilt model.plan), onnx= (the ONNX model to compile "
+                "and to run locally), or both"
+            )
+        what = f"tensorrt step {name!r}"
+        self.plan = None if plan is None else Artifact(plan, what=what, filename=FILENAME)
+        self.onnx = None if onnx is None else Artifact(onnx, what=what, filename="model.onnx")
+        if inputs is None or outputs is None:
+            if self.onnx is None or self.onnx.deferred:
+                source = "a plan cannot be read here" if self.onnx is None else "onnx is a function"
+                raise DeclarationError(
+                    f"tensorrt step {name!r}: {source}, so declare inputs= and outputs= (they are checked "
+                    "against the ONNX source when it is built)"
+                )
+            read_in, read_out = read_onnx_io(self._onnx_path(name), max_batch_size > 0, name)
+            inputs = read_in if inputs is None else inputs
+            outputs = read_out if outputs is None else outputs
+        super().__init__(name, inputs, outputs, settings)
+        self.fp16 = fp16
+        self.max_dims = {k: tuple(int(d) for d in v) for k, v in (max_dims or {}).items()}
+        unknown = sorted(set(self.max_dims) - {t.name for t in self.inputs})
+        if unknown:
+            raise DeclarationError(f"tensorrt step {name!r}: max_dims names {unknown}, which are not inputs")
+        self._built: dict[str, Any] = {}
+
+    def _onnx_path(self, name: str | None = None) -> Path:
+        assert self.onnx is not None
+        source = self.onnx.resolve()
+        if isinstance(source, bytes):
+            raise BuildError(f"tensorrt step {name or self.name!r}: pass onnx= as a file path, not bytes")
+        return source
+
+    def check(self, release: Release) -> None:
+        if self.onnx is not None:
+            path = self._onnx_path()
+            file_in, file_out = read_onnx_io(path, self.max_batch_size > 0, self.name)
+            check_against_file(self.name, "input", self.inputs, file_in, path.name)
+            check_against_file(self.name, "output", self.outputs, file_out, path.name)
+            if self.plan is None:
+                profile_shapes(self.name, self.inputs, self.max_batch_size, self.max_dims)
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            layout = self.standin().layout(model_name, target, release, ensemble)
+            note = (f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (its ONNX source under "
+                    "ONNX Runtime)")
+            self._built = {"plan": "not built (local target)"}
+            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+        spec = self.spec(model_name, platform=PLATFORM)
+        notes: list[str] = []
+        if self.plan is not None:
+            plan_file = self.plan.resolve()
+            plan = self.plan.data()
+            self._built = {"plan": "prebuilt", "tensorrt_version": None}
+        else:
+            plan_file, version = self._compiled(release)
+            plan = plan_file.read_bytes()
+            self._built = {"plan": "compiled from onnx", "tensorrt_version": version}
+        engine = inspect_plan(plan)
+        if engine is None:
+            notes.append(
+                f"{model_name}: {FILENAME} was not inspected (TensorRT cannot run here); its tensor names, "
+                "dtypes and max batch size are taken from the declaration"
+            )
+        else:
+            self._check_engine(engine)
+        self._built["inspected"] = engine is not None
+        return StepLayout(spec, {f"1/{FILENAME}": plan_file, **self.label_files()}, tuple(notes))
+
+    def _compiled(self, release: Release) -> tuple[Path, str]:
+        """The plan compiled from ONNX, cached: TensorRT picks kernels by timing, so two compilations
+        differ byte-wise; the cache makes rebuilds on one host byte-identical. Plans are specific to a GPU
+        architecture, so compile on the instance family you deploy to."""
+        assert self.onnx is not None
+        onnx = self.onnx.data()
+        shapes = profile_shapes(self.name, self.inputs, self.max_batch_size, self.max_dims)
+        trt, _ = _tensorrt()
+        options = json.dumps({"shapes": shapes, "fp16": self.fp16, "trt": getattr(trt, "__version__", None)},
+                             sort_keys=True)
+        key = hashlib.sha256(onnx + options.encode()).hexdigest()[:24]
+        versions: list[str] = []
+
+        def produce(path: Path) -> None:
+            plan, version = compile_plan(onnx, self.name, shapes, self.fp16, release)
+            versions.append(version)
+            path.write_bytes(plan)
+
+        path = cached_file("tensorrt-plans", key, FILENAME, produce)
+        return path, versions[0] if versions else str(getattr(trt, "__version__", "unknown"))
+
+    def _check_engine(self, engine: list[EngineTensor]) -> None:
+        """Declared names and dtypes against the engine, and max_batch_size against its profile."""
+        for what, declared, is_input in (("input", self.inputs, True), ("output", self.outputs, False)):
+            found = {e.name: e for e in engine if e.is_input is is_input}
+            for t in declared:
+                actual = found.get(t.name)
+                if actual is None:
+                    raise BuildError(
+                        f"tensorrt step {self.name!r}: {what} {t.name!r} is not in {FILENAME}, whose {what}s are "
+                        f"{', '.join(repr(n) for n in found)}"
+                    )
+                if actual.dtype is not None and actual.dtype is not t.dtype:
+                    raise BuildError(
+                        f"tensorrt step {self.name!r}: {what} {t.name!r} is declared {t.dtype.wire} but "
+                        f"{FILENAME} has {actual.dtype.wire}"
+                    )
+                if is_input and self.max_batch_size > 0 and actual.max_batch is not None \
+                        and actual.max_batch < self.max_batch_size:
+                    raise BuildError(
+                        f"tensorrt step {self.name!r}: max_batch_size is {self.max_batch_size} but {FILENAME}'s "
+                        f"optimization profile takes batches of at most {actual.max_batch} for input {t.name!r}; "
+                        "lower max_batch_size or rebuild the plan"
+                    )
+
+    def standin(self) -> PythonStep:
+        """The ONNX source under ONNX Runtime on the CPU, as a Python-backend model with the same I/O."""
+        if self.onnx is None:
+            raise BuildError(
+                f"tensorrt step {self.name!r} has no CPU stand-in: it is given only a prebuilt plan, which runs "
+                "only on a GPU with TensorRT; pass onnx= with the model's ONNX source so the local target runs "
+                "it under ONNX Runtime (or replay on a GPU host)"
+            )
+        s = self.settings
+        return PythonStep(
+            self.name, OnnxRuntimeRunner, self.inputs, self.outputs,
+            files={"model.onnx": self._onnx_path()},
+            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
+            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
+            version_policy=s.version_policy,
+        )
+
+    def describe(self) -> dict[str, object]:
+        info = super().describe()
+        info["tensorrt"] = {
+            "fp16": self.fp16,
+            "onnx_source": self.onnx is not None,
+            **self._built,
+        }
+        return info

@@ -1,0 +1,63 @@
+"""Seed 000's BERT behind the PyTorch backend: sentences -> Python tokenizer -> all-MiniLM-L6-v2 traced to
+TorchScript (forward(input_ids, attention_mask), bound by argument name) -> Python mean pooling + L2
+normalisation -> sentence embeddings [N, 384]."""
+
+import numpy as np
+from _minilm import SENTENCES, export_torchscript, reference_embeddings, tokenizer_file
+from text_steps import Tokenize, mean_pool
+
+from conch import Ensemble, PythonEnv, PythonStep, Tensor, Tolerance, TorchScriptStep
+
+MAX_BATCH = 64
+HIDDEN = 384
+
+tokenize = PythonStep(
+    "tokenize",
+    Tokenize,
+    inputs=[Tensor("TEXT", "BYTES", [1])],
+    outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
+    files={"tokenizer.json": tokenizer_file()},
+    max_batch_size=MAX_BATCH,
+)
+
+bert = TorchScriptStep(
+    "bert",
+    export_torchscript,  # traced from the packaged weights when a build needs the file
+    inputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
+    outputs=[Tensor("OUTPUT__0", "FP32", [-1, HIDDEN])],
+    max_batch_size=MAX_BATCH,
+)
+
+pool = PythonStep(
+    "pool",
+    mean_pool,
+    inputs=[Tensor("token_embeddings", "FP32", [-1, HIDDEN]), Tensor("attention_mask", "INT64", [-1])],
+    outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
+    max_batch_size=MAX_BATCH,
+)
+
+bert_torchscript = Ensemble(
+    "bert_torchscript",
+    max_batch_size=MAX_BATCH,
+    description="all-MiniLM-L6-v2 sentence embeddings (tokenizer -> TorchScript encoder -> mean pooling)",
+    # The Triton image's Python has no tokenizers: both Python steps share one packed environment.
+    env=PythonEnv(requirements=("tokenizers>=0.19,<1",)),
+)
+text = bert_torchscript.input("TEXT", "BYTES", [1])
+ids, mask = tokenize(text)
+tokens = bert(input_ids=ids, attention_mask=mask)
+bert_torchscript.output("EMBEDDINGS", pool(tokens, mask), dtype="FP32", dims=[HIDDEN])
+
+_COSINE = Tolerance(cosine=0.999)
+bert_torchscript.sample(
+    "three sentences of different lengths",
+    {"TEXT": np.array([[s] for s in SENTENCES], dtype=object)},
+    lambda: {"EMBEDDINGS": reference_embeddings(SENTENCES)},
+    _COSINE,
+)
+bert_torchscript.sample(
+    "one sentence",
+    {"TEXT": [["I am super happy right now to be trying out BERT."]]},
+    lambda: {"EMBEDDINGS": reference_embeddings(["I am super happy right now to be trying out BERT."])},
+    _COSINE,
+)

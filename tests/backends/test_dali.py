@@ -1,0 +1,184 @@
+"""DALI steps: serialization without a GPU that is deterministic and free of paths, declared outputs
+baked into the pipeline, GPU operators moved to the CPU for the stand-in, autoserialization."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dali_pipelines
+import numpy as np
+import pytest
+
+from conch import BuildError, DaliStep, DeclarationError, DType, Ensemble, Release, Tensor
+from conch.backends import dali_serialized
+from conch.backends.standins.dali_runner import DaliRunner
+from conch.builder.build import render_repository
+
+dali = pytest.importorskip("nvidia.dali")
+FIXTURES = Path(dali_pipelines.__file__).parent
+
+
+def affine(**kw) -> DaliStep:  # type: ignore[no-untyped-def]
+    return DaliStep("affine", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
+                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, **kw)
+
+
+def decode(**kw) -> DaliStep:  # type: ignore[no-untyped-def]
+    return DaliStep("decode", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                    [Tensor("PIXELS", "FP32", [32, 32, 3])], max_batch_size=4, **kw)
+
+
+def one_step(step: DaliStep) -> Ensemble:
+    ens = Ensemble("pre", max_batch_size=step.max_batch_size)
+    (t,) = step.inputs
+    ens.output("OUT", step(ens.input("IN", t.dtype, t.dims)))
+    return ens
+
+
+_SERIALIZE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import dali_pipelines
+from conch import DaliStep, Tensor
+step = DaliStep("affine", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
+                [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
+sys.stdout.buffer.write(step.serialized())
+"""
+
+
+def test_serialization_is_deterministic_and_carries_no_paths(tmp_path: Path) -> None:
+    data = affine().serialized()
+    assert str(FIXTURES).encode() not in data and b"dali_pipelines" not in data
+    elsewhere = tmp_path / "elsewhere"  # the same pipeline code at another path, in another process
+    elsewhere.mkdir()
+    shutil.copy(FIXTURES / "dali_pipelines.py", elsewhere)
+    env = {**os.environ, "PYTHONHASHSEED": "7"}
+    out = subprocess.run([sys.executable, "-c", _SERIALIZE, str(elsewhere)], capture_output=True, check=True,
+                         env=env, timeout=120).stdout
+    assert out == data
+
+
+def test_tracing_is_restored_after_serializing() -> None:
+    from nvidia.dali._utils import dali_trace
+
+    before = dali_trace.is_tracing_enabled()
+    affine().serialized()
+    assert dali_trace.is_tracing_enabled() == before
+
+
+def test_declared_outputs_are_baked_into_the_pipeline() -> None:
+    (out,) = dali_serialized.outputs(decode().serialized(), "decode")
+    assert (out.dtype, out.ndim) == (DType.FP32, 3)
+
+
+def test_gpu_operators_move_to_the_cpu() -> None:
+    data = decode().serialized()
+    assert "decoders__Image" in dali_serialized.gpu_operators(data, "decode")
+    assert dali_serialized.gpu_operators(dali_serialized.on_cpu(data, "decode"), "decode") == []
+    assert dali_serialized.gpu_operators(data, "decode"), "the production pipeline keeps its GPU operators"
+
+
+def test_production_layout_and_num_threads() -> None:
+    repo = render_repository(one_step(decode(num_threads=12)), "production", "24.10")
+    config = repo.files["pre__decode/config.pbtxt"].decode()  # type: ignore[union-attr]
+    assert 'backend: "dali"' in config and "max_batch_size: 4" in config
+    assert 'key: "num_threads"\n  value: { string_value: "12" }' in config
+    assert repo.files["pre__decode/1/model.dali"] == decode(num_threads=12).serialized()
+
+
+def test_local_layout_notes_the_swapped_operators() -> None:
+    repo = render_repository(one_step(decode()), "local", "24.10")
+    assert any("GPU operators decoders__Image" in n and "CPU versions" in n for n in repo.notes)
+
+
+class _Context:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def file(self, name: str) -> str:
+        return str(self.folder / name)
+
+
+def jpeg(height: int, width: int, seed: int) -> bytes:
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def test_standin_runner_decodes_a_zero_padded_batch(tmp_path: Path) -> None:
+    pytest.importorskip("PIL")
+    standin = decode().standin()
+    for name, source in standin.files.items():
+        (tmp_path / name).write_bytes(source if isinstance(source, bytes) else source.read_bytes())
+    runner = DaliRunner()
+    runner.setup(_Context(tmp_path))
+    images = [jpeg(40, 60, 0), jpeg(70, 30, 1), jpeg(32, 32, 2), jpeg(50, 50, 3), jpeg(20, 90, 4)]
+    batch = np.zeros((5, max(len(b) for b in images)), dtype=np.uint8)
+    for row, data in enumerate(images):
+        batch[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+    out = runner(IMAGES=batch)["PIXELS"]  # 5 rows > max_batch_size 4: run in two pipeline batches
+    assert out.shape == (5, 32, 32, 3) and out.dtype == np.float32
+    alone = runner(IMAGES=np.frombuffer(images[4], dtype=np.uint8)[None, :])["PIXELS"]
+    np.testing.assert_array_equal(out[4:], alone)
+
+
+def test_autoserialize_ships_python_that_dali_serializes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    step = decode(autoserialize=True, num_threads=2)
+    repo = render_repository(one_step(step), "production", "24.10")
+    version = tmp_path / "1"
+    version.mkdir()
+    for name in ("dali.py", "dali_pipelines.py"):
+        source = repo.files[f"pre__decode/1/{name}"]
+        (version / name).write_bytes(source if isinstance(source, bytes) else source.read_bytes())
+    assert "pre__decode/1/model.dali" not in repo.files
+    monkeypatch.delitem(sys.modules, "dali_pipelines")  # import the copy in the model folder
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("autoserialized_model", version / "dali.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # as DALI's backend loads it
+    assert Path(sys.modules["dali_pipelines"].__file__ or "").parent == version
+    from nvidia.dali._utils.autoserialize import invoke_autoserialize
+
+    invoke_autoserialize(module, str(tmp_path / "model.dali"))
+    data = (tmp_path / "model.dali").read_bytes()
+    assert [s.name for s in dali_serialized.external_sources(data, "decode")] == ["IMAGES"]
+    (out,) = dali_serialized.outputs(data, "decode")
+    assert (out.dtype, out.ndim) == (DType.FP32, 3)
+
+
+def test_a_serialized_pipeline_can_be_given_as_bytes() -> None:
+    data = decode().serialized()
+    step = DaliStep("decode", data, [Tensor("IMAGES", "UINT8", [-1])], [Tensor("PIXELS", "FP32", [32, 32, 3])],
+                    max_batch_size=4)
+    assert step.serialized() == data
+
+
+def test_untyped_external_sources_accept_any_declared_dtype() -> None:
+    step = DaliStep("two", dali_pipelines.two_outputs, [Tensor("DALI_INPUT_0", "INT32", [-1])],
+                    [Tensor("DOUBLED", "INT32", [-1]), Tensor("NEGATED", "INT32", [-1])], max_batch_size=2)
+    step.check(Release.of("24.10"))
+
+
+def test_refusals_at_declaration() -> None:
+    with pytest.raises(DeclarationError, match=r"DALI's Triton backend needs max_batch_size >= 1"):
+        DaliStep("x", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
+                 [Tensor("Y", "FP32", [4])], max_batch_size=0)
+    with pytest.raises(DeclarationError, match=r"tensor 'TEXT' is BYTES, which DALI's Triton backend does not"):
+        DaliStep("x", dali_pipelines.affine, [Tensor("TEXT", "BYTES", [1])], [Tensor("Y", "FP32", [4])],
+                 max_batch_size=2)
+    with pytest.raises(DeclarationError, match=r"autoserialize=True ships the pipeline's Python code"):
+        DaliStep("x", b"serialized", [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+                 max_batch_size=2, autoserialize=True)
+    with pytest.raises(BuildError, match=r"dali step 'x': model.dali is not a serialized DALI pipeline"):
+        DaliStep("x", b"\xff\xfe junk", [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+                 max_batch_size=2).check(Release.of("24.10"))

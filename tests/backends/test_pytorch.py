@@ -1,0 +1,134 @@
+"""PyTorch (libtorch) steps: how declared names bind to forward(), the build-time probe, deterministic
+model.pt bytes, and the torch stand-in binding inputs the way Triton does."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch_modules
+
+from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TorchScriptStep
+from conch.backends.pytorch import bind_inputs, bind_outputs, named_index, torchscript_bytes
+from conch.builder.build import build_ensemble, render_repository
+from conch.harness.replay import replay_archives
+
+torch = pytest.importorskip("torch")
+RELEASE = Release.of("24.10")
+
+
+def difference_step(inputs: list[str], outputs: tuple[str, str] = ("OUTPUT__0", "OUTPUT__1")) -> TorchScriptStep:
+    return TorchScriptStep(
+        "difference", torch_modules.difference(), [Tensor(n, "FP32", [3]) for n in inputs],
+        [Tensor(n, "FP32", [3]) for n in outputs], max_batch_size=4,
+    )
+
+
+def test_named_index_reads_digits_after_the_first_double_underscore() -> None:
+    assert named_index("INPUT__0") == 0 and named_index("OUTPUT__12") == 12
+    assert named_index("INPUT") is None and named_index("INPUT__") is None
+    assert named_index("my__input__0") is None  # Triton splits at the first "__"
+
+
+def test_inputs_bind_by_forward_argument_names_in_argument_order() -> None:
+    step = difference_step(["b", "a"])
+    step.check(RELEASE)
+    assert step.binding().inputs == ("a", "b")
+
+
+def test_inputs_bind_by_index_convention() -> None:
+    assert bind_inputs("s", ["INPUT__1", "INPUT__0"], ["a", "b"]) == ("INPUT__0", "INPUT__1")
+
+
+def test_a_misspelt_argument_name_fails_instead_of_binding_by_config_order() -> None:
+    with pytest.raises(BuildError, match=r"input 'alpha' is not an argument of forward\(\) in model.pt \(its "
+                                         r"arguments are 'a', 'b'\)"):
+        difference_step(["alpha", "b"]).check(RELEASE)
+
+
+def test_input_count_must_match_forward() -> None:
+    with pytest.raises(BuildError, match=r"forward\(\) takes 2 tensors \('a', 'b'\), but the step declares 1"):
+        bind_inputs("s", ["a"], ["a", "b"])
+
+
+def test_index_beyond_forward_arguments_fails() -> None:
+    with pytest.raises(BuildError, match=r"input 'INPUT__2' names forward\(\) argument 2, but forward\(\) takes 2"):
+        bind_inputs("s", ["INPUT__0", "INPUT__2"], ["a", "b"])
+
+
+def test_outputs_bind_by_index_convention_else_by_declaration_order() -> None:
+    assert bind_outputs(["OUTPUT__1", "OUTPUT__0"]) == (("OUTPUT__1", 1), ("OUTPUT__0", 0))
+    assert bind_outputs(["difference", "total"]) == (("difference", 0), ("total", 1))
+
+
+def test_probe_reports_a_missing_output_element() -> None:
+    step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "FP32", [4])],
+                           [Tensor("OUTPUT__0", "FP32", [4]), Tensor("OUTPUT__1", "FP32", [4])], max_batch_size=4)
+    with pytest.raises(BuildError, match=r"output 'OUTPUT__1' is element 1 of forward\(\)'s result, which has 1"):
+        step.check(RELEASE)
+
+
+def test_probe_false_skips_the_run_on_zeros() -> None:
+    step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "INT64", [4])],
+                           [Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=4, probe=False)
+    step.check(RELEASE)  # names still bind; dtypes are not checked without the probe
+
+
+def test_eager_modules_and_bytes_tensors_are_refused() -> None:
+    eager = torch.nn.Linear(4, 4)
+    with pytest.raises(DeclarationError, match=r"needs TorchScript, but got the eager module Linear; convert it"):
+        TorchScriptStep("eager", eager, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])]).artifact.resolve()
+    with pytest.raises(DeclarationError, match=r"tensor 'text' is BYTES"):
+        TorchScriptStep("s", b"", [Tensor("text", "BYTES", [1])], [Tensor("y", "FP32", [4])])
+
+
+def _trace_here(module):  # type: ignore[no-untyped-def]
+    return torch.jit.trace(module, torch.zeros(2, 4))
+
+
+def _trace_elsewhere(module):  # type: ignore[no-untyped-def]
+    traced = torch.jit.trace(module, torch.zeros(2, 4))
+    return traced
+
+
+def test_torchscript_bytes_are_deterministic_and_carry_no_paths() -> None:
+    module = torch_modules.affine()
+    first, second = torchscript_bytes(_trace_here(module)), torchscript_bytes(_trace_elsewhere(module))
+    assert first == second  # traced from different call stacks
+    names = zipfile.ZipFile(io.BytesIO(first)).namelist()
+    assert all(n.startswith("archive/") for n in names)
+    assert not any(n.endswith(".debug_pkl") for n in names)
+    assert str(Path(__file__).parent).encode() not in first
+    loaded = torch.jit.load(io.BytesIO(first))
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    assert torch.equal(loaded(x), module(x))
+
+
+def test_standin_carries_the_binding() -> None:
+    ens = Ensemble("bind", max_batch_size=4)
+    a, b = ens.input("A", "FP32", [3]), ens.input("B", "FP32", [3])
+    diff, total = difference_step(["b", "a"])(b=b, a=a)
+    ens.output("DIFF", diff)
+    ens.output("TOTAL", total)
+    repo = render_repository(ens, "local", RELEASE)
+    spec = json.loads(repo.files["bind__difference/1/files/standin.json"])  # type: ignore[arg-type]
+    assert spec == {"inputs": ["a", "b"], "outputs": [["OUTPUT__0", 0], ["OUTPUT__1", 1]]}
+    assert "bind__difference/1/torchscript_runner.py" in repo.files
+
+
+@pytest.mark.integration
+def test_argument_names_reach_the_right_forward_positions_in_tritonserver(tmp_path: Path, triton) -> None:  # type: ignore[no-untyped-def]
+    ens = Ensemble("torch_binding", max_batch_size=4)
+    a, b = ens.input("A", "FP32", [3]), ens.input("B", "FP32", [3])
+    diff, total = difference_step(["b", "a"])(b=b, a=a)  # declared in the other order than forward(a, b)
+    ens.output("DIFF", diff)
+    ens.output("TOTAL", total)
+    left, right = np.array([[5.0, 6, 7]], dtype=np.float32), np.array([[1.0, 2, 3]], dtype=np.float32)
+    ens.sample("a minus b", {"A": left, "B": right}, {"DIFF": left - right, "TOTAL": left + right})
+    archive = build_ensemble(ens, tmp_path, "local", RELEASE)
+    report = replay_archives([archive], server=triton, endpoints=["kserve"])
+    assert report.passed, report.table()
