@@ -16,29 +16,49 @@ from conch.errors import DeclarationError
 Arrays = dict[str, np.ndarray]
 
 
+DEFAULT_ATOL = DEFAULT_RTOL = 1e-5
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """How replayed outputs are compared: ``cosine`` (min per-row similarity), ``argmax`` (equal class
-    along the last axis), or element-wise ``atol``/``rtol``. BYTES outputs are compared exactly."""
+    along the last axis), and/or element-wise ``atol``/``rtol``. Element-wise closeness is checked when
+    neither cosine nor argmax is asked for (with 1e-5 defaults), or when atol/rtol are given alongside
+    them, so ``Tolerance(argmax=True, atol=1e-4)`` asks for both. BYTES outputs are compared exactly."""
 
-    atol: float = 1e-5
-    rtol: float = 1e-5
+    atol: float | None = None
+    rtol: float | None = None
     cosine: float | None = None
     argmax: bool = False
 
+    @property
+    def elementwise(self) -> bool:
+        return (self.cosine is None and not self.argmax) or self.atol is not None or self.rtol is not None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(atol, rtol) of the element-wise check."""
+        atol = DEFAULT_ATOL if self.atol is None else self.atol
+        rtol = DEFAULT_RTOL if self.rtol is None else self.rtol
+        return atol, rtol
+
     def describe(self) -> str:
+        parts = []
         if self.cosine is not None:
-            return f"cosine>={self.cosine}"
+            parts.append(f"cosine>={self.cosine}")
         if self.argmax:
-            return "argmax equal"
-        return f"atol={self.atol:g} rtol={self.rtol:g}"
+            parts.append("argmax equal")
+        if self.elementwise:
+            atol, rtol = self.bounds
+            parts.append(f"atol={atol:g} rtol={rtol:g}")
+        return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"atol": self.atol, "rtol": self.rtol, "cosine": self.cosine, "argmax": self.argmax}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tolerance:
-        return cls(float(data["atol"]), float(data["rtol"]), data.get("cosine"), bool(data.get("argmax")))
+        return cls(data.get("atol"), data.get("rtol"), data.get("cosine"), bool(data.get("argmax")))
 
 
 @dataclass(frozen=True)
@@ -61,20 +81,25 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Com
                 return Comparison(name, False, f"element {where}: got {_as_bytes(a)!r}, expected {_as_bytes(b)!r}")
         return Comparison(name, True, "exact")
     g, w = got.astype(np.float64), want.astype(np.float64)
+    passed, details = True, []
     if tol.cosine is not None:
         rows_g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
         rows_w = w.reshape(rows_g.shape)
         norms = np.linalg.norm(rows_g, axis=1) * np.linalg.norm(rows_w, axis=1)
         cos = np.sum(rows_g * rows_w, axis=1) / np.where(norms == 0, 1.0, norms)
         worst = float(cos.min()) if cos.size else 1.0
-        return Comparison(name, worst >= tol.cosine, f"min cosine {worst:.6f}")
+        passed &= worst >= tol.cosine
+        details.append(f"min cosine {worst:.7f}")
     if tol.argmax:
-        same = np.array_equal(np.argmax(g, axis=-1), np.argmax(w, axis=-1))
-        err = float(np.max(np.abs(g - w))) if g.size else 0.0
-        return Comparison(name, bool(same), f"argmax {'equal' if same else 'differs'}, max abs err {err:.3g}")
+        same = bool(np.array_equal(np.argmax(g, axis=-1), np.argmax(w, axis=-1)))
+        passed &= same
+        details.append(f"argmax {'equal' if same else 'differs'}")
     err = float(np.max(np.abs(g - w))) if g.size else 0.0
-    ok = bool(np.allclose(g, w, atol=tol.atol, rtol=tol.rtol))
-    return Comparison(name, ok, f"max abs err {err:.3g}")
+    if tol.elementwise:
+        atol, rtol = tol.bounds
+        passed &= bool(np.allclose(g, w, atol=atol, rtol=rtol))
+    details.append(f"max abs err {err:.3g}")
+    return Comparison(name, passed, ", ".join(details))
 
 
 def _as_bytes(value: Any) -> bytes:

@@ -66,7 +66,10 @@ class Tensor:
         """The file name config.pbtxt refers to for this output's labels."""
         if self.labels is None:
             return None
-        return self.labels.name if isinstance(self.labels, Path) else f"{self.name}_labels.txt"
+        if isinstance(self.labels, Path):
+            return self.labels.name
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)  # TF names hold '/'
+        return f"{safe}_labels.txt"
 
     def renamed(self, name: str) -> Tensor:
         """The same spec under another name."""

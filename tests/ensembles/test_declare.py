@@ -321,3 +321,8 @@ class TestPythonStepCode:
     def test_file_names_must_be_relative(self) -> None:
         with pytest.raises(DeclarationError, match="must be a relative path"):
             step(files={"../x": b""})
+
+
+def test_label_file_name_of_a_tensor_name_with_slashes_stays_one_file() -> None:
+    t = Tensor("InceptionV3/Predictions/Softmax", "FP32", [3], labels=["a", "b", "c"])
+    assert t.label_filename == "InceptionV3_Predictions_Softmax_labels.txt"
