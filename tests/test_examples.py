@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -38,5 +39,7 @@ def test_text_embeddings_replays_within_cosine_0_999(tmp_path: Path, triton) -> 
     rows = [r for r in report.rows if r.endpoint in ENDPOINTS]
     assert len(rows) == 2 * len(ENDPOINTS)
     for row in rows:
-        cosine = float(row.detail.split("min cosine ")[1].split()[0])
+        match = re.search(r"min cosine ([0-9.]+)", row.detail)
+        assert match, row.detail
+        cosine = float(match.group(1))
         assert cosine >= 0.999
