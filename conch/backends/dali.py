@@ -13,15 +13,17 @@ import contextlib
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from typing_extensions import Unpack
 
 from conch.backends import dali_serialized
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
-from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.step import FileSource, Step, StepLayout
 from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
@@ -93,11 +95,7 @@ class DaliStep(Step):
         max_batch_size: int,
         num_threads: int | None = None,
         autoserialize: bool = False,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
+        **options: Unpack[SettingsArgs],
     ) -> None:
         if max_batch_size < 1:
             raise DeclarationError(
@@ -106,13 +104,11 @@ class DaliStep(Step):
             )
         if num_threads is not None and num_threads < 1:
             raise DeclarationError(f"dali step {name!r}: num_threads must be >= 1, got {num_threads}")
-        params = dict(parameters or {})
+        params = dict(options.get("parameters") or {})
         if num_threads is not None:
             params["num_threads"] = num_threads
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, params, warmup, version_policy,
-            what=f"dali step {name!r}",
-        )
+        options["parameters"] = params
+        settings = StepSettings.of(max_batch_size, what=f"dali step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         for t in (*self.inputs, *self.outputs):
             if t.dtype not in dali_serialized.DALI_DTYPES.values():
@@ -256,14 +252,8 @@ class DaliStep(Step):
             "inputs": [t.name for t in self.inputs],
             "outputs": [t.name for t in self.outputs],
         }
-        s = self.settings
-        return PythonStep(
-            self.name, DaliRunner, self.inputs, self.outputs,
-            files={FILENAME: cpu, "standin.json": json.dumps(spec, sort_keys=True).encode()},
-            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
-            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
-            version_policy=s.version_policy,
-        )
+        files = {FILENAME: cpu, "standin.json": json.dumps(spec, sort_keys=True).encode()}
+        return PythonStep.standin(self, DaliRunner, files)
 
 
 def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, str, Path]:

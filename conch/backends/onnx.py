@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
-from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.step import Step, StepLayout
 from conch.ensembles.target import Release, Target
@@ -82,16 +84,9 @@ class OnnxStep(Step):
         inputs: Sequence[Tensor] | None = None,
         outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
+        **options: Unpack[SettingsArgs],
     ) -> None:
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
-            what=f"onnx step {name!r}",
-        )
+        settings = StepSettings.of(max_batch_size, what=f"onnx step {name!r}", **options)
         self._model = model
         self._path: Path | None = None
         if inputs is None or outputs is None:
@@ -129,14 +124,7 @@ class OnnxStep(Step):
 
     def standin(self) -> PythonStep:
         """The same model under ONNX Runtime on the CPU, as a Python-backend model with the same I/O."""
-        s = self.settings
-        return PythonStep(
-            self.name, OnnxRuntimeRunner, self.inputs, self.outputs,
-            files={"model.onnx": self.model_path()},
-            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
-            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
-            version_policy=s.version_policy,
-        )
+        return PythonStep.standin(self, OnnxRuntimeRunner, {"model.onnx": self.model_path()})
 
 
 def check_against_file(

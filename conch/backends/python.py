@@ -9,7 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from conch.ensembles.config import InstanceGroup, ModelSpec, StepSettings
+from typing_extensions import Unpack
+
+from conch.ensembles.config import InstanceGroup, ModelSpec, SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.step import FileSource, Step, StepLayout
 from conch.ensembles.target import Release, Target
@@ -43,17 +45,10 @@ class PythonStep(Step):
         *,
         files: Mapping[str, str | Path | bytes] | None = None,
         max_batch_size: int = 0,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
         env: PythonEnv | None = None,
+        **options: Unpack[SettingsArgs],
     ) -> None:
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
-            what=f"python step {name!r}",
-        )
+        settings = StepSettings.of(max_batch_size, what=f"python step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         self.code = code
         if env is not None and not isinstance(env, PythonEnv):
@@ -72,6 +67,13 @@ class PythonStep(Step):
             if Path(key).is_absolute() or ".." in Path(key).parts:
                 raise DeclarationError(f"python step {name!r}: file name {key!r} must be a relative path")
             self.files[key] = value if isinstance(value, bytes) else Path(value)
+
+    @classmethod
+    def standin(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
+        """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
+        s = step.settings
+        return cls(step.name, runner, step.inputs, step.outputs, files=files, max_batch_size=s.max_batch_size,
+                   **s.as_args())
 
     def check(self, release: Release) -> None:
         for key, value in self.files.items():

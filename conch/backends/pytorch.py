@@ -14,14 +14,16 @@ import json
 import sys
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from typing_extensions import Unpack
 
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
-from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.step import Step, StepLayout
 from conch.ensembles.target import Release, Target
@@ -180,17 +182,10 @@ class TorchScriptStep(Step):
         outputs: Sequence[Tensor],
         *,
         max_batch_size: int = 0,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
         probe: bool = True,
+        **options: Unpack[SettingsArgs],
     ) -> None:
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
-            what=f"pytorch step {name!r}",
-        )
+        settings = StepSettings.of(max_batch_size, what=f"pytorch step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         for t in (*self.inputs, *self.outputs):
             if t.dtype is DType.BYTES:
@@ -320,11 +315,5 @@ class TorchScriptStep(Step):
         """The same module under torch on the CPU, as a Python-backend model with the same I/O."""
         binding = self.binding()
         spec = {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
-        s = self.settings
-        return PythonStep(
-            self.name, TorchScriptRunner, self.inputs, self.outputs,
-            files={FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()},
-            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
-            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
-            version_policy=s.version_policy,
-        )
+        files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
+        return PythonStep.standin(self, TorchScriptRunner, files)

@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from typing_extensions import Unpack
 
 from conch.backends.artifact import Artifact
 from conch.backends.onnx import check_against_file
 from conch.backends.python import PythonStep
 from conch.backends.standins.tensorflow_runner import GraphDefRunner
-from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.step import Step, StepLayout
 from conch.ensembles.target import Release, Target
@@ -132,16 +134,9 @@ class TensorFlowStep(Step):
         inputs: Sequence[Tensor] | None = None,
         outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
+        **options: Unpack[SettingsArgs],
     ) -> None:
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
-            what=f"tensorflow step {name!r}",
-        )
+        settings = StepSettings.of(max_batch_size, what=f"tensorflow step {name!r}", **options)
         self.artifact = Artifact(
             graph, what=f"tensorflow step {name!r}", filename=FILENAME, serialize=_graphdef_bytes
         )
@@ -183,14 +178,8 @@ class TensorFlowStep(Step):
     def standin(self) -> PythonStep:
         """The same graph in a TensorFlow session on the CPU, as a Python-backend model with the same I/O."""
         spec = {"inputs": [t.name for t in self.inputs], "outputs": [t.name for t in self.outputs]}
-        s = self.settings
-        return PythonStep(
-            self.name, GraphDefRunner, self.inputs, self.outputs,
-            files={FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()},
-            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
-            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
-            version_policy=s.version_policy,
-        )
+        files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
+        return PythonStep.standin(self, GraphDefRunner, files)
 
 
 def _declared_dims(t: Tensor | None) -> tuple[int, ...]:

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 from conch.backends.artifact import Artifact
 from conch.backends.onnx import check_against_file, read_onnx_io
 from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.cache import cached_file
-from conch.ensembles.config import InstanceGroup, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.step import Step, StepLayout
 from conch.ensembles.target import Release, Target
@@ -182,16 +184,9 @@ class TensorRTStep(Step):
         max_batch_size: int = 0,
         fp16: bool = False,
         max_dims: Mapping[str, Sequence[int]] | None = None,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: Any = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Any = None,
-        version_policy: Any = None,
+        **options: Unpack[SettingsArgs],
     ) -> None:
-        settings = StepSettings.of(
-            max_batch_size, instance_group, dynamic_batching, parameters, warmup, version_policy,
-            what=f"tensorrt step {name!r}",
-        )
+        settings = StepSettings.of(max_batch_size, what=f"tensorrt step {name!r}", **options)
         if plan is None and onnx is None:
             raise DeclarationError(
                 f"tensorrt step {name!r}: give plan= (a prebuilt model.plan), onnx= (the ONNX model to compile "
@@ -315,14 +310,7 @@ class TensorRTStep(Step):
                 "only on a GPU with TensorRT; pass onnx= with the model's ONNX source so the local target runs "
                 "it under ONNX Runtime (or replay on a GPU host)"
             )
-        s = self.settings
-        return PythonStep(
-            self.name, OnnxRuntimeRunner, self.inputs, self.outputs,
-            files={"model.onnx": self._onnx_path()},
-            max_batch_size=s.max_batch_size, instance_group=s.instance_groups,
-            dynamic_batching=s.dynamic_batching, parameters=s.parameters, warmup=s.warmups,
-            version_policy=s.version_policy,
-        )
+        return PythonStep.standin(self, OnnxRuntimeRunner, {"model.onnx": self._onnx_path()})
 
     def describe(self) -> dict[str, object]:
         info = super().describe()

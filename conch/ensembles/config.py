@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
+
+from typing_extensions import Unpack
 
 from conch.ensembles.tensors import Tensor
 from conch.errors import DeclarationError
@@ -81,6 +83,16 @@ class VersionPolicy:
             raise DeclarationError("version_policy latest must be >= 1")
 
 
+class SettingsArgs(TypedDict, total=False):
+    """The config fields every step takes as keyword arguments, whatever its backend."""
+
+    instance_group: InstanceGroup | Sequence[InstanceGroup] | None
+    dynamic_batching: DynamicBatching | bool | None
+    parameters: Mapping[str, object] | None
+    warmup: Warmup | Sequence[Warmup] | None
+    version_policy: VersionPolicy | None
+
+
 @dataclass(frozen=True)
 class StepSettings:
     """The config fields every step may set, whatever its backend."""
@@ -93,16 +105,17 @@ class StepSettings:
     version_policy: VersionPolicy | None = None
 
     @staticmethod
-    def of(
-        max_batch_size: int = 0,
-        instance_group: InstanceGroup | Sequence[InstanceGroup] | None = None,
-        dynamic_batching: DynamicBatching | bool | None = None,
-        parameters: Mapping[str, object] | None = None,
-        warmup: Warmup | Sequence[Warmup] | None = None,
-        version_policy: VersionPolicy | None = None,
-        what: str = "step",
-    ) -> StepSettings:
+    def of(max_batch_size: int = 0, what: str = "step", **options: Unpack[SettingsArgs]) -> StepSettings:
         """Normalise the keyword arguments users pass to a step."""
+        unknown = sorted(set(options) - set(SettingsArgs.__annotations__))
+        if unknown:
+            known = ", ".join(["max_batch_size", *SettingsArgs.__annotations__])
+            raise TypeError(f"{what}: unknown setting(s) {', '.join(unknown)}; settings are {known}")
+        instance_group = options.get("instance_group")
+        dynamic_batching = options.get("dynamic_batching")
+        parameters = options.get("parameters")
+        warmup = options.get("warmup")
+        version_policy = options.get("version_policy")
         if max_batch_size < 0:
             raise DeclarationError(f"{what}: max_batch_size {max_batch_size} must be >= 0 (0: no batching)")
         groups = (instance_group,) if isinstance(instance_group, InstanceGroup) else tuple(instance_group or ())
@@ -124,6 +137,16 @@ class StepSettings:
                 raise DeclarationError(f"{what}: warmup {w.name!r} batch_size must be 1 without batching")
         params = {str(k): str(v) for k, v in (parameters or {}).items()}
         return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy)
+
+    def as_args(self) -> SettingsArgs:
+        """These settings as the keyword arguments a step takes (for stand-ins of the same step)."""
+        return SettingsArgs(
+            instance_group=self.instance_groups,
+            dynamic_batching=self.dynamic_batching,
+            parameters=dict(self.parameters),
+            warmup=self.warmups,
+            version_policy=self.version_policy,
+        )
 
 
 @dataclass(frozen=True)

@@ -326,3 +326,8 @@ class TestPythonStepCode:
 def test_label_file_name_of_a_tensor_name_with_slashes_stays_one_file() -> None:
     t = Tensor("InceptionV3/Predictions/Softmax", "FP32", [3], labels=["a", "b", "c"])
     assert t.label_filename == "InceptionV3_Predictions_Softmax_labels.txt"
+
+
+def test_unknown_step_setting_is_named() -> None:
+    with pytest.raises(TypeError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
+        step(instance_groups=[InstanceGroup("KIND_CPU")])
