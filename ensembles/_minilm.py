@@ -10,7 +10,9 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+from text_steps import Tokenize, mean_pool
 
+from conch import PythonEnv, PythonStep, Tensor
 from conch.cache import cached_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything comes from the installed package
@@ -114,3 +116,28 @@ def reference_embeddings(sentences: list[str]) -> np.ndarray:
     mask = batch["attention_mask"].unsqueeze(-1).float()
     pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
     return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy().astype(np.float32)
+
+
+# -- the Python steps both text examples share (one declaration, used by two ensembles) --------------
+
+MAX_BATCH = 64
+HIDDEN = 384
+# The Triton image's Python has no tokenizers: the Python steps run from one packed environment.
+TEXT_ENV = PythonEnv(requirements=("tokenizers>=0.19,<1",))
+
+tokenize = PythonStep(
+    "tokenize",
+    Tokenize,
+    inputs=[Tensor("TEXT", "BYTES", [1])],
+    outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
+    files={"tokenizer.json": tokenizer_file()},
+    max_batch_size=MAX_BATCH,
+)
+
+pool = PythonStep(
+    "pool",
+    mean_pool,
+    inputs=[Tensor("token_embeddings", "FP32", [-1, HIDDEN]), Tensor("attention_mask", "INT64", [-1])],
+    outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
+    max_batch_size=MAX_BATCH,
+)

@@ -3,22 +3,9 @@ TorchScript (forward(input_ids, attention_mask), bound by argument name) -> Pyth
 normalisation -> sentence embeddings [N, 384]."""
 
 import numpy as np
-from _minilm import SENTENCES, export_torchscript, reference_embeddings, tokenizer_file
-from text_steps import Tokenize, mean_pool
+from _minilm import HIDDEN, MAX_BATCH, SENTENCES, TEXT_ENV, export_torchscript, pool, reference_embeddings, tokenize
 
-from conch import Ensemble, PythonEnv, PythonStep, Tensor, Tolerance, TorchScriptStep
-
-MAX_BATCH = 64
-HIDDEN = 384
-
-tokenize = PythonStep(
-    "tokenize",
-    Tokenize,
-    inputs=[Tensor("TEXT", "BYTES", [1])],
-    outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
-    files={"tokenizer.json": tokenizer_file()},
-    max_batch_size=MAX_BATCH,
-)
+from conch import Ensemble, Tensor, Tolerance, TorchScriptStep
 
 bert = TorchScriptStep(
     "bert",
@@ -28,20 +15,11 @@ bert = TorchScriptStep(
     max_batch_size=MAX_BATCH,
 )
 
-pool = PythonStep(
-    "pool",
-    mean_pool,
-    inputs=[Tensor("token_embeddings", "FP32", [-1, HIDDEN]), Tensor("attention_mask", "INT64", [-1])],
-    outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
-    max_batch_size=MAX_BATCH,
-)
-
 bert_torchscript = Ensemble(
     "bert_torchscript",
     max_batch_size=MAX_BATCH,
     description="all-MiniLM-L6-v2 sentence embeddings (tokenizer -> TorchScript encoder -> mean pooling)",
-    # The Triton image's Python has no tokenizers: both Python steps share one packed environment.
-    env=PythonEnv(requirements=("tokenizers>=0.19,<1",)),
+    env=TEXT_ENV,
 )
 text = bert_torchscript.input("TEXT", "BYTES", [1])
 ids, mask = tokenize(text)

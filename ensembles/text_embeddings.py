@@ -2,51 +2,33 @@
 pooling + L2 normalisation -> sentence embeddings [N, 384]."""
 
 import numpy as np
-from _minilm import SENTENCES, export_onnx, reference_embeddings, tokenizer_file
-from text_steps import Tokenize, mean_pool
+from _minilm import HIDDEN, MAX_BATCH, SENTENCES, TEXT_ENV, export_onnx, pool, reference_embeddings, tokenize
 
-from conch import DynamicBatching, Ensemble, InstanceGroup, OnnxStep, PythonEnv, PythonStep, Tensor, Tolerance
+from conch import DynamicBatching, Ensemble, InstanceGroup, OnnxStep, Tensor, Tolerance
 
-MAX_BATCH = 64
-
-tokenize = PythonStep(
-    "tokenize",
-    Tokenize,
-    inputs=[Tensor("TEXT", "BYTES", [1])],
-    outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
-    files={"tokenizer.json": tokenizer_file()},
-    max_batch_size=MAX_BATCH,
-)
+# tokenize and pool are Python steps declared in _minilm.py (shared with bert_torchscript.py); their code
+# is in text_steps.py, which runs inside Triton.
 
 encoder = OnnxStep(
     "encoder",
     export_onnx,  # exported from the packaged weights when a build needs the file
     inputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
-    outputs=[Tensor("last_hidden_state", "FP32", [-1, 384])],
+    outputs=[Tensor("last_hidden_state", "FP32", [-1, HIDDEN])],
     max_batch_size=MAX_BATCH,
     instance_group=InstanceGroup("KIND_GPU", count=1),
     dynamic_batching=DynamicBatching(preferred_batch_size=(8, 16), max_queue_delay_microseconds=500),
-)
-
-pool = PythonStep(
-    "pool",
-    mean_pool,
-    inputs=[Tensor("token_embeddings", "FP32", [-1, 384]), Tensor("attention_mask", "INT64", [-1])],
-    outputs=[Tensor("embeddings", "FP32", [384])],
-    max_batch_size=MAX_BATCH,
 )
 
 text_embeddings = Ensemble(
     "text_embeddings",
     max_batch_size=MAX_BATCH,
     description="all-MiniLM-L6-v2 sentence embeddings (tokenizer -> ONNX encoder -> mean pooling)",
-    # The Triton image's Python has no tokenizers: both Python steps share one packed environment.
-    env=PythonEnv(requirements=("tokenizers>=0.19,<1",)),
+    env=TEXT_ENV,  # tokenize and pool share one packed environment (the image's Python lacks tokenizers)
 )
 text = text_embeddings.input("TEXT", "BYTES", [1])
 ids, mask = tokenize(text)
 hidden = encoder(input_ids=ids, attention_mask=mask)
-text_embeddings.output("EMBEDDINGS", pool(hidden, mask), dtype="FP32", dims=[384])
+text_embeddings.output("EMBEDDINGS", pool(hidden, mask), dtype="FP32", dims=[HIDDEN])
 
 _COSINE = Tolerance(cosine=0.999)
 text_embeddings.sample(
