@@ -1,4 +1,5 @@
-"""`conch build | replay | serve | graph | inspect`: the command line over the library."""
+"""`conch build | replay | serve | graph | inspect | deploy | invoke | undeploy`: the command line over the
+library."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from conch.ensembles.target import DEFAULT_RELEASE
+
+if TYPE_CHECKING:
+    from conch.sagemaker.autoscaling import Autoscaling
 
 
 def _say(message: str) -> None:
@@ -148,6 +153,130 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.sagemaker.aws import AwsTarget
+    from conch.sagemaker.deploy import archives_release, deploy
+    from conch.sagemaker.endpoint import EndpointSpec
+    from conch.sagemaker.images import triton_image
+    from conch.sagemaker.s3 import ModelLocation
+
+    archives = _archives(args.archives)
+    release = archives_release(archives, args.release)
+    aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    location = ModelLocation(args.bucket, args.prefix)
+    spec = EndpointSpec(
+        args.endpoint, args.role, location.model_data_url, triton_image(release, aws.region, args.image),
+        args.instance_type, args.instance_count, args.variant, _pairs(args.env or []),
+    )
+    scaling = _scaling(args, spec.instance_type)
+    for warning in spec.warnings:
+        _say(f"conch: warning: {warning}")
+    done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
+                  progress=_say)
+    for warning in done.warnings:
+        _say(f"conch: warning: {warning}")
+    result = done.endpoint
+    print(f"endpoint {result.name} {result.action} ({result.status}) in {aws.region}: {spec.instance_count} x "
+          f"{spec.instance_type}, {spec.image}, models from {location.model_data_url}")
+    for upload in done.uploads:
+        print(f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}")
+    for removed in result.removed:
+        print(f"  removed   {removed}")
+    if scaling is not None:
+        metric = "GPUUtilization %" if scaling.metric == "gpu" else "invocations per instance per minute"
+        print(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
+              f"{scaling.target_value:g} {metric} ({done.policy_arn})")
+    print(f"  try: conch invoke --endpoint {result.name} --archive {done.uploads[0].archive} --region {aws.region}")
+    return 0
+
+
+def _archives(paths: Sequence[Path]) -> list[Path]:
+    """The .tar.gz files named, and those in the folders named."""
+    from conch.errors import DeployError
+
+    archives: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.tar.gz"))
+            if not found:
+                raise DeployError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
+            archives += found
+        elif path.name.endswith(".tar.gz"):
+            archives.append(path)
+        else:
+            raise DeployError(f"deploy takes built archives (.tar.gz), not {path}: run `conch build` first")
+    return archives
+
+
+def _pairs(items: Sequence[str]) -> dict[str, str]:
+    from conch.errors import DeployError
+
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise DeployError(f"--env {item!r}: write KEY=VALUE")
+        pairs[key] = value
+    return pairs
+
+
+def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None:
+    from conch.errors import DeployError
+    from conch.sagemaker.autoscaling import Autoscaling
+    from conch.sagemaker.instances import gpus
+
+    if args.max_instances is None:
+        if args.scale_on or args.target_value is not None or args.min_instances is not None:
+            raise DeployError("autoscaling needs --max-instances (with --min-instances, --scale-on, --target-value)")
+        return None
+    metric = args.scale_on or ("gpu" if gpus(instance_type) else "invocations")
+    return Autoscaling(
+        max_instances=args.max_instances, metric=metric, target_value=args.target_value,
+        min_instances=1 if args.min_instances is None else args.min_instances,
+        scale_in_cooldown=args.scale_in_cooldown, scale_out_cooldown=args.scale_out_cooldown,
+    )
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    from conch.errors import DeployError
+    from conch.sagemaker.aws import AwsTarget
+    from conch.sagemaker.invoke import invoke_raw, replay_endpoint
+
+    aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    if args.json is not None:
+        if not args.target_model:
+            raise DeployError("--json needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
+        try:
+            body = args.json.read_bytes()
+            if "inputs" not in json.loads(body):
+                raise ValueError("no 'inputs'")
+        except (OSError, ValueError, TypeError) as exc:
+            raise DeployError(f"--json {args.json}: not a KServe v2 request body ({exc})") from None
+        content, content_type = invoke_raw(aws, args.endpoint, args.target_model, body, "application/json")
+        try:
+            print(json.dumps(json.loads(content), indent=1))
+        except ValueError:
+            print(f"({content_type}) {content.decode('utf-8', 'replace')}")
+        return 0
+    if args.archive is None:
+        raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --json FILE")
+    report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or ("json", "binary"),
+                             samples=args.sample or (), target_model=args.target_model, progress=_say)
+    print(report.table())
+    return 0 if report.passed else 1
+
+
+def cmd_undeploy(args: argparse.Namespace) -> int:
+    from conch.sagemaker.aws import AwsTarget
+    from conch.sagemaker.endpoint import delete_endpoint
+
+    aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    for item in delete_endpoint(args.endpoint, aws, progress=_say):
+        print(f"deleted {item}")
+    print("the archives stay in S3")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="conch", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -186,7 +315,57 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("archive", type=Path)
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_inspect)
+    _deploy_parsers(sub)
     return p
+
+
+def _deploy_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from conch.sagemaker.endpoint import DEFAULT_INSTANCE_TYPE, DEFAULT_VARIANT, DEFAULT_WAIT_TIMEOUT_S
+
+    def aws(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--endpoint", required=True, help="SageMaker endpoint name")
+        sp.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")
+        sp.add_argument("--endpoint-url", help="one URL for S3, SageMaker and autoscaling (S3/SageMaker-compatible "
+                        "servers such as moto); default: AWS")
+
+    d = sub.add_parser("deploy", help="upload archives to S3 and serve them from one SageMaker MME")
+    d.add_argument("archives", nargs="+", type=Path, help=".tar.gz archives built by `conch build`, or folders")
+    d.add_argument("--bucket", required=True, help="S3 bucket in the endpoint's region")
+    d.add_argument("--prefix", default="", help="S3 prefix the MME serves (the archives go to <prefix>/<name>)")
+    d.add_argument("--role", required=True, help="ARN of the execution role SageMaker assumes")
+    aws(d)
+    d.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE, help=f"default {DEFAULT_INSTANCE_TYPE}")
+    d.add_argument("--instance-count", type=int, default=1)
+    d.add_argument("--variant", default=DEFAULT_VARIANT, help=f"production variant name (default {DEFAULT_VARIANT})")
+    d.add_argument("--release", help="Triton release of the image (default: the release the archives were built for)")
+    d.add_argument("--image", help="image URI instead of the SageMaker Triton image of the release and region")
+    d.add_argument("--env", action="append", metavar="KEY=VALUE", help="container environment (repeatable)")
+    d.add_argument("--min-instances", type=int, help="autoscaling minimum (default 1)")
+    d.add_argument("--max-instances", type=int, help="autoscaling maximum; turns autoscaling on")
+    d.add_argument("--scale-on", choices=("invocations", "gpu"),
+                   help="metric to track (default: gpu on GPU instances, else invocations)")
+    d.add_argument("--target-value", type=float,
+                   help="GPU utilisation in %% (default 60), or invocations per instance per minute (required)")
+    d.add_argument("--scale-in-cooldown", type=int, default=600, help="seconds (default 600)")
+    d.add_argument("--scale-out-cooldown", type=int, default=200, help="seconds (default 200)")
+    d.add_argument("--no-wait", action="store_true", help="return once SageMaker accepted the change")
+    d.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT_S,
+                   help=f"seconds to wait for InService (default {DEFAULT_WAIT_TIMEOUT_S:.0f})")
+    d.set_defaults(func=cmd_deploy)
+
+    v = sub.add_parser("invoke", help="replay an archive's samples (or send a JSON body) on a deployed MME")
+    aws(v)
+    v.add_argument("--archive", type=Path, help="local archive whose samples to send (TargetModel: its name)")
+    v.add_argument("--target-model", help="TargetModel (default: the archive's file name)")
+    v.add_argument("--sample", action="append", help="only this sample of the archive (repeatable)")
+    v.add_argument("--json", type=Path, help="send this KServe v2 JSON request body and print the answer")
+    v.add_argument("--body", action="append", choices=("json", "binary"),
+                   help="request body kinds for samples (default both)")
+    v.set_defaults(func=cmd_invoke)
+
+    u = sub.add_parser("undeploy", help="delete an endpoint and the configs, models and autoscaling conch made")
+    aws(u)
+    u.set_defaults(func=cmd_undeploy)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -90,22 +90,13 @@ class MultiModelClient:
 
     def invoke_json(self, target_model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a KServe v2 JSON body."""
-        body = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
-        response = self._invoke(target_model, json.dumps(body).encode(), "application/json")
-        return _parse_json_outputs(response.json())
+        response = self._invoke(target_model, *json_request(inputs))
+        return parse_json_response(response.content)
 
     def invoke_binary(self, target_model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a binary+json body (JSON header, then raw tensors)."""
-        infer_inputs = [_infer_input(name, array) for name, array in inputs.items()]
-        body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
-        content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
-        response = self._invoke(target_model, body, content_type)
-        returned = response.headers.get("Content-Type", "")
-        header = None
-        if returned.startswith(BINARY_CONTENT_TYPE):
-            header = int(returned[len(BINARY_CONTENT_TYPE):])
-        result = httpclient.InferenceServerClient.parse_response_body(response.content, header_length=header)
-        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+        response = self._invoke(target_model, *binary_request(inputs))
+        return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
         try:
@@ -134,6 +125,49 @@ class MultiModelClient:
         finally:
             client.close()
         return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+
+
+def json_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
+    """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it."""
+    body = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
+    return json.dumps(body).encode(), "application/json"
+
+
+def binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
+    """(body, content type) of a binary+json request: the JSON header, then the raw tensors."""
+    infer_inputs = [_infer_input(name, array) for name, array in inputs.items()]
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
+    content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
+    return body, content_type
+
+
+def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
+    """The outputs of a KServe v2 JSON response."""
+    try:
+        body = json.loads(content)
+        return _parse_json_outputs(body)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ServeError(f"the answer is not a KServe v2 JSON inference response ({exc}): {_head(content)}") from None
+
+
+def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.ndarray]:
+    """The outputs of a binary+json response (or of a JSON one, when the server answered in JSON)."""
+    header = None
+    if content_type.startswith(BINARY_CONTENT_TYPE):
+        header = int(content_type[len(BINARY_CONTENT_TYPE):])
+    try:
+        result = httpclient.InferenceServerClient.parse_response_body(content, header_length=header)
+        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+    except Exception as exc:  # tritonclient raises whatever its JSON and buffer handling raise
+        raise ServeError(
+            f"the answer ({content_type or 'no content type'}) is not a KServe v2 inference response ({exc}): "
+            f"{_head(content)}"
+        ) from None
+
+
+def _head(content: bytes, limit: int = 80) -> str:
+    text = content[:limit].decode("utf-8", "replace")
+    return repr(text + ("..." if len(content) > limit else ""))
 
 
 def _error_text(response: requests.Response) -> str:

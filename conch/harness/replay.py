@@ -4,7 +4,7 @@ compare with the expected outputs, and report a table."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,9 +128,7 @@ def _replay_one(
     if not manifest["samples"]:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
     for sample in manifest["samples"]:
-        inputs = {k: decode_array(v) for k, v in sample["inputs"].items()}
-        expected = {k: decode_array(v) for k, v in sample["expected"].items()}
-        tolerance = Tolerance.from_json(sample["tolerance"])
+        inputs, expected, tolerance = sample_payloads(sample)
         for endpoint in endpoints:
             report.rows.append(_replay_sample(client, name, sample["name"], endpoint, inputs, expected, tolerance))
             if progress:
@@ -163,6 +161,26 @@ def _replay_sample(
     except ConchError as exc:
         return ReplayRow(name, sample, endpoint, False, str(exc))
     millis = (time.perf_counter() - start) * 1000
+    return judge(name, sample, endpoint, got, expected, tolerance, millis)
+
+
+def sample_payloads(sample: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Tolerance]:
+    """(inputs, expected outputs, tolerance) of one sample as the manifest records it."""
+    inputs = {k: decode_array(v) for k, v in sample["inputs"].items()}
+    expected = {k: decode_array(v) for k, v in sample["expected"].items()}
+    return inputs, expected, Tolerance.from_json(sample["tolerance"])
+
+
+def judge(
+    name: str,
+    sample: str,
+    endpoint: str,
+    got: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    tolerance: Tolerance,
+    millis: float,
+) -> ReplayRow:
+    """Compare every expected output with what an endpoint answered: one row of the report."""
     verdicts = []
     for out, want in expected.items():
         if out not in got:

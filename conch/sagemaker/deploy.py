@@ -1,0 +1,112 @@
+"""``conch deploy`` as a function: check the archives, upload them under the prefix, bring the MME up
+(or move it to a new config), then scale it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conch.ensembles.target import Release
+from conch.errors import DeployError
+from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
+from conch.sagemaker.aws import AwsTarget
+from conch.sagemaker.endpoint import (
+    DEFAULT_POLL_S,
+    DEFAULT_WAIT_TIMEOUT_S,
+    EndpointResult,
+    EndpointSpec,
+    deploy_endpoint,
+)
+from conch.sagemaker.instances import gpus
+from conch.sagemaker.invoke import archive_manifest
+from conch.sagemaker.s3 import ModelLocation, Upload, upload_archives
+
+
+@dataclass
+class Deployment:
+    """What a deploy did: the uploads, the endpoint's fate, the scaling policy, and what to watch out for."""
+
+    location: ModelLocation
+    uploads: list[Upload]
+    endpoint: EndpointResult
+    policy_arn: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def archives_release(archives: Sequence[Path], release: Release | str | None = None) -> Release:
+    """The one Triton release the archives were built for (checked against ``release`` if given).
+
+    A release fixes the Python of the Python-backend stub, so an archive must run on its own release's image;
+    a ``local`` build (CPU stand-ins) is not for SageMaker."""
+    if not archives:
+        raise DeployError("no archives to deploy: give .tar.gz files built with `conch build` (or folders of them)")
+    built: dict[str, list[str]] = {}
+    for archive in archives:
+        manifest = archive_manifest(archive)
+        if manifest.get("target") != "production":
+            raise DeployError(
+                f"{archive.name} is a {manifest.get('target')!r} build (CPU stand-ins for the local server); build "
+                "it for SageMaker with `conch build --target production`"
+            )
+        built.setdefault(str(manifest["release"]), []).append(archive.name)
+    if release is not None:
+        wanted = Release.of(release)
+        others = {r: names for r, names in built.items() if Release.of(r) != wanted}
+        if others:
+            r, names = next(iter(others.items()))
+            raise DeployError(
+                f"{', '.join(names)} {'was' if len(names) == 1 else 'were'} built for Triton {r} but the endpoint "
+                f"would run {wanted}; deploy with --release {r} or rebuild with --release {wanted}"
+            )
+        return wanted
+    if len(built) > 1:
+        listing = "; ".join(f"{r}: {', '.join(names)}" for r, names in sorted(built.items()))
+        raise DeployError(
+            f"the archives were built for different Triton releases ({listing}); one endpoint runs one image: "
+            "rebuild them for one release"
+        )
+    return Release.of(next(iter(built)))
+
+
+def deploy(
+    archives: Sequence[Path],
+    location: ModelLocation,
+    spec: EndpointSpec,
+    aws: AwsTarget,
+    *,
+    scaling: Autoscaling | None = None,
+    wait: bool = True,
+    timeout: float = DEFAULT_WAIT_TIMEOUT_S,
+    poll: float = DEFAULT_POLL_S,
+    multipart_threshold: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Deployment:
+    """Upload ``archives`` to ``location`` and serve them all from the MME ``spec`` describes.
+
+    ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
+    if spec.model_data_url != location.model_data_url:
+        raise DeployError(f"the endpoint would serve {spec.model_data_url} but the archives go to "
+                          f"{location.model_data_url}")
+    if scaling is not None:
+        if not wait:
+            raise DeployError("autoscaling needs the endpoint InService: drop --no-wait, or deploy once more "
+                              "with the scaling options when it is up")
+        if scaling.metric == "gpu" and gpus(spec.instance_type) == 0:
+            raise DeployError(f"{spec.instance_type} has no GPU, so it reports no GPUUtilization: scale on "
+                              "invocations (--scale-on invocations --target-value N)")
+    warnings: list[str] = []
+    threshold = {"multipart_threshold": multipart_threshold} if multipart_threshold else {}
+    uploads = upload_archives(archives, location, aws, progress=progress, **threshold)
+    for upload in uploads:
+        if upload.action == "replaced":
+            warnings.append(
+                f"{upload.url} had other bytes and was replaced: instances that already loaded "
+                f"{upload.target_model} keep serving their copy until SageMaker unloads it; give a new version "
+                "a new archive name to be sure callers get it"
+            )
+    result = deploy_endpoint(spec, aws, wait=wait, timeout=timeout, poll=poll, progress=progress)
+    deployment = Deployment(location, uploads, result, warnings=warnings + result.notes)
+    if scaling is not None:
+        deployment.policy_arn = apply_autoscaling(aws, spec.name, spec.variant, scaling)
+    return deployment

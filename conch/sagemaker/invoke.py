@@ -1,0 +1,140 @@
+"""Invoke one archive on a deployed MME (``TargetModel`` = its key under the prefix), with the same KServe v2
+JSON and binary+json bodies the local replay sends, and replay an archive's samples against the endpoint."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conch.builder.manifest import MANIFEST_NAME
+from conch.errors import ConchError, DeployError, ServeError
+from conch.harness.mme import binary_request, json_request, parse_binary_response, parse_json_response
+from conch.harness.replay import ReplayReport, ReplayRow, judge, sample_payloads
+from conch.sagemaker.aws import AwsTarget, aws_errors, error_code
+
+BODIES = ("json", "binary")
+MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
+READ_TIMEOUT_S = 120.0  # a TargetModel's first call downloads and loads the archive before it answers
+
+
+def request_body(inputs: Mapping[str, np.ndarray], body: str) -> tuple[bytes, str]:
+    """(body, ContentType) for ``inputs`` as a ``json`` or ``binary`` (binary+json) request."""
+    if body not in BODIES:
+        raise DeployError(f"body {body!r}: use {' or '.join(BODIES)}")
+    return json_request(inputs) if body == "json" else binary_request(inputs)
+
+
+def parse_body(content: bytes, content_type: str, body: str) -> dict[str, np.ndarray]:
+    """The output tensors of a response to a ``json`` or ``binary`` request."""
+    return parse_json_response(content) if body == "json" else parse_binary_response(content, content_type)
+
+
+def invoke_raw(
+    aws: AwsTarget, endpoint: str, target_model: str, body: bytes, content_type: str, *, runtime: Any = None,
+) -> tuple[bytes, str]:
+    """``invoke_endpoint`` with a ready body; returns the response body and its ContentType."""
+    from botocore.exceptions import ClientError
+
+    if len(body) > MAX_BODY_BYTES:
+        raise DeployError(
+            f"the request for {target_model!r} is {len(body) / 1e6:.1f} MB; SageMaker real-time invocations take at "
+            f"most {MAX_BODY_BYTES / 1e6:.1f} MB: send fewer rows per request"
+        )
+    runtime = runtime or aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S)
+    with aws_errors(f"invoking {target_model!r} on endpoint {endpoint!r}",
+                    f"the credentials need sagemaker:InvokeEndpoint on endpoint {endpoint}"):
+        try:
+            response = runtime.invoke_endpoint(EndpointName=endpoint, TargetModel=target_model,
+                                               ContentType=content_type, Body=body)
+        except ClientError as exc:
+            if error_code(exc) != "ModelError":
+                raise
+            raise DeployError(_model_error(exc.response, endpoint, target_model)) from None
+    return response["Body"].read(), str(response.get("ContentType", ""))
+
+
+def invoke(
+    aws: AwsTarget, endpoint: str, target_model: str, inputs: Mapping[str, np.ndarray], *, body: str = "json",
+    runtime: Any = None,
+) -> dict[str, np.ndarray]:
+    """Send ``inputs`` to ``target_model`` on the endpoint and return its output tensors."""
+    content, content_type = invoke_raw(aws, endpoint, target_model, *request_body(inputs, body), runtime=runtime)
+    try:
+        return parse_body(content, content_type, body)
+    except ServeError as exc:
+        raise DeployError(f"{target_model!r} on endpoint {endpoint!r}: {exc}") from None
+
+
+def archive_manifest(archive: Path) -> dict[str, Any]:
+    """The ``conch-manifest.json`` at the root of a built archive."""
+    if not archive.is_file():
+        raise DeployError(f"{archive}: no such archive")
+    try:
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile(MANIFEST_NAME)
+            if member is None:
+                raise tarfile.TarError
+            manifest: dict[str, Any] = json.load(member)
+    except (OSError, KeyError, tarfile.TarError, ValueError):
+        raise DeployError(f"{archive}: not an archive with a {MANIFEST_NAME}; build it with `conch build`") from None
+    return manifest
+
+
+def replay_endpoint(
+    aws: AwsTarget,
+    endpoint: str,
+    archive: Path,
+    *,
+    bodies: Iterable[str] = BODIES,
+    samples: Sequence[str] = (),
+    target_model: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    runtime: Any = None,
+) -> ReplayReport:
+    """Send the archive's samples (all, or those named) to the deployed endpoint and compare the answers
+    with the expected outputs, as ``conch replay`` does locally. ``runtime`` is anything with boto3's
+    ``invoke_endpoint`` (default: a sagemaker-runtime client)."""
+    manifest = archive_manifest(archive)
+    target = target_model or archive.name
+    recorded = {s["name"]: s for s in manifest["samples"]}
+    unknown = [s for s in samples if s not in recorded]
+    if unknown:
+        raise DeployError(
+            f"{archive.name} has no sample {unknown[0]!r}; its samples: {', '.join(recorded) or 'none'}"
+        )
+    chosen = [recorded[s] for s in samples] if samples else list(recorded.values())
+    report = ReplayReport()
+    if not chosen:
+        report.rows.append(ReplayRow(target, "-", endpoint, False, "the archive has no samples to replay"))
+    runtime = runtime or aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S)
+    for sample in chosen:
+        inputs, expected, tolerance = sample_payloads(sample)
+        for body in bodies:
+            label = f"{endpoint} ({body})"
+            start = time.perf_counter()
+            try:
+                got = invoke(aws, endpoint, target, inputs, body=body, runtime=runtime)
+            except ConchError as exc:
+                report.rows.append(ReplayRow(target, sample["name"], label, False, str(exc)))
+            else:
+                millis = (time.perf_counter() - start) * 1000
+                report.rows.append(judge(target, sample["name"], label, got, expected, tolerance, millis))
+            if progress:
+                row = report.rows[-1]
+                progress(f"{target} {row.sample} {label}: {'ok' if row.passed else 'FAIL'}")
+    return report
+
+
+def _model_error(response: Mapping[str, Any], endpoint: str, target_model: str) -> str:
+    """SageMaker's ModelError: the container (Triton) answered with an error status."""
+    status = response.get("OriginalStatusCode", "?")
+    message = response.get("OriginalMessage") or response.get("Error", {}).get("Message", "")
+    logs = response.get("LogStreamArn") or f"CloudWatch log group /aws/sagemaker/Endpoints/{endpoint}"
+    hint = " (507: the instance ran out of memory for this model)" if str(status) == "507" else ""
+    return f"{target_model!r} on endpoint {endpoint!r}: Triton answered HTTP {status}{hint}: {message} (logs: {logs})"
