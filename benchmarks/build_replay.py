@@ -23,12 +23,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    from conch.builder.archive import safe_extract
     from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
     from conch.builder.manifest import read_manifest
     from conch.ensembles.samples import decode_array
     from conch.harness.mme import MultiModelClient
+    from conch.harness.replay import stage
     from conch.harness.server import LocalTriton
 
     parser = argparse.ArgumentParser()
@@ -56,8 +56,7 @@ def main() -> int:
             rows.append({"ensemble": "-", "metric": "server start (s)", "value": round(time.perf_counter() - start, 3)})
             client = MultiModelClient(server.sagemaker_url, server.http_url)
             for archive in archives:
-                folder = server.workdir / "models" / archive.name
-                safe_extract(archive, folder)
+                folder = stage(archive, server)
                 start = time.perf_counter()
                 client.load(archive.name, folder, 600)
                 name = archive.name.removesuffix(".tar.gz")

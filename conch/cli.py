@@ -41,7 +41,7 @@ def _split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from conch.builder.build import build_ensemble, render_repository, write_repository
+    from conch.builder.build import render_repository, write_archive, write_repository
     from conch.builder.discover import discover
     from conch.errors import ConchError
 
@@ -55,7 +55,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     for ensemble in ensembles:
         start = time.perf_counter()
         try:  # one ensemble that cannot build (e.g. needs a GPU) does not stop the others
-            path = build_ensemble(ensemble, args.out, args.target, args.release, progress=_say)
+            repo = render_repository(ensemble, args.target, args.release, progress=_say)
+            path = write_archive(repo, args.out)
         except ConchError as exc:
             _say(f"conch: error: {exc}")
             failed.append(ensemble.name)
@@ -63,7 +64,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         _say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
              f"{time.perf_counter() - start:.1f} s)")
         if args.repo_dir:
-            write_repository(render_repository(ensemble, args.target, args.release), args.repo_dir / ensemble.name)
+            write_repository(repo, args.repo_dir / ensemble.name)  # the same rendering, not a second one
     if failed:
         _say(f"conch: {len(failed)} of {len(ensembles)} ensembles failed to build: {', '.join(failed)}")
         return 2
@@ -95,10 +96,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from conch.builder.archive import safe_extract
     from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
     from conch.harness.mme import MultiModelClient, model_hash
+    from conch.harness.replay import stage
     from conch.harness.server import LocalTriton
 
     archives, sources = _split_sources(args.paths)
@@ -106,10 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         archives += [build_ensemble(e, Path(tmp), "local", args.release) for e in discover(sources)] if sources else []
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            folder = triton.workdir / "models" / archive.name.removesuffix(".tar.gz")
-            folder.mkdir(parents=True)
-            safe_extract(archive, folder)
-            client.load(archive.name, folder, args.load_timeout)
+            client.load(archive.name, stage(archive, triton), args.load_timeout)
             _say(f"loaded {archive.name}: POST {triton.sagemaker_url}/models/{model_hash(archive.name)}/invoke "
                  f"(header X-Amzn-SageMaker-Target-Model: {archive.name})")
         _say(f"SageMaker endpoint {triton.sagemaker_url}, KServe HTTP {triton.http_url}; Ctrl-C stops")

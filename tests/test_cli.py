@@ -89,3 +89,17 @@ def test_ctrl_c_stops_the_server_and_its_stubs() -> None:
     time.sleep(0.5)
     for pid in servers + stubs:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_repo_dir_holds_the_same_files_as_the_archive(tmp_path: Path) -> None:
+    import tarfile
+
+    result = conch("build", str(PIPELINES), "--out", str(tmp_path / "dist"), "--repo-dir", str(tmp_path / "repos"))
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / "repos" / "cli_linear"
+    with tarfile.open(tmp_path / "dist" / "cli_linear.tar.gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                assert (folder / member.name).read_bytes() == data
+    assert (folder / "cli_linear" / "1").is_dir()

@@ -116,8 +116,12 @@ def build_ensemble(
     """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind."""
     from conch.ensembles.target import DEFAULT_RELEASE
 
-    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE, progress)
-    path = Path(out_dir) / f"{ensemble.name}.tar.gz"
+    return write_archive(render_repository(ensemble, target, release or DEFAULT_RELEASE, progress), out_dir)
+
+
+def write_archive(repo: Repository, out_dir: Path) -> Path:
+    """Write a rendered repository as ``<out_dir>/<ensemble>.tar.gz``, atomically."""
+    path = Path(out_dir) / f"{repo.ensemble}.tar.gz"
     with atomic_output(path) as fh:
         write_tar(repo.files, fh)
     return path

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conch.builder.archive import write_tar
+from conch.builder.manifest import sha256
 from conch.cache import cache_dir
 from conch.ensembles.environment import PythonEnv
 from conch.errors import PackError
@@ -209,7 +210,7 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
     assert source is not None
     if not source.exists():
         raise PackError(f"packed environment {source} does not exist")
-    digest = _key({"kind": "archive", "sha": _file_digest(source) if source.is_file() else str(source.resolve())})
+    digest = _key({"kind": "archive", "sha": sha256(source) if source.is_file() else str(source.resolve())})
 
     def produce(root: Path) -> None:
         say(f"adopting packed environment {source}")
@@ -238,14 +239,6 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
 def _key(material: dict[str, object]) -> str:
     material = {**material, "layout": LAYOUT_VERSION}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _publish(key: str, python: str, pins: tuple[str, ...], produce: Callable[[Path], None], say: Progress) -> PackedEnv:

@@ -59,6 +59,14 @@ class ReplayReport:
         return "\n".join(lines)
 
 
+def stage(archive: Path, triton: LocalTriton) -> Path:
+    """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models``."""
+    folder = triton.workdir / "models" / target_name(archive).removesuffix(".tar.gz")
+    folder.mkdir(parents=True, exist_ok=False)
+    safe_extract(archive, folder)
+    return folder
+
+
 def target_name(archive: Path) -> str:
     """The TargetModel an archive is invoked by: its file name, as an S3 key relative to the prefix."""
     return archive.name
@@ -102,10 +110,8 @@ def _replay_one(
     progress: Callable[[str], None] | None,
 ) -> None:
     name = target_name(archive)
-    folder = triton.workdir / "models" / name.removesuffix(".tar.gz")
     try:
-        folder.mkdir(parents=True, exist_ok=False)
-        safe_extract(archive, folder)
+        folder = stage(archive, triton)
         if not (folder / MANIFEST_NAME).is_file():
             raise ServeError(f"{archive.name} has no {MANIFEST_NAME}; build it with `conch build`")
         manifest = read_manifest(folder)

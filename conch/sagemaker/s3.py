@@ -6,12 +6,12 @@ An archive whose bytes are already there (same sha256, recorded in the object's 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch.builder.manifest import sha256
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code, http_status
 
@@ -54,14 +54,6 @@ class Upload:
     url: str
     sha256: str
     action: str
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def upload_archives(
@@ -135,7 +127,7 @@ def _upload_one(
 
     key = location.key(archive.name)
     url = location.url(archive.name)
-    digest = file_sha256(archive)
+    digest = sha256(archive)
     existing = _remote_sha256(s3, location.bucket, key)
     if existing == digest:
         if progress:

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from conch import Ensemble, PackError, PythonEnv, PythonStep, Tensor
-from conch.builder.archive import safe_extract
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.envs import local_python
 from conch.builder.pack import pack, resolve
 from conch.harness.mme import MultiModelClient
+from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration
@@ -41,8 +41,7 @@ def where_ensemble(name: str, env: PythonEnv, steps: int = 1) -> Ensemble:
 
 
 def load_and_ask(server: LocalTriton, archive: Path) -> list[str]:
-    folder = server.workdir / "models" / archive.name
-    safe_extract(archive, folder)
+    folder = stage(archive, server)
     client = MultiModelClient(server.sagemaker_url, server.http_url)
     client.load(archive.name, folder, timeout=120)
     out = client.invoke_binary(archive.name, {"X": np.ones((1, 1), np.float32)})
