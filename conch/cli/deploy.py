@@ -1,154 +1,17 @@
-"""`conch build | replay | serve | graph | inspect | deploy | invoke | undeploy`: the command line over the
-library."""
+"""`conch deploy | invoke | undeploy`: S3 and SageMaker."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
-import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.console import say
 
 if TYPE_CHECKING:
     from conch.sagemaker.autoscaling import Autoscaling
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """(archives, python sources) among the given paths; a folder contributes whichever it holds."""
-    archives: list[Path] = []
-    sources: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            archives.extend(sorted(path.glob("*.tar.gz")))
-            if any(not p.name.startswith("_") for p in path.glob("*.py")):
-                sources.append(path)
-        elif path.name.endswith(".tar.gz"):
-            archives.append(path)
-        else:
-            sources.append(path)
-    return archives, sources
-
-
-def cmd_build(args: argparse.Namespace) -> int:
-    from conch.builder.build import render_repository, write_archive, write_repository
-    from conch.builder.discover import discover
-    from conch.errors import ConchError
-
-    ensembles = discover(args.paths)
-    if args.only:
-        ensembles = [e for e in ensembles if e.name in set(args.only)]
-    if not ensembles:
-        _say("conch: no ensembles found")
-        return 2
-    failed: list[str] = []
-    for ensemble in ensembles:
-        start = time.perf_counter()
-        try:  # one ensemble that cannot build (e.g. needs a GPU) does not stop the others
-            repo = render_repository(ensemble, args.target, args.release, progress=_say)
-            path = write_archive(repo, args.out)
-        except ConchError as exc:
-            _say(f"conch: error: {exc}")
-            failed.append(ensemble.name)
-            continue
-        _say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
-             f"{time.perf_counter() - start:.1f} s)")
-        if args.repo_dir:
-            write_repository(repo, args.repo_dir / ensemble.name)  # the same rendering, not a second one
-    if failed:
-        _say(f"conch: {len(failed)} of {len(ensembles)} ensembles failed to build: {', '.join(failed)}")
-        return 2
-    return 0
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.harness.replay import replay_archives
-
-    archives, sources = _split_sources(args.paths)
-    with tempfile.TemporaryDirectory(prefix="conch-replay-") as tmp:
-        if sources:
-            for ensemble in discover(sources):
-                if args.only and ensemble.name not in args.only:
-                    continue
-                _say(f"building {ensemble.name} (local target, release {args.release})")
-                archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release, progress=_say))
-        if not archives:
-            _say("conch: nothing to replay (give ensemble files, folders, or .tar.gz archives)")
-            return 2
-        report = replay_archives(
-            archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
-            load_timeout=args.load_timeout, progress=_say,
-        )
-    print(report.table())
-    return 0 if report.passed else 1
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.harness.mme import MultiModelClient, model_hash
-    from conch.harness.replay import stage
-    from conch.harness.server import LocalTriton
-
-    archives, sources = _split_sources(args.paths)
-    with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp, LocalTriton() as triton:
-        archives += [build_ensemble(e, Path(tmp), "local", args.release) for e in discover(sources)] if sources else []
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:
-            client.load(archive.name, stage(archive, triton), args.load_timeout)
-            _say(f"loaded {archive.name}: POST {triton.sagemaker_url}/models/{model_hash(archive.name)}/invoke "
-                 f"(header X-Amzn-SageMaker-Target-Model: {archive.name})")
-        _say(f"SageMaker endpoint {triton.sagemaker_url}, KServe HTTP {triton.http_url}; Ctrl-C stops")
-        while triton.running():
-            time.sleep(0.5)
-    return 0
-
-
-def cmd_graph(args: argparse.Namespace) -> int:
-    from conch.builder.discover import discover
-
-    for ensemble in discover(args.paths):
-        if not args.only or ensemble.name in args.only:
-            print(ensemble.graph_dot())
-    return 0
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    import tarfile
-
-    from conch.builder.manifest import MANIFEST_NAME
-
-    with tarfile.open(args.archive) as tar:
-        member = tar.extractfile(MANIFEST_NAME)
-        if member is None:
-            _say(f"conch: {args.archive} has no {MANIFEST_NAME}")
-            return 2
-        manifest = json.load(member)
-        names = tar.getnames()
-    if args.json:
-        print(json.dumps(manifest, indent=1, sort_keys=True))
-        return 0
-    print(f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
-          f"(stub Python {manifest['stub_python']})")
-    for io in ("inputs", "outputs"):
-        for t in manifest["schema"][io]:
-            print(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
-    for step in manifest["steps"]:
-        print(f"  step   {step['model_name']:24} {step['served_as']}")
-    print(f"  {len(manifest['samples'])} samples, {len(names)} archive entries")
-    return 0
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -168,11 +31,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     )
     scaling = _scaling(args, spec.instance_type)
     for warning in spec.warnings:
-        _say(f"conch: warning: {warning}")
+        say(f"conch: warning: {warning}")
     done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
-                  progress=_say)
+                  progress=say)
     for warning in done.warnings:
-        _say(f"conch: warning: {warning}")
+        say(f"conch: warning: {warning}")
     result = done.endpoint
     print(f"endpoint {result.name} {result.action} ({result.status}) in {aws.region}: {spec.instance_count} x "
           f"{spec.instance_type}, {spec.image}, models from {location.model_data_url}")
@@ -259,7 +122,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     if args.archive is None:
         raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --json FILE")
     report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or ("json", "binary"),
-                             samples=args.sample or (), target_model=args.target_model, progress=_say)
+                             samples=args.sample or (), target_model=args.target_model, progress=say)
     print(report.table())
     return 0 if report.passed else 1
 
@@ -269,55 +132,13 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.endpoint import delete_endpoint
 
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    for item in delete_endpoint(args.endpoint, aws, progress=_say):
+    for item in delete_endpoint(args.endpoint, aws, progress=say):
         print(f"deleted {item}")
     print("the archives stay in S3")
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="conch", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-        sp.add_argument("--only", action="append", help="only this ensemble (repeatable)")
-
-    b = sub.add_parser("build", help="build one MME tarball per ensemble")
-    b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
-    b.add_argument("--out", type=Path, default=Path("dist"))
-    b.add_argument("--target", choices=("production", "local"), default="production")
-    b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
-    common(b)
-    b.set_defaults(func=cmd_build)
-
-    r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
-    r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
-    r.add_argument("--endpoint", action="append", choices=("kserve", "sagemaker-json", "sagemaker-binary"))
-    r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
-    common(r)
-    r.set_defaults(func=cmd_replay)
-
-    s = sub.add_parser("serve", help="run a local Triton with these ensembles loaded MME-style until Ctrl-C")
-    s.add_argument("paths", nargs="+", type=Path)
-    s.add_argument("--load-timeout", type=float, default=300.0)
-    common(s)
-    s.set_defaults(func=cmd_serve)
-
-    g = sub.add_parser("graph", help="print each ensemble's DAG as Graphviz dot")
-    g.add_argument("paths", nargs="+", type=Path)
-    common(g)
-    g.set_defaults(func=cmd_graph)
-
-    i = sub.add_parser("inspect", help="summarise an archive's manifest")
-    i.add_argument("archive", type=Path)
-    i.add_argument("--json", action="store_true")
-    i.set_defaults(func=cmd_inspect)
-    _deploy_parsers(sub)
-    return p
-
-
-def _deploy_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from conch.sagemaker.endpoint import DEFAULT_INSTANCE_TYPE, DEFAULT_VARIANT, DEFAULT_WAIT_TIMEOUT_S
 
     def aws(sp: argparse.ArgumentParser) -> None:
@@ -366,24 +187,3 @@ def _deploy_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     u.set_defaults(func=cmd_undeploy)
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through `finally`, so servers are stopped
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from conch.errors import ConchError
-
-    args = parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return int(args.func(args))
-    except ConchError as exc:
-        _say(f"conch: error: {exc}")
-        return 2
-    except KeyboardInterrupt:
-        _say("conch: interrupted")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

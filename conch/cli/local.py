@@ -1,0 +1,178 @@
+"""`conch build | replay | serve | graph | inspect`: the commands that work on this machine alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from conch.cli.console import say
+from conch.ensembles.target import DEFAULT_RELEASE
+
+
+def split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """(archives, python sources) among the given paths; a folder contributes whichever it holds."""
+    archives: list[Path] = []
+    sources: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            archives.extend(sorted(path.glob("*.tar.gz")))
+            if any(not p.name.startswith("_") for p in path.glob("*.py")):
+                sources.append(path)
+        elif path.name.endswith(".tar.gz"):
+            archives.append(path)
+        else:
+            sources.append(path)
+    return archives, sources
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from conch.builder.build import render_repository, write_archive, write_repository
+    from conch.builder.discover import discover
+    from conch.errors import ConchError
+
+    ensembles = discover(args.paths)
+    if args.only:
+        ensembles = [e for e in ensembles if e.name in set(args.only)]
+    if not ensembles:
+        say("conch: no ensembles found")
+        return 2
+    failed: list[str] = []
+    for ensemble in ensembles:
+        start = time.perf_counter()
+        try:  # one ensemble that cannot build (e.g. needs a GPU) does not stop the others
+            repo = render_repository(ensemble, args.target, args.release, progress=say)
+            path = write_archive(repo, args.out)
+        except ConchError as exc:
+            say(f"conch: error: {exc}")
+            failed.append(ensemble.name)
+            continue
+        say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
+             f"{time.perf_counter() - start:.1f} s)")
+        if args.repo_dir:
+            write_repository(repo, args.repo_dir / ensemble.name)  # the same rendering, not a second one
+    if failed:
+        say(f"conch: {len(failed)} of {len(ensembles)} ensembles failed to build: {', '.join(failed)}")
+        return 2
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import discover
+    from conch.harness.replay import replay_archives
+
+    archives, sources = split_sources(args.paths)
+    with tempfile.TemporaryDirectory(prefix="conch-replay-") as tmp:
+        if sources:
+            for ensemble in discover(sources):
+                if args.only and ensemble.name not in args.only:
+                    continue
+                say(f"building {ensemble.name} (local target, release {args.release})")
+                archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release, progress=say))
+        if not archives:
+            say("conch: nothing to replay (give ensemble files, folders, or .tar.gz archives)")
+            return 2
+        report = replay_archives(
+            archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
+            load_timeout=args.load_timeout, progress=say,
+        )
+    print(report.table())
+    return 0 if report.passed else 1
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import discover
+    from conch.harness.mme import MultiModelClient, model_hash
+    from conch.harness.replay import stage
+    from conch.harness.server import LocalTriton
+
+    archives, sources = split_sources(args.paths)
+    with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp, LocalTriton() as triton:
+        archives += [build_ensemble(e, Path(tmp), "local", args.release) for e in discover(sources)] if sources else []
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        for archive in archives:
+            client.load(archive.name, stage(archive, triton), args.load_timeout)
+            say(f"loaded {archive.name}: POST {triton.sagemaker_url}/models/{model_hash(archive.name)}/invoke "
+                 f"(header X-Amzn-SageMaker-Target-Model: {archive.name})")
+        say(f"SageMaker endpoint {triton.sagemaker_url}, KServe HTTP {triton.http_url}; Ctrl-C stops")
+        while triton.running():
+            time.sleep(0.5)
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from conch.builder.discover import discover
+
+    for ensemble in discover(args.paths):
+        if not args.only or ensemble.name in args.only:
+            print(ensemble.graph_dot())
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    import tarfile
+
+    from conch.builder.manifest import MANIFEST_NAME
+
+    with tarfile.open(args.archive) as tar:
+        member = tar.extractfile(MANIFEST_NAME)
+        if member is None:
+            say(f"conch: {args.archive} has no {MANIFEST_NAME}")
+            return 2
+        manifest = json.load(member)
+        names = tar.getnames()
+    if args.json:
+        print(json.dumps(manifest, indent=1, sort_keys=True))
+        return 0
+    print(f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
+          f"(stub Python {manifest['stub_python']})")
+    for io in ("inputs", "outputs"):
+        for t in manifest["schema"][io]:
+            print(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
+    for step in manifest["steps"]:
+        print(f"  step   {step['model_name']:24} {step['served_as']}")
+    print(f"  {len(manifest['samples'])} samples, {len(names)} archive entries")
+    return 0
+
+
+def common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    sp.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser("build", help="build one MME tarball per ensemble")
+    b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
+    b.add_argument("--out", type=Path, default=Path("dist"))
+    b.add_argument("--target", choices=("production", "local"), default="production")
+    b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
+    common(b)
+    b.set_defaults(func=cmd_build)
+
+    r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
+    r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
+    r.add_argument("--endpoint", action="append", choices=("kserve", "sagemaker-json", "sagemaker-binary"))
+    r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
+    common(r)
+    r.set_defaults(func=cmd_replay)
+
+    s = sub.add_parser("serve", help="run a local Triton with these ensembles loaded MME-style until Ctrl-C")
+    s.add_argument("paths", nargs="+", type=Path)
+    s.add_argument("--load-timeout", type=float, default=300.0)
+    common(s)
+    s.set_defaults(func=cmd_serve)
+
+    g = sub.add_parser("graph", help="print each ensemble's DAG as Graphviz dot")
+    g.add_argument("paths", nargs="+", type=Path)
+    common(g)
+    g.set_defaults(func=cmd_graph)
+
+    i = sub.add_parser("inspect", help="summarise an archive's manifest")
+    i.add_argument("archive", type=Path)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inspect)
