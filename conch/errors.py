@@ -15,6 +15,10 @@ class BuildError(ConchError):
     """A declared ensemble could not be turned into a repository or tarball."""
 
 
+class ArchiveError(BuildError):
+    """An archive is unsafe, corrupt or not laid out as SageMaker and Triton read it."""
+
+
 class PackError(ConchError):
     """A Python environment for a Python-backend step could not be packed."""
 

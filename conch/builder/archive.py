@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from conch.builder.extract import safe_extract as safe_extract  # where callers have always found it
 from conch.ensembles.step import FileSource
 from conch.errors import BuildError
 
@@ -106,14 +107,3 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     with atomic_output(path) as fh:
         fh.write(data)
-
-
-def safe_extract(archive: Path, dest: Path) -> None:
-    """Unpack an archive, refusing entries that would land outside ``dest``."""
-    dest = dest.resolve()
-    with tarfile.open(archive, "r:*") as tar:
-        for member in tar.getmembers():
-            target = (dest / member.name).resolve()
-            if target != dest and dest not in target.parents:
-                raise BuildError(f"{archive}: entry {member.name!r} points outside the archive root")
-        tar.extractall(dest, filter="tar")

@@ -1,0 +1,265 @@
+"""Unpack untrusted archives in one streaming pass: nothing lands outside the folder, nothing half-written.
+
+Python's tarfile ``data`` filter is the floor here, not the ceiling: entries are written by this module
+(never through a symlink, never over an existing link), hard links may only point at files this archive
+already wrote, and sizes and entry counts are capped as they stream, so a gzip bomb stops early.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+from typing import BinaryIO
+
+from conch.errors import ArchiveError
+
+DEFAULT_MAX_BYTES = 64 * 2**30  # unpacked file bytes; the largest MME archives hold a few GB of weights
+DEFAULT_MAX_ENTRIES = 200_000  # a packed torch environment holds ~20k files
+DEFAULT_MAX_RATIO = 200  # unpacked bytes per archive byte: real archives compress 1-10x, bombs 1000x
+RATIO_FLOOR = 64 * 2**20  # below this, the ratio is not checked (tiny archives of configs compress well)
+_CHUNK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def safe_extract(
+    archive: Path,
+    dest: Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+) -> None:
+    """Unpack ``archive`` (.tar.gz or .tar) into ``dest``, which must be missing or an empty folder.
+
+    The archive is unpacked into a temp folder beside ``dest`` and renamed onto it only when every entry
+    passed, so a refused or corrupt archive leaves nothing a caller could load.
+
+    Raises:
+        ArchiveError: naming the archive and the entry, for an unsafe, oversized or unreadable archive.
+    """
+    archive, dest = Path(archive), Path(dest)
+    if dest.is_symlink() or (dest.exists() and (not dest.is_dir() or any(dest.iterdir()))):
+        raise ArchiveError(f"cannot unpack {archive} into {dest}: it exists and is not an empty folder; "
+                           "give a new or empty folder")
+    try:
+        size = archive.stat().st_size
+    except OSError as exc:
+        raise ArchiveError(f"cannot read archive {archive}: {exc.strerror or exc}; give the path of a .tar.gz"
+                           ) from None
+    if not archive.is_file():
+        raise ArchiveError(f"archive {archive} is not a file; give the path of a .tar.gz")
+    budget = min(max_bytes, max(RATIO_FLOOR, int(max_ratio * size)))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".unpacking", dir=dest.parent))
+    try:
+        _Unpacker(archive, tmp, budget, max_bytes, max_entries).run()
+        tmp.chmod(0o755)
+        if dest.exists():
+            dest.rmdir()
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class _Inflater:
+    """A read-only stream of the archive's tar bytes: gunzips (checking CRC and length) or passes a plain tar."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self._buf = bytearray()
+        self._pos = 0
+        head = fh.read(2)
+        self._pending = head
+        self._gzip = head == _GZIP_MAGIC
+        self._inflate = zlib.decompressobj(wbits=31) if self._gzip else None
+        self._done = False
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self._buf) - self._pos < n) and not self._done:
+            self._fill()
+        end = len(self._buf) if n < 0 else self._pos + n
+        out = bytes(self._buf[self._pos:end])
+        self._pos += len(out)
+        if self._pos > _CHUNK:
+            del self._buf[: self._pos]
+            self._pos = 0
+        return out
+
+    def drain(self) -> None:
+        """Read to the end, so a truncated or corrupt gzip trailer after the tar's end marker is caught."""
+        while not self._done:
+            self._fill()
+            del self._buf[:]
+            self._pos = 0
+
+    def _fill(self) -> None:
+        inflate = self._inflate
+        if inflate is not None and inflate.unconsumed_tail:
+            self._buf += inflate.decompress(inflate.unconsumed_tail, 4 * _CHUNK)
+            return
+        chunk = self._pending + self._fh.read(_CHUNK)
+        self._pending = b""
+        if inflate is None:
+            self._buf += chunk
+            self._done = not chunk
+            return
+        if not chunk:
+            if not inflate.eof:
+                raise EOFError("the gzip stream ends before its end marker (the file is truncated)")
+            self._done = True
+            return
+        if inflate.eof:
+            if not inflate.unused_data.startswith(_GZIP_MAGIC):  # trailing padding after the last member
+                self._done = True
+                return
+            chunk = inflate.unused_data + chunk  # a multi-member gzip file: start the next member
+            inflate = self._inflate = zlib.decompressobj(wbits=31)
+        self._buf += inflate.decompress(chunk, 4 * _CHUNK)
+
+
+class _Unpacker:
+    """One pass over the archive's entries, checking each before anything is written."""
+
+    def __init__(self, archive: Path, root: Path, budget: int, max_bytes: int, max_entries: int) -> None:
+        self.archive, self.root = archive, root
+        self.budget, self.max_bytes, self.max_entries = budget, max_bytes, max_entries
+        self.total = 0
+        self.dirs: set[str] = set()
+        self.files: set[str] = set()
+        self.links: dict[str, str] = {}
+
+    def refuse(self, entry: str, why: str) -> ArchiveError:
+        return ArchiveError(f"archive {self.archive}: entry {entry!r} {why}; refusing to unpack it")
+
+    def run(self) -> None:
+        with self.archive.open("rb") as fh:
+            try:
+                stream = _Inflater(fh)
+                with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+                    for count, member in enumerate(tar, start=1):
+                        if count > self.max_entries:
+                            raise self.refuse(member.name, f"is past the limit of {self.max_entries} entries "
+                                              "(a possible archive bomb)")
+                        self.entry(tar, member)
+                stream.drain()
+            except (tarfile.TarError, EOFError, zlib.error) as exc:
+                raise ArchiveError(
+                    f"archive {self.archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
+                    "rebuild it with `conch build` or copy it again"
+                ) from None
+        self.check_links()
+
+    def entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        name = self.clean(member.name, member.name)
+        if name is None:  # the archive root itself ("./")
+            if not member.isdir():
+                raise self.refuse(member.name, "would replace the archive root")
+            return
+        if member.isdir():
+            self.make_dir(member.name, name)
+        elif member.isreg():
+            self.write_file(tar, member, name)
+        elif member.issym():
+            self.make_symlink(member, name)
+        elif member.islnk():
+            self.make_hardlink(member, name)
+        else:
+            kind = ("a character device" if member.ischr() else "a block device" if member.isblk()
+                    else "a FIFO" if member.isfifo() else f"of unknown tar type {member.type!r}")
+            raise self.refuse(member.name, f"is {kind}; an MME archive holds only folders, files and symlinks")
+
+    def clean(self, entry: str, name: str) -> str | None:
+        """``name`` relative to the root, or None for the root; refuses absolute and ``..`` paths."""
+        if name.startswith("/"):
+            raise self.refuse(entry, "has an absolute path; entries must be relative to the archive root")
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise self.refuse(entry, "has a '..' component and would land outside the folder")
+        return "/".join(parts) or None
+
+    def parent_ready(self, entry: str, name: str) -> Path:
+        """Create the folders above ``name`` (never through a symlink) and clear what ``name`` replaces."""
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if above in self.dirs:
+                continue
+            if above in self.links:
+                raise self.refuse(entry, f"lies under the symlink {above!r}; writing through links is refused")
+            if above in self.files:
+                raise self.refuse(entry, f"lies under {above!r}, which the archive wrote as a file")
+            (self.root / above).mkdir(mode=0o755)
+            self.dirs.add(above)
+        if name in self.dirs:
+            raise self.refuse(entry, "would replace a folder of the same name")
+        path = self.root / name
+        if name in self.files or name in self.links:
+            path.unlink()  # a later entry of the same name wins, as with tar, but is never written through
+            self.files.discard(name)
+            self.links.pop(name, None)
+        return path
+
+    def make_dir(self, entry: str, name: str) -> None:
+        if name in self.dirs:
+            return
+        path = self.parent_ready(entry, name)
+        path.mkdir(mode=0o755)
+        self.dirs.add(name)
+
+    def write_file(self, tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> None:
+        if self.total + member.size > self.budget:
+            limit = (f"the limit of {self.max_bytes} bytes" if self.budget == self.max_bytes
+                     else f"{self.budget} bytes, the most an archive of its size may unpack to")
+            raise self.refuse(member.name, f"takes the unpacked size past {limit} (a possible gzip bomb)")
+        path = self.parent_ready(member.name, name)
+        source = tar.extractfile(member)
+        assert source is not None  # a regular file always has a data stream
+        written = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(_CHUNK):
+                out.write(chunk)
+                written += len(chunk)
+            os.fchmod(out.fileno(), 0o755 if member.mode & 0o100 else 0o644)
+        if written != member.size:
+            raise self.refuse(member.name, f"ends after {written} of its {member.size} bytes (truncated archive)")
+        os.utime(path, (member.mtime, member.mtime))
+        self.total += written
+        self.files.add(name)
+
+    def make_symlink(self, member: tarfile.TarInfo, name: str) -> None:
+        target = member.linkname
+        if not target or target.startswith("/"):
+            raise self.refuse(member.name, f"is a symlink to the absolute path {target!r}; links must stay "
+                              "inside the archive and be relative")
+        landing = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+        if landing == ".." or landing.startswith("../"):
+            raise self.refuse(member.name, f"is a symlink to {target!r}, which leaves the archive's folder")
+        path = self.parent_ready(member.name, name)
+        os.symlink(target, path)
+        self.links[name] = target
+
+    def make_hardlink(self, member: tarfile.TarInfo, name: str) -> None:
+        parts = [p for p in member.linkname.split("/") if p not in ("", ".")]
+        target = "/".join(parts)
+        if member.linkname.startswith("/") or ".." in parts or target not in self.files:
+            raise self.refuse(member.name, f"is a hard link to {member.linkname!r}, which is not a file this "
+                              "archive wrote before it; hard links may only repeat an earlier file")
+        path = self.parent_ready(member.name, name)
+        os.link(self.root / target, path, follow_symlinks=False)
+        self.files.add(name)
+
+    def check_links(self) -> None:
+        """Every symlink, followed through the others, still lands inside the folder."""
+        root = os.path.realpath(self.root)
+        for name, target in sorted(self.links.items()):
+            landing = os.path.realpath(self.root / name)
+            if landing != root and not landing.startswith(root + os.sep):
+                raise self.refuse(name, f"is a symlink to {target!r}, which through other links leaves the "
+                                  "archive's folder")
