@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import tempfile
@@ -71,6 +72,8 @@ class LocalMME:
         self.metrics = Metrics()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+        self._fleet: Fleet | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
@@ -97,6 +100,7 @@ class LocalMME:
             fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.http_url), metrics, self.budgets,
                           lambda: tree_pss(pid))
             fleet.baseline_memory = baseline
+            self._fleet, self._loop = fleet, asyncio.get_running_loop()
             return fleet
 
         def refresh() -> None:
@@ -124,6 +128,17 @@ class LocalMME:
         self.triton.stop()
         if self._own_cache:
             shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def load(self, target_model: str, timeout: float | None = None) -> None:
+        """Download and load ``target_model`` now, as its first invocation would (it then counts as used)."""
+        if self._fleet is None or self._loop is None:
+            raise ServeError("the local MME is not running: use it as a context manager or call start()")
+        fleet = self._fleet
+
+        async def load() -> None:
+            await fleet.release(await fleet.acquire(target_model))
+
+        asyncio.run_coroutine_threadsafe(load(), self._loop).result(timeout or self.budgets.load_timeout + 60)
 
     def metrics_json(self) -> dict[str, Any]:
         """The same numbers as ``GET /metrics.json``."""

@@ -6,15 +6,14 @@ A TargetModel is the archive's key relative to the folder or prefix, as on SageM
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
 from conch.errors import ServeError
 from conch.harness.endpoint.protocol import ValidationError
+from conch.sagemaker.aws import AwsTarget
 
 
 class ModelSource(Protocol):
@@ -58,17 +57,6 @@ class FolderSource:
         return str(self.folder)
 
 
-def is_loopback(url: str | None) -> bool:
-    """Whether ``url`` points at this machine (127.0.0.0/8, ::1 or localhost)."""
-    host = urlparse(url or "").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class S3Source:
     bucket: str
@@ -77,16 +65,7 @@ class S3Source:
     region: str = "us-east-1"
 
     def client(self) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        session = boto3.session.Session()
-        extra: dict[str, str] = {}
-        if is_loopback(self.endpoint_url) and session.get_credentials() is None:
-            # An S3-compatible server on this machine (moto, MinIO) needs a signature, not real credentials.
-            extra = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
-        config = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10, read_timeout=120)
-        return session.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config, **extra)
+        return AwsTarget(self.region, self.endpoint_url).client("s3", read_timeout=120.0)
 
     def key(self, target_model: str) -> str:
         return f"{self.prefix}{checked_key(target_model)}"
