@@ -1,4 +1,4 @@
-"""Shared fixtures: small declared ensembles, and one real tritonserver per test session."""
+"""Shared fixtures: small declared ensembles, one real tritonserver and one moto server per test session."""
 
 from __future__ import annotations
 
@@ -46,5 +46,19 @@ def triton() -> Iterator[object]:
     server.start()
     try:
         yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto's S3/SageMaker-compatible server on a free port of 127.0.0.1 for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
     finally:
         server.stop()

@@ -74,8 +74,8 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.integration
 def test_ctrl_c_stops_the_server_and_its_stubs() -> None:
     env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
-    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(PIPELINES)], stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(PIPELINES), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
     deadline = time.monotonic() + 120
     for line in proc.stderr:

@@ -8,11 +8,11 @@ import signal
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import deploy, local
+from conch.cli import deploy, endpoint, local
 from conch.cli.console import say
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, deploy)
+COMMANDS = (local, endpoint, deploy)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""`conch build | replay | serve | graph | inspect`: the commands that work on this machine alone."""
+"""`conch build | replay | graph | inspect`: the commands that work on this machine alone."""
 
 from __future__ import annotations
 
@@ -84,27 +84,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.harness.mme import MultiModelClient, model_hash
-    from conch.harness.replay import stage
-    from conch.harness.server import LocalTriton
-
-    archives, sources = split_sources(args.paths)
-    with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp, LocalTriton() as triton:
-        archives += [build_ensemble(e, Path(tmp), "local", args.release) for e in discover(sources)] if sources else []
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:
-            client.load(archive.name, stage(archive, triton), args.load_timeout)
-            say(f"loaded {archive.name}: POST {triton.sagemaker_url}/models/{model_hash(archive.name)}/invoke "
-                 f"(header X-Amzn-SageMaker-Target-Model: {archive.name})")
-        say(f"SageMaker endpoint {triton.sagemaker_url}, KServe HTTP {triton.http_url}; Ctrl-C stops")
-        while triton.running():
-            time.sleep(0.5)
-    return 0
-
-
 def cmd_graph(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover
 
@@ -160,12 +139,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
     common(r)
     r.set_defaults(func=cmd_replay)
-
-    s = sub.add_parser("serve", help="run a local Triton with these ensembles loaded MME-style until Ctrl-C")
-    s.add_argument("paths", nargs="+", type=Path)
-    s.add_argument("--load-timeout", type=float, default=300.0)
-    common(s)
-    s.set_defaults(func=cmd_serve)
 
     g = sub.add_parser("graph", help="print each ensemble's DAG as Graphviz dot")
     g.add_argument("paths", nargs="+", type=Path)

@@ -1,13 +1,16 @@
 """The local tritonserver from the nvidia-pytriton wheel, started as a subprocess on 127.0.0.1.
 
 It runs the way SageMaker's serve script runs Triton for a multi-model endpoint (SageMaker front end,
-explicit model control, an empty dummy repository, ``SAGEMAKER_MULTI_MODEL=true``), plus the KServe HTTP
-endpoint for direct checks. Its process group is killed on exit, also on Ctrl-C or failure.
+explicit model control, an empty dummy repository, ``SAGEMAKER_MULTI_MODEL=true``, ``--model-namespacing``
+from 23.04), plus the KServe HTTP endpoint for direct checks. Its process group is killed on exit, also on
+Ctrl-C or failure, and the kernel kills the server when the thread that started it dies, even by SIGKILL:
+Triton 2.51's SageMaker port listens on every interface and must never outlive conch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import importlib.util
 import os
@@ -27,6 +30,9 @@ from conch.cache import cache_dir
 from conch.errors import ServeError
 
 STARTUP_TIMEOUT_S = 60.0
+START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
+PR_SET_PDEATHSIG = 1
+NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacing=true from this release on
 
 
 def pytriton_paths() -> tuple[Path, Path]:
@@ -72,9 +78,28 @@ def python_backend_dir(python_version: str | None = None) -> Path:
 
 
 def free_port() -> int:
+    """A port free on 127.0.0.1 now; it may be taken before it is bound again, so starts retry."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def namespacing_for(release: str) -> bool:
+    """Whether the SageMaker image of ``release`` runs Triton with ``--model-namespacing=true``."""
+    from conch.ensembles.target import Release
+
+    return not Release.of(release) < Release.of(NAMESPACING_FROM)
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent thread ends, however it ends (Linux prctl)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def bind_failed(log: str) -> bool:
+    """Whether a server that exited at start did so because one of its ports was taken."""
+    return any(s in log for s in ("Address already in use", "failed to start", "Failed to start", "bind"))
 
 
 class LocalTriton:
@@ -147,21 +172,34 @@ class LocalTriton:
         return env
 
     def start(self) -> LocalTriton:
+        """Start and wait until both endpoints answer; retry with new ports when a port was taken meanwhile.
+
+        The server is killed when the calling thread ends (PR_SET_PDEATHSIG): start it from a thread that
+        lives as long as the server should."""
         if self.process is not None:
             return self
-        self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.environment(), cwd=self.workdir, start_new_session=True,
-            )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("wb") as log:
+                self.process = subprocess.Popen(
+                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.environment(), cwd=self.workdir, start_new_session=True, preexec_fn=die_with_parent,
+                )
+            try:
+                self._wait_ready()
+                return self
+            except ServeError:
+                exited = self.process is not None and self.process.poll() is not None
+                log_text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+                self._kill()
+                if not (exited and bind_failed(log_text)) or attempt == START_ATTEMPTS:
+                    self._cleanup()
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -182,6 +220,14 @@ class LocalTriton:
 
     def stop(self) -> None:
         """Terminate the server and everything it started; escalate to SIGKILL after a grace period."""
+        self._kill()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _kill(self) -> None:
         process, self.process = self.process, None
         if process is None:
             return
@@ -193,8 +239,6 @@ class LocalTriton:
             os.killpg(process.pid, signal.SIGKILL)  # stubs that outlived the server
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -5,12 +5,27 @@ boto3 is imported inside functions, so ``import conch`` stays fast for users who
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from conch.errors import DeployError
+
+LOOPBACK_REGION = "us-east-1"
+
+
+def is_loopback(url: str | None) -> bool:
+    """Whether ``url`` points at this machine (127.0.0.0/8, ::1 or localhost)."""
+    host = urlparse(url or "").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,8 @@ class AwsTarget:
             import boto3
 
             region = boto3.session.Session().region_name
+        if not region and is_loopback(endpoint_url):
+            region = LOOPBACK_REGION  # a local server (the local MME, moto) answers in any region
         if not region:
             raise DeployError(
                 "no AWS region: pass --region (e.g. us-east-1) or set AWS_REGION / a profile's region"
@@ -45,7 +62,12 @@ class AwsTarget:
             connect_timeout=10,
             read_timeout=read_timeout,
         )
-        return boto3.session.Session().client(service, endpoint_url=self.endpoint_url, config=config)
+        session = boto3.session.Session()
+        if is_loopback(self.endpoint_url) and session.get_credentials() is None:
+            # A server on this machine (the local MME, moto) needs a signature, not real credentials.
+            return session.client(service, endpoint_url=self.endpoint_url, config=config,
+                                  aws_access_key_id="local", aws_secret_access_key="local")
+        return session.client(service, endpoint_url=self.endpoint_url, config=config)
 
 
 def error_code(exc: BaseException) -> str:

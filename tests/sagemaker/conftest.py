@@ -4,7 +4,6 @@ credentials, and a guard that no test reaches anything but that server."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,20 +59,6 @@ def spec(**changes: Any) -> EndpointSpec:
         "environment": {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"},
     }
     return EndpointSpec(**{**fields, **changes})
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[str]:
-    """moto's server on a free port of 127.0.0.1 for the whole session; stopped at the end."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 @dataclass

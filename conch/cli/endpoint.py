@@ -1,0 +1,99 @@
+"""`conch serve`: a local multi-model endpoint that speaks SageMaker's runtime API, over a folder of archives
+or an S3 prefix (`--mme`), or over the ensembles and archives given, all loaded up front."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from conch.cli.console import say
+from conch.ensembles.target import DEFAULT_RELEASE
+
+UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+         "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size(text: str) -> int:
+    """Bytes from ``6GiB``, ``500MB``, ``1.5g`` or a plain number (argparse type)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a size such as 6GiB, 500MB or 2000000000")
+    return int(float(match.group(1)) * UNITS[unit])
+
+
+def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
+    """The given archives and built ensembles gathered in one folder: TargetModel = archive name."""
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import discover
+    from conch.cli.local import split_sources
+    from conch.errors import ServeError
+
+    archives, sources = split_sources(args.paths)
+    folder = tmp / "archives"
+    folder.mkdir()
+    for archive in archives:
+        if not archive.is_file():
+            raise ServeError(f"{archive}: no such archive")
+        shutil.copyfile(archive, folder / archive.name)
+    for ensemble in discover(sources) if sources else []:
+        if not args.only or ensemble.name in args.only:
+            say(f"building {ensemble.name} (local target, release {args.release})")
+            build_ensemble(ensemble, folder, "local", args.release, progress=say)
+    if not any(folder.iterdir()):
+        raise ServeError("nothing to serve: give ensemble files, folders or .tar.gz archives, or --mme SOURCE")
+    return folder
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from conch.errors import ServeError
+    from conch.harness.endpoint import LocalMME
+
+    if bool(args.paths) == bool(args.mme):
+        raise ServeError("give either --mme SOURCE (a folder of archives or s3://bucket/prefix, loaded on first "
+                         "call) or ensemble files/archives to load up front, not both")
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="conch serve: %(message)s")
+    with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp:
+        source = args.mme or _source_folder(args, Path(tmp))
+        mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
+                       disk_budget=args.disk_budget, cache_dir=args.cache_dir, host=args.host, port=args.port,
+                       s3_endpoint_url=args.s3_endpoint_url, load_timeout=args.load_timeout, release=args.release)
+        with mme:
+            if not args.mme:
+                for archive in sorted(Path(source).glob("*.tar.gz")):
+                    mme.load(archive.name)
+                    say(f"loaded {archive.name}")
+            print(json.dumps(mme.ready_line()), flush=True)
+            say(f"local MME endpoint {mme.endpoint_name!r} at {mme.url} (models from {mme.source.describe()}); "
+                f"boto3: sagemaker-runtime with endpoint_url={mme.url!r}, EndpointName={mme.endpoint_name!r}, "
+                "TargetModel='<archive>.tar.gz'; metrics at /metrics; Ctrl-C stops")
+            while mme.triton.running():
+                time.sleep(0.5)
+            say(f"conch: error: tritonserver exited\n{mme.triton.log_tail()}")
+            return 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("serve", help="a local SageMaker multi-model endpoint (boto3 sagemaker-runtime) until Ctrl-C")
+    s.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz, "
+                   "all loaded up front")
+    s.add_argument("--mme", metavar="SOURCE", help="folder of archives or s3://bucket/prefix; each TargetModel is "
+                   "downloaded and loaded on its first call")
+    s.add_argument("--host", default="127.0.0.1", help="address of the front (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port of the front (default 8080; 0: any free port)")
+    s.add_argument("--max-loaded", type=int, help="at most this many TargetModels loaded (LRU unloaded first)")
+    s.add_argument("--memory-budget", type=size, help="PSS of tritonserver + stubs loads may not pass, e.g. 6GiB")
+    s.add_argument("--disk-budget", type=size, help="unpacked archives kept on disk, e.g. 20GB")
+    s.add_argument("--cache-dir", type=Path, help="where archives are unpacked (default: a temp folder)")
+    s.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// sources, e.g. http://127.0.0.1:5000")
+    s.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a load counts as hung")
+    s.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    s.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+    s.set_defaults(func=cmd_serve)

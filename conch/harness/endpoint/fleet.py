@@ -1,0 +1,325 @@
+"""The TargetModels behind one local MME and what the SageMaker platform does with them: download on first
+use, load once however many callers ask at the same time, unload the least recently used ones when a load
+would pass ``max_loaded`` or the memory budget (and on a 507), and delete unpacked files of unloaded models
+past the disk budget.
+
+All state lives on the front's event loop; network and disk work happens outside the lock, so a slow load
+of one TargetModel never holds up invocations of loaded ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from conch.errors import ConchError
+from conch.harness.endpoint.disk import DiskCache
+from conch.harness.endpoint.hop import TritonHop
+from conch.harness.endpoint.metrics import Metrics
+from conch.harness.endpoint.protocol import EndpointError, ModelError
+from conch.harness.endpoint.sources import ModelSource
+
+log = logging.getLogger("conch.endpoint")
+
+LOAD_RETRIES_ON_507 = 3
+WAIT_FOR_SLOT_S = 1.0  # re-check capacity at least this often while every loaded model is busy
+
+
+class State(enum.Enum):
+    REMOTE = "remote"  # only in the source
+    FETCHING = "fetching"  # being downloaded and unpacked
+    ON_DISK = "on_disk"  # unpacked, not loaded
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADING = "unloading"
+    HUNG = "hung"  # its load timed out; Triton may still be loading it
+
+
+@dataclass
+class Model:
+    name: str
+    state: State = State.REMOTE
+    folder: Path | None = None
+    disk_bytes: int = 0
+    last_used: float = 0.0
+    inflight: int = 0
+    loads: int = 0
+    attempt: int = 0
+    failure: EndpointError | None = None
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_loaded: int | None = None
+    memory: int | None = None  # bytes of PSS
+    disk: int | None = None  # bytes of unpacked archives
+    load_timeout: float = 300.0
+
+
+class Fleet:
+    """The table of TargetModels; ``acquire``/``release`` bracket every invocation."""
+
+    def __init__(self, source: ModelSource, disk: DiskCache, hop: TritonHop, metrics: Metrics, budgets: Budgets,
+                 memory_probe: Callable[[], int]) -> None:
+        self.source, self.disk, self.hop, self.metrics, self.budgets = source, disk, hop, metrics, budgets
+        self.memory_probe = memory_probe
+        self.models: dict[str, Model] = {}
+        self.changed = asyncio.Condition()
+        self.loading = 0
+        self.baseline_memory = 0
+
+    # -- invocations -------------------------------------------------------------------------------------
+    async def acquire(self, name: str) -> Model:
+        """The loaded model, with one more invocation in flight; downloads and loads it first if needed."""
+        start = time.monotonic()
+        hit = True
+        watched: int | None = None  # the load attempt this call waits for (its failure is ours too)
+        while True:
+            async with self.changed:
+                m = self.models.setdefault(name, Model(name))
+                if m.state is State.LOADED:
+                    m.inflight += 1
+                    m.last_used = time.monotonic()
+                    self.metrics.cache_hit.labels("1" if hit else "0").inc()
+                    if not hit:
+                        self.metrics.time("ModelLoadingWaitTime", time.monotonic() - start)
+                    return m
+                hit = False
+                if watched is not None and m.attempt == watched and m.failure is not None:
+                    raise m.failure
+                if m.state is State.HUNG:
+                    if not await self._hang_over(m):
+                        raise m.failure or ModelError(f"{name!r} is still loading", 504, "load timed out")
+                    continue
+                if m.state in (State.FETCHING, State.LOADING, State.UNLOADING):
+                    watched = m.attempt if m.state is not State.UNLOADING else watched
+                    await self.changed.wait()
+                    continue
+                m.attempt += 1
+                watched = m.attempt
+                m.failure = None
+                m.state = State.FETCHING if m.state is State.REMOTE else State.LOADING
+            if await self._bring_up(m):  # loaded, with this invocation already counted in flight
+                self.metrics.cache_hit.labels("0").inc()
+                self.metrics.time("ModelLoadingWaitTime", time.monotonic() - start)
+                return m
+
+    async def release(self, m: Model) -> None:
+        async with self.changed:
+            m.inflight -= 1
+            m.last_used = time.monotonic()
+            if m.inflight == 0:
+                self.changed.notify_all()
+
+    async def forget(self, m: Model) -> None:
+        """Triton no longer knows a model we thought loaded (404 on invoke): load it again on the next call."""
+        async with self.changed:
+            if m.state is State.LOADED:
+                m.state = State.ON_DISK
+                self._count()
+                self.changed.notify_all()
+
+    # -- bringing a model up -----------------------------------------------------------------------------
+    async def _bring_up(self, m: Model) -> bool:
+        """Fetch (if needed) and load ``m``; False when it failed (``m.failure`` says why)."""
+        try:
+            if m.state is State.FETCHING:
+                await self._fetch(m)
+            await self._reserve_slot(m)
+            try:
+                await self._load(m)
+            finally:
+                async with self.changed:
+                    self.loading -= 1
+        except EndpointError as exc:
+            await self._failed(m, exc)
+        except ConchError as exc:
+            await self._failed(m, EndpointError(f"TargetModel {m.name!r}: {exc}"))
+        except Exception as exc:  # keep the endpoint serving whatever happened to this one model
+            log.exception("bringing up %s failed", m.name)
+            await self._failed(m, EndpointError(f"TargetModel {m.name!r}: internal failure: {exc!r}"))
+        else:
+            await self._trim_disk()
+            return m.state is State.LOADED and m.failure is None
+        return False
+
+    async def _failed(self, m: Model, exc: EndpointError) -> None:
+        async with self.changed:
+            m.failure = exc
+            if m.state is not State.HUNG:
+                m.state = State.ON_DISK if m.folder is not None else State.REMOTE
+            self.changed.notify_all()
+
+    async def _fetch(self, m: Model) -> None:
+        start = time.monotonic()
+        folder, size = await asyncio.to_thread(self.disk.fetch, m.name, self.source)
+        self.metrics.time("ModelDownloadingTime", time.monotonic() - start)
+        self.metrics.downloads.inc()
+        async with self.changed:
+            m.folder, m.disk_bytes, m.state = folder, size, State.LOADING
+        self._update_disk()
+
+    async def _load(self, m: Model) -> None:
+        assert m.folder is not None
+        start = time.monotonic()
+        for _ in range(LOAD_RETRIES_ON_507):
+            try:
+                answer = await self.hop.load(m.name, m.folder, self.budgets.load_timeout)
+            except httpx.TimeoutException:
+                await self._hung(m)
+                return
+            if answer.status == 507 and await self._evict_one("507"):
+                continue  # the platform's answer to a 507: unload the least recently used model and retry
+            if answer.status == 409 and await self.hop.registered(m.name):
+                break  # loaded by an earlier attempt that we had given up on
+            if answer.status != 200:
+                self.metrics.load_failures.inc()
+                hint = " (507: out of memory even after unloading others)" if answer.status == 507 else ""
+                raise ModelError(f"TargetModel {m.name!r} failed to load{hint}: {answer.error_text()}",
+                                 answer.status, answer.error_text())
+            break
+        else:
+            self.metrics.load_failures.inc()
+            raise ModelError(f"TargetModel {m.name!r} failed to load: out of memory (507) with nothing left to "
+                             "unload", 507, "out of memory")
+        self.metrics.time("ModelLoadingTime", time.monotonic() - start)
+        self.metrics.loads.labels("true" if m.loads else "false").inc()
+        async with self.changed:
+            m.loads += 1
+            m.state = State.LOADED
+            m.inflight += 1  # the invocation that asked for the load; no eviction can slip in before it runs
+            m.last_used = time.monotonic()
+            self._count()
+            self.changed.notify_all()
+
+    async def _hung(self, m: Model) -> None:
+        self.metrics.load_failures.inc()
+        timeout = self.budgets.load_timeout
+        error = ModelError(
+            f"TargetModel {m.name!r} did not load within {timeout:g} s (--load-timeout); a Python-backend load can "
+            "hang, e.g. when its environment's Python differs from the stub's or a step's setup blocks",
+            504, "load timed out")
+        async with self.changed:
+            m.state = State.HUNG
+            m.failure = error
+            self.changed.notify_all()
+
+    async def _hang_over(self, m: Model) -> bool:
+        """Called under the lock for a HUNG model: whether Triton has finished with it (loaded, or given up),
+        so that it can be taken as loaded or loaded again."""
+        state = await self.hop.state(m.name)
+        if state == "READY" and await self.hop.registered(m.name):
+            m.state = State.LOADED
+            m.loads += 1
+            self._count()
+            return True
+        if state in ("", "UNAVAILABLE") and not await self.hop.registered(m.name):
+            m.state = State.ON_DISK if m.folder is not None else State.REMOTE
+            return True
+        return False
+
+    # -- capacity ----------------------------------------------------------------------------------------
+    def _loaded_count(self) -> int:
+        return sum(m.state in (State.LOADED, State.UNLOADING) for m in self.models.values())
+
+    def _count(self) -> None:
+        self.metrics.set_loaded(self._loaded_count())
+
+    def _victim(self) -> Model | None:
+        idle = [m for m in self.models.values() if m.state is State.LOADED and m.inflight == 0]
+        return min(idle, key=lambda m: m.last_used) if idle else None
+
+    def _memory_needed(self, used: int) -> bool:
+        """Whether one more model would pass the memory budget, by the mean cost of those loaded."""
+        budget = self.budgets.memory
+        if not budget:
+            return False
+        loaded = self._loaded_count()
+        per_model = max(0, used - self.baseline_memory) // loaded if loaded else 0
+        return used + per_model > budget
+
+    async def _reserve_slot(self, m: Model) -> None:
+        """Unload least recently used models until one more fits; then count ``m`` as loading."""
+        while True:
+            used = await asyncio.to_thread(self.memory_probe) if self.budgets.memory else 0
+            if used:
+                self.metrics.memory.set(used)
+            async with self.changed:
+                over_count = bool(self.budgets.max_loaded) and (
+                    self._loaded_count() + self.loading >= (self.budgets.max_loaded or 0))
+                over_memory = self._memory_needed(used)
+                if not over_count and not over_memory:
+                    self.loading += 1
+                    return
+                victim = self._victim()
+                if victim is None:
+                    if not over_count and self._loaded_count() + self.loading == 0:
+                        log.warning("memory budget reached with no model loaded; loading %s anyway", m.name)
+                        self.loading += 1
+                        return
+                    # every loaded model is answering a request: wait until one is idle
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self.changed.wait(), WAIT_FOR_SLOT_S)
+                    continue
+                victim.state = State.UNLOADING
+            await self._unload(victim, "memory" if over_memory and not over_count else "max_loaded")
+
+    async def _evict_one(self, reason: str) -> bool:
+        async with self.changed:
+            victim = self._victim()
+            if victim is None:
+                return False
+            victim.state = State.UNLOADING
+        await self._unload(victim, reason)
+        return True
+
+    async def _unload(self, m: Model, reason: str) -> None:
+        start = time.monotonic()
+        try:
+            answer = await self.hop.unload(m.name)
+            if answer.status not in (200, 404):
+                log.warning("unloading %s: HTTP %s %s", m.name, answer.status, answer.error_text())
+        except httpx.HTTPError as exc:
+            log.warning("unloading %s failed: %r", m.name, exc)
+        self.metrics.time("ModelUnloadingTime", time.monotonic() - start)
+        self.metrics.unloads.labels(reason).inc()
+        async with self.changed:
+            m.state = State.ON_DISK
+            self._count()
+            self.changed.notify_all()
+
+    # -- disk --------------------------------------------------------------------------------------------
+    def _update_disk(self) -> None:
+        self.metrics.disk.set(sum(m.disk_bytes for m in self.models.values() if m.folder is not None))
+
+    async def _trim_disk(self) -> None:
+        """Delete unpacked files of unloaded models, least recently used first, while past the disk budget;
+        files of loaded (or loading) models stay."""
+        budget = self.budgets.disk
+        if not budget:
+            return
+        while True:
+            async with self.changed:
+                held = [m for m in self.models.values() if m.folder is not None]
+                if sum(m.disk_bytes for m in held) <= budget:
+                    return
+                idle = [m for m in held if m.state is State.ON_DISK]
+                if not idle:
+                    return
+                victim = min(idle, key=lambda m: m.last_used)
+                folder, victim.folder, victim.disk_bytes, victim.state = victim.folder, None, 0, State.REMOTE
+            assert folder is not None
+            await asyncio.to_thread(self.disk.remove, folder)
+            self.metrics.disk_evictions.inc()
+            self._update_disk()
+
+    def loaded(self) -> list[str]:
+        return sorted(m.name for m in self.models.values() if m.state is State.LOADED)

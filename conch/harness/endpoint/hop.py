@@ -1,0 +1,74 @@
+"""The hop from the front to Triton's SageMaker front end: the calls the SageMaker platform makes to the
+container (``POST /models``, ``DELETE /models/<hash>``, ``POST /models/<hash>/invoke``), with httpx."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from conch.harness.endpoint.protocol import TARGET_HEADER
+from conch.harness.mme import model_hash
+
+UNLOAD_TIMEOUT_S = 360.0  # SageMaker waits this long for an unload; Triton's front end gives up at 350 s
+INVOKE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content: bytes
+    content_type: str
+
+    def error_text(self) -> str:
+        """Triton's ``{"error": ...}`` message, or the raw body."""
+        try:
+            return str(json.loads(self.content)["error"])
+        except (ValueError, KeyError, TypeError):
+            return self.content.decode("utf-8", "replace") or f"HTTP {self.status}"
+
+
+class TritonHop:
+    """Async client of one tritonserver's SageMaker and KServe HTTP endpoints."""
+
+    def __init__(self, sagemaker_url: str, http_url: str) -> None:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
+        self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
+        self.kserve = httpx.AsyncClient(base_url=http_url, timeout=30.0)
+
+    async def close(self) -> None:
+        await self.sagemaker.aclose()
+        await self.kserve.aclose()
+
+    async def load(self, target_model: str, folder: Path, timeout: float) -> Answer:
+        """Register and load the unpacked archive; raises httpx.TimeoutException past ``timeout``."""
+        body = {"model_name": model_hash(target_model), "url": str(folder)}
+        r = await self.sagemaker.post("/models", json=body, headers={TARGET_HEADER: target_model}, timeout=timeout)
+        return Answer(r.status_code, r.content, r.headers.get("content-type", ""))
+
+    async def unload(self, target_model: str) -> Answer:
+        r = await self.sagemaker.delete(f"/models/{model_hash(target_model)}", headers={TARGET_HEADER: target_model},
+                                        timeout=UNLOAD_TIMEOUT_S)
+        return Answer(r.status_code, r.content, r.headers.get("content-type", ""))
+
+    async def registered(self, target_model: str) -> bool:
+        """Whether the SageMaker front end lists the archive as loaded (``GET /models/<hash>``)."""
+        r = await self.sagemaker.get(f"/models/{model_hash(target_model)}", timeout=30.0)
+        return r.status_code == 200
+
+    async def state(self, target_model: str) -> str:
+        """Triton's state of the ensemble loaded as ``target_model`` (READY, LOADING, UNAVAILABLE, or '')."""
+        r = await self.kserve.post("/v2/repository/index", json={})
+        if r.status_code != 200:
+            return ""
+        for entry in r.json():
+            if entry.get("name") == target_model:
+                return str(entry.get("state", ""))
+        return ""
+
+    async def invoke(self, target_model: str, body: bytes, content_type: str) -> Answer:
+        headers = {TARGET_HEADER: target_model, "Content-Type": content_type}
+        r = await self.sagemaker.post(f"/models/{model_hash(target_model)}/invoke", content=body, headers=headers)
+        return Answer(r.status_code, r.content, r.headers.get("content-type", ""))

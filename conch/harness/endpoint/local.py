@@ -1,0 +1,168 @@
+"""LocalMME: a tritonserver run as SageMaker's image runs it, and the front on uvicorn in a thread of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import uvicorn
+
+from conch.ensembles.target import DEFAULT_RELEASE
+from conch.errors import ServeError
+from conch.harness.endpoint.app import create_app
+from conch.harness.endpoint.disk import DiskCache
+from conch.harness.endpoint.fleet import Budgets, Fleet
+from conch.harness.endpoint.hop import TritonHop
+from conch.harness.endpoint.memory import tree_pss
+from conch.harness.endpoint.metrics import Metrics
+from conch.harness.endpoint.sources import open_source
+from conch.harness.server import LocalTriton, namespacing_for
+
+ENDPOINT_NAME = "local"
+DEFAULT_LOAD_TIMEOUT_S = 300.0
+FRONT_START_TIMEOUT_S = 30.0
+
+
+class LocalMME:
+    """Many archives behind one local endpoint, served as a SageMaker multi-model endpoint serves them.
+
+    Args:
+        source: a folder of ``.tar.gz`` archives or ``s3://bucket/prefix``; TargetModel = key under it.
+        max_loaded: at most this many TargetModels loaded at once (least recently used unloaded first).
+        memory_budget: bytes of PSS (tritonserver + its Python stubs) that loading may not pass.
+        disk_budget: bytes of unpacked archives kept; files of unloaded models go first.
+        cache_dir: where archives are unpacked (default: a temp folder removed at stop).
+        s3_endpoint_url: an S3-compatible server for ``s3://`` sources (e.g. moto on 127.0.0.1).
+        load_timeout: seconds a load may take before the TargetModel answers with an error.
+        release: the Triton release whose SageMaker image is emulated (``--model-namespacing`` from 23.04).
+    """
+
+    endpoint_name = ENDPOINT_NAME
+
+    def __init__(
+        self,
+        source: str | Path,
+        *,
+        max_loaded: int | None = None,
+        memory_budget: int | None = None,
+        disk_budget: int | None = None,
+        cache_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        s3_endpoint_url: str | None = None,
+        load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
+        release: str = DEFAULT_RELEASE,
+    ) -> None:
+        if max_loaded is not None and max_loaded < 1:
+            raise ServeError(f"max_loaded {max_loaded}: at least one model must fit")
+        self.source = open_source(source, s3_endpoint_url)
+        self.budgets = Budgets(max_loaded, memory_budget, disk_budget, load_timeout)
+        self.host, self.port = host, port
+        self._own_cache = cache_dir is None
+        self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-"))
+        self.triton = LocalTriton(model_namespacing=namespacing_for(release))
+        self.metrics = Metrics()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._fleet: Fleet | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> LocalMME:
+        self.triton.start()
+        try:
+            self._start_front()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_front(self) -> None:
+        triton, metrics, disk = self.triton, self.metrics, DiskCache(self.cache_dir / "models")
+        pid = triton.process.pid if triton.process else 0
+        baseline = tree_pss(pid)
+        for gauge, value in ((metrics.max_loaded, self.budgets.max_loaded), (metrics.memory_budget,
+                             self.budgets.memory), (metrics.disk_budget, self.budgets.disk)):
+            gauge.set(value or 0)
+
+        def make_fleet() -> Fleet:
+            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.http_url), metrics, self.budgets,
+                          lambda: tree_pss(pid))
+            fleet.baseline_memory = baseline
+            self._fleet, self._loop = fleet, asyncio.get_running_loop()
+            return fleet
+
+        def refresh() -> None:
+            metrics.memory.set(tree_pss(pid))
+
+        app = create_app(self.endpoint_name, make_fleet, refresh)
+        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
+                                lifespan="on", timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + FRONT_START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ServeError(f"the local MME front did not start on {self.host}:{self.port} (port taken?)")
+            time.sleep(0.02)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._server = self._thread = None
+        self.triton.stop()
+        if self._own_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def load(self, target_model: str, timeout: float | None = None) -> None:
+        """Download and load ``target_model`` now, as its first invocation would (it then counts as used)."""
+        if self._fleet is None or self._loop is None:
+            raise ServeError("the local MME is not running: use it as a context manager or call start()")
+        fleet = self._fleet
+
+        async def load() -> None:
+            await fleet.release(await fleet.acquire(target_model))
+
+        asyncio.run_coroutine_threadsafe(load(), self._loop).result(timeout or self.budgets.load_timeout + 60)
+
+    def metrics_json(self) -> dict[str, Any]:
+        """The same numbers as ``GET /metrics.json``."""
+        response = httpx.get(f"{self.url}/metrics.json", timeout=30)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def ready_line(self) -> dict[str, Any]:
+        """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""
+        return {
+            "url": self.url, "endpoint_name": self.endpoint_name, "port": self.port,
+            "invocations": f"{self.url}/endpoints/{self.endpoint_name}/invocations",
+            "metrics": f"{self.url}/metrics", "source": self.source.describe(),
+            "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
+                       "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
+        }
+
+    def __enter__(self) -> LocalMME:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+logging.getLogger("conch.endpoint").addHandler(logging.NullHandler())

@@ -1,0 +1,109 @@
+"""The MME metrics SageMaker publishes to CloudWatch, under the same names, in a Prometheus registry of the
+endpoint's own (``GET /metrics``) and as JSON (``GET /metrics.json``).
+
+Times are in seconds here (CloudWatch reports the same quantities in microseconds or milliseconds).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+TIMES = {
+    "ModelLoadingWaitTime": "seconds an invocation waited for its TargetModel to be downloaded and loaded",
+    "ModelDownloadingTime": "seconds to download and unpack an archive",
+    "ModelLoadingTime": "seconds Triton took to load an archive (POST /models)",
+    "ModelUnloadingTime": "seconds Triton took to unload an archive (DELETE /models/<hash>)",
+    "ModelLatency": "seconds Triton took to answer an invocation",
+}
+KEEP = 10_000  # recent samples per timing kept for the JSON percentiles
+
+
+class Metrics:
+    """Counters, gauges and timings of one local MME."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.times = {name: Histogram(name, doc, registry=r, buckets=BUCKETS) for name, doc in TIMES.items()}
+        self.cache_hit = Counter("ModelCacheHit", "invocations by whether their TargetModel was loaded already",
+                                 ["hit"], registry=r)
+        self.invocations = Counter("Invocations", "invocations answered, by HTTP status class", ["status"], registry=r)
+        self.loads = Counter("ModelLoads", "archives loaded, by whether the TargetModel was loaded before",
+                             ["reload"], registry=r)
+        self.load_failures = Counter("ModelLoadFailures", "loads that failed or timed out", registry=r)
+        self.unloads = Counter("ModelUnloads", "archives unloaded, by cause", ["reason"], registry=r)
+        self.downloads = Counter("ModelDownloads", "archives downloaded and unpacked", registry=r)
+        self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
+                                      registry=r)
+        self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
+        self.loaded_peak = Gauge("LoadedModelCountPeak", "highest LoadedModelCount so far", registry=r)
+        self.max_loaded = Gauge("LoadedModelCountLimit", "--max-loaded (0: no limit)", registry=r)
+        self.memory = Gauge("MemoryUsedBytes", "PSS of tritonserver and its Python stubs", registry=r)
+        self.memory_budget = Gauge("MemoryBudgetBytes", "--memory-budget (0: no limit)", registry=r)
+        self.disk = Gauge("DiskUsedBytes", "bytes of unpacked archives in the disk cache", registry=r)
+        self.disk_budget = Gauge("DiskBudgetBytes", "--disk-budget (0: no limit)", registry=r)
+        self._samples: dict[str, list[float]] = {name: [] for name in TIMES}
+        self._lock = threading.Lock()
+
+    def time(self, name: str, seconds: float) -> None:
+        self.times[name].observe(seconds)
+        with self._lock:
+            samples = self._samples[name]
+            samples.append(seconds)
+            if len(samples) > KEEP:
+                del samples[: len(samples) - KEEP]
+
+    def set_loaded(self, count: int) -> None:
+        self.loaded.set(count)
+        with self._lock:
+            if count > self.loaded_peak._value.get():
+                self.loaded_peak.set(count)
+
+    def prometheus(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every metric as plain numbers: timings as count, sum and percentiles of recent samples."""
+        out: dict[str, Any] = {}
+        with self._lock:
+            for name, samples in self._samples.items():
+                out[name] = summary(samples, self.times[name])
+        out["ModelCacheHit"] = {"hits": _count(self.cache_hit, "1"), "misses": _count(self.cache_hit, "0")}
+        total = out["ModelCacheHit"]["hits"] + out["ModelCacheHit"]["misses"]
+        out["ModelCacheHit"]["rate"] = out["ModelCacheHit"]["hits"] / total if total else None
+        out["Invocations"] = {s: _count(self.invocations, s) for s in ("2XX", "4XX", "5XX")}
+        out["ModelLoads"] = {"cold": _count(self.loads, "false"), "reload": _count(self.loads, "true")}
+        out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for s in _samples(self.unloads, "_total")}
+        for name, metric in (("ModelLoadFailures", self.load_failures), ("ModelDownloads", self.downloads),
+                             ("ModelDiskEvictions", self.disk_evictions)):
+            out[name] = int(metric._value.get())
+        for name, gauge in (("LoadedModelCount", self.loaded), ("LoadedModelCountPeak", self.loaded_peak),
+                            ("LoadedModelCountLimit", self.max_loaded), ("MemoryUsedBytes", self.memory),
+                            ("MemoryBudgetBytes", self.memory_budget), ("DiskUsedBytes", self.disk),
+                            ("DiskBudgetBytes", self.disk_budget)):
+            out[name] = int(gauge._value.get())
+        return out
+
+
+def summary(samples: list[float], histogram: Histogram) -> dict[str, Any]:
+    count = sum(s.value for s in _samples(histogram, "_count"))
+    total = sum(s.value for s in _samples(histogram, "_sum"))
+    ordered = sorted(samples)
+
+    def pct(q: float) -> float | None:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+    return {"count": int(count), "sum_s": total, "p50_s": pct(0.5), "p90_s": pct(0.9), "p99_s": pct(0.99),
+            "max_s": ordered[-1] if ordered else None}
+
+
+def _samples(metric: Any, suffix: str) -> list[Any]:
+    return [s for m in metric.collect() for s in m.samples if s.name.endswith(suffix)]
+
+
+def _count(counter: Counter, label: str) -> int:
+    return int(sum(s.value for s in _samples(counter, "_total") if label in s.labels.values()))

@@ -1,0 +1,61 @@
+"""The SageMaker runtime API's error shapes, as boto3's ``sagemaker-runtime`` client parses them.
+
+botocore reads the error code from the ``x-amzn-ErrorType`` header and the message from the JSON body's
+``Message``; a ``ModelError`` (HTTP 424) also carries the container's own status and message.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.responses import Response
+
+from conch.errors import ServeError
+
+TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+LOG_STREAM = "local: see the tritonserver log (conch serve --mme prints its path)"
+
+
+class EndpointError(ServeError):
+    """An invocation of the local MME failed; ``response()`` is what SageMaker's runtime API would answer."""
+
+    code = "InternalFailure"
+    status = 500
+
+    def body(self) -> dict[str, object]:
+        return {"ErrorCode": self.code, "Message": str(self)}
+
+    def response(self) -> Response:
+        return Response(json.dumps(self.body()), status_code=self.status, media_type="application/json",
+                        headers={"x-amzn-ErrorType": self.code})
+
+
+class ValidationError(EndpointError):
+    """The request is wrong: no such endpoint or TargetModel, or an archive that cannot be served."""
+
+    code = "ValidationError"
+    status = 400
+
+
+class ModelError(EndpointError):
+    """The container (Triton) answered with an error, or a TargetModel failed to load."""
+
+    code = "ModelError"
+    status = 424
+
+    def __init__(self, message: str, original_status: int, original_message: str) -> None:
+        super().__init__(message)
+        self.original_status = original_status
+        self.original_message = original_message
+
+    def body(self) -> dict[str, object]:
+        kind = "CLIENT_ERROR_FROM_MODEL" if self.original_status < 500 else "INTERNAL_FAILURE_FROM_MODEL"
+        return {"ErrorCode": kind, "Message": str(self), "OriginalStatusCode": self.original_status,
+                "OriginalMessage": self.original_message, "LogStreamArn": LOG_STREAM}
+
+
+def model_error(target_model: str, status: int, message: str) -> ModelError:
+    """Triton answered an invocation of ``target_model`` with ``status``: SageMaker's ModelError for it."""
+    side = "client" if status < 500 else "server"
+    return ModelError(f"Received {side} error ({status}) from model {target_model!r} with message {message!r}",
+                      status, message)

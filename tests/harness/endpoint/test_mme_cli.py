@@ -1,0 +1,88 @@
+"""`conch serve --mme` as scripts use it: one JSON line on stdout when ready, `conch invoke` against it without
+AWS credentials, and no tritonserver left behind when conch is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import linear_ensemble
+from mme_archives import EXPECTED, invoke_linear, runtime
+
+from conch.builder.build import build_ensemble
+
+pytestmark = pytest.mark.integration
+
+
+def without_aws(env: dict[str, str]) -> dict[str, str]:
+    drop = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+            "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+    return {**{k: v for k, v in env.items() if k not in drop}, "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def conch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conch.cli", *args], capture_output=True, text=True, timeout=300,
+                          env=without_aws(dict(os.environ)))
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_serve_mme_prints_one_ready_line_answers_conch_invoke_and_dies_with_conch(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("cli_mme"), tmp_path / "dist", "local")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conch.cli", "serve", "--mme", str(archive.parent), "--port", "0", "--max-loaded", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=without_aws(dict(os.environ)),
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["endpoint_name"] == "local" and ready["url"].startswith("http://127.0.0.1:")
+        np.testing.assert_array_equal(invoke_linear(runtime(ready["url"]), archive.name), EXPECTED)
+        replayed = conch("invoke", "--endpoint", "local", "--endpoint-url", ready["url"], "--archive", str(archive))
+        assert replayed.returncode == 0, replayed.stderr
+        assert "2 passed, 0 failed" in replayed.stdout  # the sample as JSON and as binary+json, unchanged
+        triton_port = ready["triton"]["sagemaker_port"]
+        servers = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+                   if p.read_text().rsplit(")", 1)[1].split()[1] == str(proc.pid)]
+        assert servers and listening(triton_port)
+        proc.send_signal(signal.SIGKILL)  # no chance to clean up: the kernel must take tritonserver down
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in servers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in servers)
+        assert not listening(triton_port)
+        assert proc.stdout.read() == ""  # nothing but the ready line on stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_serve_refuses_paths_and_mme_together_in_one_line(tmp_path: Path) -> None:
+    result = conch("serve", str(tmp_path), "--mme", str(tmp_path))
+    assert result.returncode == 2 and "conch: error: give either --mme" in result.stderr
+    assert "Traceback" not in result.stderr
+    bad_size = conch("serve", "--mme", str(tmp_path), "--memory-budget", "lots")
+    assert bad_size.returncode == 2 and "write a size such as 6GiB" in bad_size.stderr

@@ -1,0 +1,87 @@
+"""Seed 000's pattern on the local MME: one archive uploaded under many names to a real S3-compatible server
+(moto on 127.0.0.1), invoked in random order from several threads through boto3's sagemaker-runtime client,
+with far fewer models allowed loaded than there are names."""
+
+from __future__ import annotations
+
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from conftest import linear_ensemble
+from mme_archives import EXPECTED, invoke_linear, runtime
+
+from conch.builder.build import build_ensemble
+from conch.harness.endpoint import LocalMME
+
+pytestmark = pytest.mark.integration
+BUCKET = "conch-mme-fleet"
+
+
+@pytest.fixture(scope="module")
+def linear_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_ensemble(linear_ensemble("fleet"), tmp_path_factory.mktemp("built"), "local")
+
+
+def upload_copies(moto_server: str, archive: Path, prefix: str, count: int) -> list[str]:
+    s3 = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="x")
+    s3.create_bucket(Bucket=BUCKET)
+    names = [f"copy-{i:03d}.tar.gz" for i in range(count)]
+    data = archive.read_bytes()
+    for name in names:
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=data)
+    return names
+
+
+def run_fleet(moto_server: str, archive: Path, prefix: str, count: int, max_loaded: int, calls: int) -> None:
+    names = upload_copies(moto_server, archive, prefix, count)
+    order = names + random.Random(7).choices(names, k=calls - count)  # every name at least once
+    random.Random(11).shuffle(order)
+    with LocalMME(f"s3://{BUCKET}/{prefix}", s3_endpoint_url=moto_server, max_loaded=max_loaded) as mme:
+        seen_loaded: list[int] = []
+        done = threading.Event()
+
+        def watch() -> None:  # LoadedModelCount as a client of /metrics.json sees it, while the calls run
+            while not done.wait(0.2):
+                seen_loaded.append(mme.metrics_json()["LoadedModelCount"])
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        local = threading.local()
+
+        def call(name: str) -> tuple[str, Any]:
+            if not hasattr(local, "rt"):
+                local.rt = runtime(mme.url)
+            return name, invoke_linear(local.rt, name)
+
+        try:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                answers = list(pool.map(call, order))
+        finally:
+            done.set()
+            watcher.join()
+        metrics = mme.metrics_json()
+    assert len(answers) == calls
+    for name, z in answers:
+        np.testing.assert_array_equal(z, EXPECTED, err_msg=name)
+    assert metrics["Invocations"]["2XX"] == calls and metrics["Invocations"]["4XX"] == 0
+    assert metrics["ModelDownloads"] == count  # each archive downloaded once; reloads came from the disk cache
+    assert metrics["ModelLoads"]["cold"] == count and metrics["ModelLoads"]["reload"] > 0
+    assert sum(metrics["ModelUnloads"].values()) >= count - max_loaded
+    assert metrics["LoadedModelCountPeak"] <= max_loaded
+    assert seen_loaded and max(seen_loaded) <= max_loaded
+
+
+def test_thirty_names_of_one_archive_behind_five_slots(moto_server: str, linear_archive: Path) -> None:
+    run_fleet(moto_server, linear_archive, "thirty", count=30, max_loaded=5, calls=45)
+
+
+@pytest.mark.slow
+def test_two_hundred_names_of_one_archive_behind_twenty_slots(moto_server: str, linear_archive: Path) -> None:
+    run_fleet(moto_server, linear_archive, "two-hundred", count=200, max_loaded=20, calls=300)

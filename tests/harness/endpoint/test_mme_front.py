@@ -1,0 +1,88 @@
+"""The local MME as a boto3 user sees it: lazy loads, LRU unloads within --max-loaded, SageMaker's metric
+names, and SageMaker's error shapes, through the real sagemaker-runtime client and a real tritonserver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from botocore.exceptions import ClientError
+from conftest import linear_ensemble
+from mme_archives import EXPECTED, copies, invoke_linear, runtime
+
+from conch.builder.build import build_ensemble
+from conch.harness.endpoint import LocalMME
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def linear_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_ensemble(linear_ensemble("mme_linear"), tmp_path_factory.mktemp("built"), "local")
+
+
+@pytest.fixture(scope="module")
+def mme(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMME]:
+    """Four copies of one archive behind one endpoint that keeps at most two loaded."""
+    source = tmp_path_factory.mktemp("source")
+    copies(linear_archive, source, [f"m{i}.tar.gz" for i in range(4)])
+    with LocalMME(source, max_loaded=2) as endpoint:
+        yield endpoint
+
+
+def test_models_load_on_first_call_and_the_least_recently_used_is_unloaded(mme: LocalMME) -> None:
+    rt = runtime(mme.url)
+    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+    before = mme.metrics_json()
+    for name in ("m0.tar.gz", "m1.tar.gz", "m0.tar.gz", "m2.tar.gz", "m3.tar.gz", "m0.tar.gz"):
+        np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
+    after = mme.metrics_json()
+    # m0 was used more recently than m1, so m2 evicted m1; m3 evicted m0; m0 came back in place of m2
+    assert after["loaded"] == ["m0.tar.gz", "m3.tar.gz"]
+    assert after["LoadedModelCount"] == 2 and after["LoadedModelCountPeak"] <= 2
+    assert after["ModelLoads"]["reload"] - before["ModelLoads"]["reload"] == 1
+    assert sum(after["ModelUnloads"].values()) - sum(before["ModelUnloads"].values()) == 3
+    assert after["ModelCacheHit"]["hits"] - before["ModelCacheHit"]["hits"] == 1
+    assert after["ModelDownloads"] - before["ModelDownloads"] == 4  # the reload of m0 came from the disk cache
+    text = requests.get(f"{mme.url}/metrics", timeout=5).text
+    for name in ("ModelLoadingWaitTime", "ModelDownloadingTime", "ModelLoadingTime", "ModelUnloadingTime",
+                 "ModelCacheHit", "LoadedModelCount", "MemoryUsedBytes", "DiskUsedBytes"):
+        assert f"\n{name}" in text, name
+    assert "LoadedModelCount 2.0" in text
+
+
+def test_a_missing_target_model_is_a_validation_error_naming_it(mme: LocalMME) -> None:
+    rt = runtime(mme.url)
+    with pytest.raises(ClientError) as caught:
+        invoke_linear(rt, "no_such_model.tar.gz")
+    error = caught.value.response["Error"]
+    assert error["Code"] == "ValidationError"
+    assert "'no_such_model.tar.gz'" in error["Message"]
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    np.testing.assert_array_equal(invoke_linear(rt, "m1.tar.gz"), EXPECTED)  # the others keep answering
+
+
+def test_a_malformed_body_is_a_model_error_with_tritons_status(mme: LocalMME) -> None:
+    rt = runtime(mme.url)
+    with pytest.raises(ClientError) as caught:
+        rt.invoke_endpoint(EndpointName="local", TargetModel="m1.tar.gz", ContentType="application/json",
+                           Body=b'{"inputs": [')
+    response = caught.value.response
+    assert response["Error"]["Code"] == "ModelError"
+    assert response["OriginalStatusCode"] == 400 and "m1.tar.gz" in response["Error"]["Message"]
+    np.testing.assert_array_equal(invoke_linear(rt, "m1.tar.gz"), EXPECTED)
+
+
+def test_wrong_endpoint_name_and_missing_header_are_validation_errors(mme: LocalMME) -> None:
+    rt = runtime(mme.url)
+    with pytest.raises(ClientError) as wrong:
+        rt.invoke_endpoint(EndpointName="other", TargetModel="m1.tar.gz", ContentType="application/json", Body=b"{}")
+    assert wrong.value.response["Error"]["Code"] == "ValidationError"
+    assert "'local'" in wrong.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as no_header:
+        rt.invoke_endpoint(EndpointName="local", ContentType="application/json", Body=b"{}")
+    assert no_header.value.response["Error"]["Code"] == "ValidationError"
+    assert "target model header" in no_header.value.response["Error"]["Message"]
