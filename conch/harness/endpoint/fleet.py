@@ -54,6 +54,7 @@ class Model:
     loads: int = 0
     attempt: int = 0
     failure: EndpointError | None = None
+    hung_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,11 @@ class Fleet:
                 if watched is not None and m.attempt == watched and m.failure is not None:
                     raise m.failure
                 if m.state is State.HUNG:
-                    if not await self._hang_over(m):
-                        raise m.failure or ModelError(f"{name!r} is still loading", 504, "load timed out")
-                    continue
+                    if await self.hop.registered(name):  # the hung load finished after all
+                        self._loaded_late(m)
+                        continue
+                    if time.monotonic() < m.hung_at + self.budgets.load_timeout and m.failure is not None:
+                        raise m.failure  # asking Triton again this soon would only evict a healthy model
                 if m.state in (State.FETCHING, State.LOADING, State.UNLOADING):
                     watched = m.attempt if m.state is not State.UNLOADING else watched
                     await self.changed.wait()
@@ -178,8 +181,11 @@ class Fleet:
                 return
             if answer.status == 507 and await self._evict_one("507"):
                 continue  # the platform's answer to a 507: unload the least recently used model and retry
-            if answer.status == 409 and await self.hop.registered(m.name):
-                break  # loaded by an earlier attempt that we had given up on
+            if answer.status == 409:
+                if await self.hop.registered(m.name):
+                    break  # loaded by an earlier attempt that we had given up on
+                await self._hung(m)  # that earlier attempt is still loading inside Triton
+                return
             if answer.status != 200:
                 self.metrics.load_failures.inc()
                 hint = " (507: out of memory even after unloading others)" if answer.status == 507 else ""
@@ -204,27 +210,20 @@ class Fleet:
         self.metrics.load_failures.inc()
         timeout = self.budgets.load_timeout
         error = ModelError(
-            f"TargetModel {m.name!r} did not load within {timeout:g} s (--load-timeout); a Python-backend load can "
-            "hang, e.g. when its environment's Python differs from the stub's or a step's setup blocks",
-            504, "load timed out")
+            f"TargetModel {m.name!r} did not load within {timeout:g} s (--load-timeout) and is still loading inside "
+            "Triton; a Python-backend load can hang, e.g. when its environment's Python differs from the stub's or "
+            "a step's setup blocks", 504, "load timed out")
         async with self.changed:
             m.state = State.HUNG
+            m.hung_at = time.monotonic()
             m.failure = error
             self.changed.notify_all()
 
-    async def _hang_over(self, m: Model) -> bool:
-        """Called under the lock for a HUNG model: whether Triton has finished with it (loaded, or given up),
-        so that it can be taken as loaded or loaded again."""
-        state = await self.hop.state(m.name)
-        if state == "READY" and await self.hop.registered(m.name):
-            m.state = State.LOADED
-            m.loads += 1
-            self._count()
-            return True
-        if state in ("", "UNAVAILABLE") and not await self.hop.registered(m.name):
-            m.state = State.ON_DISK if m.folder is not None else State.REMOTE
-            return True
-        return False
+    def _loaded_late(self, m: Model) -> None:
+        m.state = State.LOADED
+        m.loads += 1
+        m.failure = None
+        self._count()
 
     # -- capacity ----------------------------------------------------------------------------------------
     def _loaded_count(self) -> int:

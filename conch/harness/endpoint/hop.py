@@ -31,16 +31,14 @@ class Answer:
 
 
 class TritonHop:
-    """Async client of one tritonserver's SageMaker and KServe HTTP endpoints."""
+    """Async client of one tritonserver's SageMaker front end."""
 
-    def __init__(self, sagemaker_url: str, http_url: str) -> None:
+    def __init__(self, sagemaker_url: str) -> None:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
-        self.kserve = httpx.AsyncClient(base_url=http_url, timeout=30.0)
 
     async def close(self) -> None:
         await self.sagemaker.aclose()
-        await self.kserve.aclose()
 
     async def load(self, target_model: str, folder: Path, timeout: float) -> Answer:
         """Register and load the unpacked archive; raises httpx.TimeoutException past ``timeout``."""
@@ -57,16 +55,6 @@ class TritonHop:
         """Whether the SageMaker front end lists the archive as loaded (``GET /models/<hash>``)."""
         r = await self.sagemaker.get(f"/models/{model_hash(target_model)}", timeout=30.0)
         return r.status_code == 200
-
-    async def state(self, target_model: str) -> str:
-        """Triton's state of the ensemble loaded as ``target_model`` (READY, LOADING, UNAVAILABLE, or '')."""
-        r = await self.kserve.post("/v2/repository/index", json={})
-        if r.status_code != 200:
-            return ""
-        for entry in r.json():
-            if entry.get("name") == target_model:
-                return str(entry.get("state", ""))
-        return ""
 
     async def invoke(self, target_model: str, body: bytes, content_type: str) -> Answer:
         headers = {TARGET_HEADER: target_model, "Content-Type": content_type}

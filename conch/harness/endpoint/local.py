@@ -97,7 +97,7 @@ class LocalMME:
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
-            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.http_url), metrics, self.budgets,
+            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url), metrics, self.budgets,
                           lambda: tree_pss(pid))
             fleet.baseline_memory = baseline
             self._fleet, self._loop = fleet, asyncio.get_running_loop()
