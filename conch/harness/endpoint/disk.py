@@ -68,8 +68,8 @@ def unpack(target_model: str, archive: Path, dest: Path) -> None:
     except EndpointError:
         raise
     except ConchError as exc:
-        cause = str(exc).replace(str(archive), "archive")  # the cache's temp path says nothing to the user
-        raise ValidationError(f"TargetModel {target_model!r}: the archive was refused: {cause}") from None
+        cause = str(exc).replace(str(archive), target_model)  # the cache's temp path says nothing to the user
+        raise ValidationError(f"TargetModel {target_model!r}: {cause}") from None
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as exc:
         raise ValidationError(
             f"TargetModel {target_model!r}: the archive is not a readable .tar.gz ({type(exc).__name__}: {exc}); "

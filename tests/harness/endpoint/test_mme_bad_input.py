@@ -85,8 +85,6 @@ def test_an_archive_with_dotdot_entries_is_refused_and_writes_nothing_outside(mm
     others_keep_answering(mme)
 
 
-@pytest.mark.xfail(reason="conch.builder.archive.safe_extract does not yet check hard-link targets (issue 12 "
-                          "replaces it); remove this mark when that lands", strict=False)
 def test_a_hard_link_to_an_outside_file_is_refused_and_the_file_is_unchanged(mme: LocalMME, folder: Path,
                                                                               tmp_path: Path) -> None:
     outside = tmp_path / "precious.txt"
