@@ -99,7 +99,7 @@ def die_with_parent() -> None:
 
 def bind_failed(log: str) -> bool:
     """Whether a server that exited at start did so because one of its ports was taken."""
-    return any(s in log for s in ("Address already in use", "failed to start", "Failed to start", "bind"))
+    return any(s in log for s in ("already in use", "failed to start", "same address and port"))
 
 
 class LocalTriton:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import socket
 import time
 from pathlib import Path
 
 import pytest
 import requests
 
+import conch.harness.server as server_module
 from conch import ServeError
-from conch.harness.server import LocalTriton, python_backend_dir
+from conch.harness.server import LocalTriton, free_port, namespacing_for, python_backend_dir
 
 pytestmark = pytest.mark.integration
 
@@ -52,3 +55,21 @@ def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="tritonserver exited with code"):
         server.start()
     assert not server.running()
+
+
+def test_a_port_taken_between_choosing_and_binding_it_is_retried(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        calls = itertools.count()
+        monkeypatch.setattr(server_module, "free_port",
+                            lambda: taken.getsockname()[1] if next(calls) == 0 else free_port())
+        with LocalTriton(tmp_path / "w", startup_timeout=30) as server:
+            assert server.http_port != taken.getsockname()[1]
+            assert requests.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_namespacing_follows_the_sagemaker_image_of_the_release() -> None:
+    assert not namespacing_for("23.03")
+    assert namespacing_for("23.04") and namespacing_for("24.10")

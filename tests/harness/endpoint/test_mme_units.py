@@ -1,0 +1,64 @@
+"""The local MME's pure parts: sizes on the command line, TargetModel keys, sources, metrics bookkeeping."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from conch import ServeError
+from conch.cli.endpoint import size
+from conch.harness.endpoint.metrics import Metrics
+from conch.harness.endpoint.protocol import ValidationError
+from conch.harness.endpoint.sources import FolderSource, S3Source, checked_key, open_source
+
+
+@pytest.mark.parametrize(("text", "expected"), [("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1.5g", 1_500_000_000),
+                                                ("2000", 2000), ("64 MiB", 64 * 2**20)])
+def test_sizes(text: str, expected: int) -> None:
+    assert size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "6 GiBs", "-1GB", ""])
+def test_bad_sizes_say_how_to_write_one(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="6GiB"):
+        size(text)
+
+
+@pytest.mark.parametrize("key", ["../x.tar.gz", "/etc/passwd", "a//b.tar.gz", "a/./b.tar.gz", ""])
+def test_target_models_must_be_keys_under_the_prefix(key: str) -> None:
+    with pytest.raises(ValidationError, match="not a key relative to the model prefix"):
+        checked_key(key)
+    assert checked_key("team/a.tar.gz") == "team/a.tar.gz"
+
+
+def test_sources_from_a_folder_or_an_s3_prefix(tmp_path: Path) -> None:
+    assert open_source(tmp_path) == FolderSource(tmp_path.resolve())
+    assert open_source("s3://bucket/some/prefix/", "http://127.0.0.1:5000") == S3Source(
+        "bucket", "some/prefix/", "http://127.0.0.1:5000")
+    assert open_source("s3://bucket").describe() == "s3://bucket/"  # type: ignore[union-attr]
+    with pytest.raises(ServeError, match="not a folder of archives nor an s3:// prefix"):
+        open_source(tmp_path / "missing")
+
+
+def test_a_missing_archive_in_a_folder_names_the_target_model(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="TargetModel 'x.tar.gz'"):
+        FolderSource(tmp_path).fetch("x.tar.gz", tmp_path / "dest")
+
+
+def test_metrics_keep_sagemakers_names_and_the_peak_of_loaded_models() -> None:
+    metrics = Metrics()
+    for count in (1, 3, 2):
+        metrics.set_loaded(count)
+    metrics.time("ModelLoadingTime", 0.5)
+    metrics.cache_hit.labels("1").inc()
+    metrics.cache_hit.labels("0").inc(3)
+    metrics.unloads.labels("max_loaded").inc()
+    snapshot = metrics.snapshot()
+    assert snapshot["LoadedModelCount"] == 2 and snapshot["LoadedModelCountPeak"] == 3
+    assert snapshot["ModelLoadingTime"]["count"] == 1 and snapshot["ModelLoadingTime"]["p50_s"] == 0.5
+    assert snapshot["ModelCacheHit"] == {"hits": 1, "misses": 3, "rate": 0.25}
+    assert snapshot["ModelUnloads"] == {"max_loaded": 1}
+    text = metrics.prometheus().decode()
+    assert "LoadedModelCount 2.0" in text and 'ModelCacheHit_total{hit="1"} 1.0' in text
