@@ -96,12 +96,9 @@ class Fleet:
                 hit = False
                 if watched is not None and m.attempt == watched and m.failure is not None:
                     raise m.failure
-                if m.state is State.HUNG:
-                    if await self.hop.registered(name):  # the hung load finished after all
-                        self._loaded_late(m)
-                        continue
-                    if time.monotonic() < m.hung_at + self.budgets.load_timeout and m.failure is not None:
-                        raise m.failure  # asking Triton again this soon would only evict a healthy model
+                if m.state is State.HUNG and m.failure is not None and (
+                        time.monotonic() < m.hung_at + self.budgets.load_timeout):
+                    raise m.failure  # asking Triton again this soon would only evict a healthy model for nothing
                 if m.state in (State.FETCHING, State.LOADING, State.UNLOADING):
                     watched = m.attempt if m.state is not State.UNLOADING else watched
                     await self.changed.wait()
@@ -181,10 +178,10 @@ class Fleet:
                 return
             if answer.status == 507 and await self._evict_one("507"):
                 continue  # the platform's answer to a 507: unload the least recently used model and retry
-            if answer.status == 409:
+            if answer.status == 409:  # an earlier attempt that timed out here went on inside Triton
                 if await self.hop.registered(m.name):
-                    break  # loaded by an earlier attempt that we had given up on
-                await self._hung(m)  # that earlier attempt is still loading inside Triton
+                    break  # and has loaded it since
+                await self._hung(m)  # and is still loading it
                 return
             if answer.status != 200:
                 self.metrics.load_failures.inc()
@@ -218,12 +215,6 @@ class Fleet:
             m.hung_at = time.monotonic()
             m.failure = error
             self.changed.notify_all()
-
-    def _loaded_late(self, m: Model) -> None:
-        m.state = State.LOADED
-        m.loads += 1
-        m.failure = None
-        self._count()
 
     # -- capacity ----------------------------------------------------------------------------------------
     def _loaded_count(self) -> int:

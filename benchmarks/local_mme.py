@@ -1,0 +1,159 @@
+"""Many copies of one archive behind the local MME: cold-load latency, warm latency through the front against
+Triton's own SageMaker port (A/B, alternating), reloads from the disk cache, and memory per loaded copy.
+Prints a table, writes benchmarks/results/local_mme.json.
+
+    python benchmarks/local_mme.py [--archive dist/x.tar.gz | --ensemble ensembles/x.py --only x]
+                                   [--copies 20] [--warm 200] [--reloads 20]
+
+Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ENSEMBLE = ROOT / "tests" / "fixtures" / "cli_ensembles" / "pipelines.py"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def build(args: argparse.Namespace, out: Path) -> Path:
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import discover
+
+    if args.archive:
+        return Path(args.archive)
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))  # the default ensemble's step code
+    ensembles = [e for e in discover([args.ensemble]) if not args.only or e.name == args.only]
+    return build_ensemble(ensembles[0], out, "local")
+
+
+def timed(call: Any) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> int:
+    import boto3
+    import httpx
+    from botocore.config import Config
+
+    from conch.harness.endpoint import LocalMME
+    from conch.harness.endpoint.protocol import TARGET_HEADER
+    from conch.harness.mme import binary_request, json_request, model_hash
+    from conch.harness.replay import sample_payloads
+    from conch.sagemaker.invoke import archive_manifest
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--archive", type=Path)
+    parser.add_argument("--ensemble", type=Path, default=DEFAULT_ENSEMBLE)
+    parser.add_argument("--only", default="cli_linear")
+    parser.add_argument("--copies", type=int, default=20)
+    parser.add_argument("--warm", type=int, default=200, help="warm requests per side of the A/B")
+    parser.add_argument("--reloads", type=int, default=20)
+    args = parser.parse_args()
+
+    rows: list[dict[str, Any]] = []
+
+    def row(metric: str, value: float, unit: str) -> None:
+        rows.append({"metric": metric, "value": round(value, 2), "unit": unit})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = build(args, Path(tmp) / "built")
+        inputs, _, _ = sample_payloads(archive_manifest(archive)["samples"][0])
+        body, content_type = json_request(inputs)
+        binary_body, binary_type = binary_request(inputs)
+        source = Path(tmp) / "source"
+        source.mkdir()
+        names = [f"copy-{i:03d}.tar.gz" for i in range(args.copies)]
+        for name in names:
+            shutil.copyfile(archive, source / name)
+        config = Config(retries={"max_attempts": 1}, read_timeout=600)
+
+        with LocalMME(source) as mme:
+            rt = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
+                              aws_access_key_id="x", aws_secret_access_key="x", config=config)
+
+            def invoke(name: str, data: bytes = body, kind: str = content_type) -> None:
+                rt.invoke_endpoint(EndpointName="local", TargetModel=name, ContentType=kind, Body=data)["Body"].read()
+
+            empty = mme.metrics_json()["MemoryUsedBytes"]
+            cold = [timed(lambda n=name: invoke(n)) for name in names]  # type: ignore[misc]
+            loaded = mme.metrics_json()
+            row("cold first call p50 (download + load + answer)", statistics.median(cold), "ms")
+            row("cold first call p90", percentile(cold, 0.9), "ms")
+            row("Triton load p50 (ModelLoadingTime)", loaded["ModelLoadingTime"]["p50_s"] * 1000, "ms")
+            row("download + unpack p50 (ModelDownloadingTime)", loaded["ModelDownloadingTime"]["p50_s"] * 1000, "ms")
+            row("memory, server with no model (PSS)", empty / 2**20, "MiB")
+            row(f"memory per loaded copy (PSS, mean of {args.copies})",
+                (loaded["MemoryUsedBytes"] - empty) / args.copies / 2**20, "MiB")
+
+            direct = httpx.Client(base_url=mme.triton.sagemaker_url, timeout=60)
+            via_front = httpx.Client(base_url=mme.url, timeout=60)
+            target = names[0]
+            headers = {TARGET_HEADER: target, "Content-Type": content_type}
+            sides: dict[str, Any] = {
+                "via the front, boto3, JSON": lambda: invoke(target),
+                "via the front, boto3, binary+json": lambda: invoke(target, binary_body, binary_type),
+                "via the front, httpx, JSON": lambda: via_front.post(
+                    "/endpoints/local/invocations", content=body, headers=headers).raise_for_status(),
+                "straight to Triton's SageMaker port, httpx, JSON": lambda: direct.post(
+                    f"/models/{model_hash(target)}/invoke", content=body, headers=headers).raise_for_status(),
+            }
+            warm: dict[str, list[float]] = {side: [] for side in sides}
+            for _ in range(args.warm):  # alternating, so drift on a shared machine hits every side alike
+                for side, call in sides.items():
+                    warm[side].append(timed(call))
+            direct.close()
+            via_front.close()
+            for side, latencies in warm.items():
+                row(f"warm p50 {side}", statistics.median(latencies), "ms")
+            row("warm p90 via the front, boto3, JSON", percentile(warm["via the front, boto3, JSON"], 0.9), "ms")
+
+        with LocalMME(source, max_loaded=2) as mme:
+            rt = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
+                              aws_access_key_id="x", aws_secret_access_key="x", config=config)
+            cycle = names[:3]
+            for name in cycle:
+                invoke(name)
+            reloads = [timed(lambda n=cycle[i % 3]: invoke(n)) for i in range(args.reloads)]  # type: ignore[misc]
+            after = mme.metrics_json()
+            row("reload p50 with max-loaded 2 (unload LRU + load from disk + answer)",
+                statistics.median(reloads), "ms")
+            row("Triton unload p50 (ModelUnloadingTime)", after["ModelUnloadingTime"]["p50_s"] * 1000, "ms")
+
+    width = max(len(r["metric"]) for r in rows)
+    print(f"{'metric':<{width}}  {'value':>9}  unit")
+    for r in rows:
+        print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
+    out = ROOT / "benchmarks" / "results" / "local_mme.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
+            "copies": args.copies, "warm": args.warm, "reloads": args.reloads}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
