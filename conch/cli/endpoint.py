@@ -53,24 +53,29 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from conch.errors import ServeError
+    from conch.errors import ConchError, ServeError
     from conch.harness.endpoint import LocalMME
 
     if bool(args.paths) == bool(args.mme):
         raise ServeError("give either --mme SOURCE (a folder of archives or s3://bucket/prefix, loaded on first "
                          "call) or ensemble files/archives to load up front, not both")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="conch serve: %(message)s")
+    logging.getLogger("conch.endpoint").setLevel(logging.INFO)  # loads and unloads, one line each
     with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp:
         source = args.mme or _source_folder(args, Path(tmp))
         mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
                        disk_budget=args.disk_budget, cache_dir=args.cache_dir, host=args.host, port=args.port,
                        s3_endpoint_url=args.s3_endpoint_url, load_timeout=args.load_timeout, release=args.release)
         with mme:
+            failed = []
             if not args.mme:
                 for archive in sorted(Path(source).glob("*.tar.gz")):
-                    mme.load(archive.name)
-                    say(f"loaded {archive.name}")
-            print(json.dumps(mme.ready_line()), flush=True)
+                    try:  # one archive that cannot load does not keep the others from being served
+                        mme.load(archive.name)
+                    except ConchError as exc:
+                        say(f"conch: error: {exc}")
+                        failed.append(archive.name)
+            print(json.dumps({**mme.ready_line(), "failed": failed}), flush=True)
             say(f"local MME endpoint {mme.endpoint_name!r} at {mme.url} (models from {mme.source.describe()}); "
                 f"boto3: sagemaker-runtime with endpoint_url={mme.url!r}, EndpointName={mme.endpoint_name!r}, "
                 "TargetModel='<archive>.tar.gz'; metrics at /metrics; Ctrl-C stops")

@@ -16,9 +16,9 @@ from starlette.routing import Route
 
 from conch.harness.endpoint.fleet import Fleet
 from conch.harness.endpoint.protocol import TARGET_HEADER, EndpointError, ModelError, ValidationError, model_error
+from conch.sagemaker.invoke import MAX_BODY_BYTES
 
 log = logging.getLogger("conch.endpoint")
-MAX_BODY_BYTES = 6 * 1024 * 1024  # SageMaker real-time invocations take request bodies up to 6 MB
 
 
 def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Callable[[], None]) -> Starlette:

@@ -152,6 +152,7 @@ class Fleet:
         return False
 
     async def _failed(self, m: Model, exc: EndpointError) -> None:
+        log.warning("%s", exc)
         async with self.changed:
             m.failure = exc
             if m.state is not State.HUNG:
@@ -195,6 +196,7 @@ class Fleet:
                              "unload", 507, "out of memory")
         self.metrics.time("ModelLoadingTime", time.monotonic() - start)
         self.metrics.loads.labels("true" if m.loads else "false").inc()
+        log.info("loaded %s in %.2f s%s", m.name, time.monotonic() - start, " (reload)" if m.loads else "")
         async with self.changed:
             m.loads += 1
             m.state = State.LOADED
@@ -281,6 +283,7 @@ class Fleet:
             log.warning("unloading %s failed: %r", m.name, exc)
         self.metrics.time("ModelUnloadingTime", time.monotonic() - start)
         self.metrics.unloads.labels(reason).inc()
+        log.info("unloaded %s (%s) in %.2f s", m.name, reason, time.monotonic() - start)
         async with self.changed:
             m.state = State.ON_DISK
             self._count()
