@@ -21,9 +21,10 @@ from conch.sagemaker.invoke import MAX_BODY_BYTES
 log = logging.getLogger("conch.endpoint")
 
 
-def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Callable[[], None]) -> Starlette:
+def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Callable[[], None],
+               healthy: Callable[[], bool]) -> Starlette:
     """``make_fleet`` runs on the server's event loop at startup (the fleet's lock and clients belong to it);
-    ``refresh`` updates the memory and disk gauges before metrics are read."""
+    ``refresh`` updates the memory and disk gauges before metrics are read; ``healthy`` answers ``/ping``."""
     state: dict[str, Fleet] = {}
 
     @contextlib.asynccontextmanager
@@ -35,7 +36,7 @@ def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Cal
             await state["fleet"].hop.close()
 
     async def ping(request: Request) -> Response:
-        return Response(status_code=200)
+        return Response(status_code=200 if healthy() else 503)
 
     async def invocations(request: Request) -> Response:
         fleet = state["fleet"]
@@ -87,7 +88,7 @@ async def invoke(fleet: Fleet, endpoint_name: str, request: Request) -> Response
             raise ModelError(f"TargetModel {target!r}: the invocation timed out waiting for Triton", 504,
                              "timed out") from None
         except httpx.HTTPError as exc:
-            raise EndpointError(f"TargetModel {target!r}: Triton did not answer ({exc!r})") from None
+            raise EndpointError(fleet.hop.unreachable(target, exc)) from None
         finally:
             await fleet.release(model)
         fleet.metrics.time("ModelLatency", time.monotonic() - start)

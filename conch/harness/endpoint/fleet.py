@@ -143,6 +143,8 @@ class Fleet:
             await self._failed(m, exc)
         except ConchError as exc:
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: {exc}"))
+        except httpx.HTTPError as exc:
+            await self._failed(m, EndpointError(self.hop.unreachable(m.name, exc)))
         except Exception as exc:  # keep the endpoint serving whatever happened to this one model
             log.exception("bringing up %s failed", m.name)
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: internal failure: {exc!r}"))
@@ -192,8 +194,8 @@ class Fleet:
             break
         else:
             self.metrics.load_failures.inc()
-            raise ModelError(f"TargetModel {m.name!r} failed to load: out of memory (507) with nothing left to "
-                             "unload", 507, "out of memory")
+            raise ModelError(f"TargetModel {m.name!r} failed to load: still out of memory (507) after unloading "
+                             f"{LOAD_RETRIES_ON_507} other models", 507, "out of memory")
         self.metrics.time("ModelLoadingTime", time.monotonic() - start)
         self.metrics.loads.labels("true" if m.loads else "false").inc()
         log.info("loaded %s in %.2f s%s", m.name, time.monotonic() - start, " (reload)" if m.loads else "")

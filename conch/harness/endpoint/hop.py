@@ -33,7 +33,8 @@ class Answer:
 class TritonHop:
     """Async client of one tritonserver's SageMaker front end."""
 
-    def __init__(self, sagemaker_url: str) -> None:
+    def __init__(self, sagemaker_url: str, log_path: Path | None = None) -> None:
+        self.log_path = log_path
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
 
@@ -60,3 +61,9 @@ class TritonHop:
         headers = {TARGET_HEADER: target_model, "Content-Type": content_type}
         r = await self.sagemaker.post(f"/models/{model_hash(target_model)}/invoke", content=body, headers=headers)
         return Answer(r.status_code, r.content, r.headers.get("content-type", ""))
+
+    def unreachable(self, target_model: str, exc: httpx.HTTPError) -> str:
+        """What to tell a caller when tritonserver did not answer at all."""
+        log = f"; its log: {self.log_path}" if self.log_path else ""
+        return (f"TargetModel {target_model!r}: tritonserver did not answer ({type(exc).__name__}: {exc}); it may have "
+                f"exited or stalled{log}")

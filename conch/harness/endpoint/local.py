@@ -43,6 +43,9 @@ class LocalMME:
         s3_endpoint_url: an S3-compatible server for ``s3://`` sources (e.g. moto on 127.0.0.1).
         load_timeout: seconds a load may take before the TargetModel answers with an error.
         release: the Triton release whose SageMaker image is emulated (``--model-namespacing`` from 23.04).
+
+    tritonserver is killed when the thread that called ``start()`` ends (so that it never outlives conch,
+    even on SIGKILL): start the endpoint from a thread that lives as long as it should.
     """
 
     endpoint_name = ENDPOINT_NAME
@@ -97,7 +100,7 @@ class LocalMME:
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
-            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url), metrics, self.budgets,
+            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.log_path), metrics, self.budgets,
                           lambda: tree_pss(pid))
             fleet.baseline_memory = baseline
             self._fleet, self._loop = fleet, asyncio.get_running_loop()
@@ -106,7 +109,7 @@ class LocalMME:
         def refresh() -> None:
             metrics.memory.set(tree_pss(pid))
 
-        app = create_app(self.endpoint_name, make_fleet, refresh)
+        app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=30)
         self._server = uvicorn.Server(config)

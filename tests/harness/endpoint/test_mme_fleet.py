@@ -13,6 +13,7 @@ from typing import Any
 import boto3
 import numpy as np
 import pytest
+from botocore.exceptions import ClientError
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, invoke_linear, runtime
 
@@ -66,11 +67,15 @@ def run_fleet(moto_server: str, archive: Path, prefix: str, count: int, max_load
         finally:
             done.set()
             watcher.join()
+        with pytest.raises(ClientError) as missing:
+            invoke_linear(runtime(mme.url), "not-uploaded.tar.gz")
         metrics = mme.metrics_json()
+    assert missing.value.response["Error"]["Code"] == "ValidationError"
+    assert f"s3://{BUCKET}/{prefix}/not-uploaded.tar.gz" in missing.value.response["Error"]["Message"]
     assert len(answers) == calls
     for name, z in answers:
         np.testing.assert_array_equal(z, EXPECTED, err_msg=name)
-    assert metrics["Invocations"]["2XX"] == calls and metrics["Invocations"]["4XX"] == 0
+    assert metrics["Invocations"]["2XX"] == calls and metrics["Invocations"]["4XX"] == 1
     assert metrics["ModelDownloads"] == count  # each archive downloaded once; reloads came from the disk cache
     assert metrics["ModelLoads"]["cold"] == count and metrics["ModelLoads"]["reload"] > 0
     assert sum(metrics["ModelUnloads"].values()) >= count - max_loaded
