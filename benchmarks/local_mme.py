@@ -2,10 +2,12 @@
 Triton's own SageMaker port (A/B, alternating), reloads from the disk cache, and memory per loaded copy.
 Prints a table, writes benchmarks/results/local_mme.json.
 
-    python benchmarks/local_mme.py [--archive dist/x.tar.gz | --ensemble ensembles/x.py --only x]
+    python benchmarks/local_mme.py [--archive dist/x.tar.gz | --ensemble ensembles/x.py --only x | --distinct]
                                    [--copies 20] [--warm 200] [--reloads 20]
 
-Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target.
+Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target, copied
+under N names (seed 000's pattern). --distinct builds N ensembles of the same shape with names (and so step
+folder names) of their own, which Triton's namespacing does not tie together.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ def build(args: argparse.Namespace, out: Path) -> Path:
     return build_ensemble(ensembles[0], out, "local")
 
 
+def distinct(i: int, out: Path) -> Path:
+    """The tests' two-step ensemble under a name of its own, so its step folders are its own too."""
+    from conch.builder.build import build_ensemble
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import linear_ensemble  # type: ignore[import-not-found]
+
+    return build_ensemble(linear_ensemble(f"bench{i:03d}"), out, "local")
+
+
 def timed(call: Any) -> float:
     start = time.perf_counter()
     call()
@@ -65,6 +77,8 @@ def main() -> int:
     parser.add_argument("--copies", type=int, default=20)
     parser.add_argument("--warm", type=int, default=200, help="warm requests per side of the A/B")
     parser.add_argument("--reloads", type=int, default=20)
+    parser.add_argument("--distinct", action="store_true",
+                        help="N distinct two-step ensembles (own step names) instead of N copies of one archive")
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
@@ -80,8 +94,8 @@ def main() -> int:
         source = Path(tmp) / "source"
         source.mkdir()
         names = [f"copy-{i:03d}.tar.gz" for i in range(args.copies)]
-        for name in names:
-            shutil.copyfile(archive, source / name)
+        for i, name in enumerate(names):
+            shutil.copyfile(distinct(i, Path(tmp) / "distinct") if args.distinct else archive, source / name)
         config = Config(retries={"max_attempts": 1}, read_timeout=600)
 
         with LocalMME(source) as mme:
@@ -140,10 +154,10 @@ def main() -> int:
     print(f"{'metric':<{width}}  {'value':>9}  unit")
     for r in rows:
         print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
-    out = ROOT / "benchmarks" / "results" / "local_mme.json"
+    out = ROOT / "benchmarks" / "results" / f"local_mme{'_distinct' if args.distinct else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
-            "copies": args.copies, "warm": args.warm, "reloads": args.reloads}
+            "copies": args.copies, "warm": args.warm, "reloads": args.reloads, "distinct": args.distinct}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
