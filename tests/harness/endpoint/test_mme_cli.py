@@ -42,6 +42,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
 def listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -63,15 +74,15 @@ def test_serve_mme_prints_one_ready_line_answers_conch_invoke_and_dies_with_conc
         assert replayed.returncode == 0, replayed.stderr
         assert "2 passed, 0 failed" in replayed.stdout  # the sample as JSON and as binary+json, unchanged
         triton_port = ready["triton"]["sagemaker_port"]
-        servers = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
-                   if p.read_text().rsplit(")", 1)[1].split()[1] == str(proc.pid)]
-        assert servers and listening(triton_port)
+        servers = children(proc.pid)
+        stubs = [stub for server in servers for stub in children(server)]  # they hold the server's sockets too
+        assert servers and stubs and listening(triton_port)
         proc.send_signal(signal.SIGKILL)  # no chance to clean up: the kernel must take tritonserver down
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 20
-        while any(alive(pid) for pid in servers) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while (any(alive(pid) for pid in servers + stubs) or listening(triton_port)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(alive(pid) for pid in servers)
+        assert not any(alive(pid) for pid in servers + stubs)
         assert not listening(triton_port)
         assert proc.stdout.read() == ""  # nothing but the ready line on stdout
     finally:
