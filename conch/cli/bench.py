@@ -1,0 +1,119 @@
+"""`conch bench | plan`: seed 003's load study as commands (load test, models-per-instance probe) and a
+capacity plan for a fleet of ensembles behind SageMaker MMEs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from conch.cli.console import say
+from conch.errors import BenchError
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``8GiB``, ``512MiB``, ``6GB`` or plain bytes."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 8GiB, 512MiB or 6GB")
+    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
+
+
+def _archives(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        found.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
+    missing = [p for p in found if not p.is_file()]
+    if missing:
+        raise BenchError(f"{missing[0]}: no such archive")
+    return found
+
+
+def _target(args: argparse.Namespace, archives: list[Path]) -> tuple[str, str | None, AbstractContextManager[Any]]:
+    """(kind, url, context that runs a server conch owns) for the chosen target."""
+    from conch.harness.load.bench import local_triton
+
+    if args.triton:
+        return "kserve", None, local_triton(archives)
+    if args.endpoint_url:
+        return ("boto3" if args.client == "boto3" else "sagemaker"), args.endpoint_url, nullcontext()
+    if args.endpoint:
+        return "boto3", None, nullcontext()
+    raise BenchError("choose a target: --triton (a local Triton conch starts), --endpoint-url URL (the SageMaker "
+                     "runtime API, e.g. `conch serve --mme`), or --endpoint NAME (a deployed SageMaker endpoint)")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from conch.harness.load.display import load_progress
+    from conch.harness.load.report import table
+    from conch.harness.load.runner import locust_command
+    from conch.harness.load.spec import LoadSpec, archive_targets
+    from conch.harness.load.stages import parse_stages, seed_ramp
+
+    if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
+        return subprocess.call(locust_command("worker", "--master-host", args.master_host,
+                                              "--port", str(args.master_port)))
+    if not args.archives:
+        raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
+    archives = _archives(args.archives)
+    stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
+    kind, url, server = _target(args, archives)
+    targets = archive_targets(archives, body_kind=args.body)
+    with server as own_url:
+        spec = LoadSpec(kind, own_url or url, targets, stages, endpoint=args.endpoint or "local",
+                        region=args.region or "us-east-1", zipf=args.zipf, seed=args.seed, check=not args.no_check,
+                        wait=args.wait, timeout=args.timeout)
+        say(f"load test: {len(stages)} stages, {spec.duration():.0f} s, up to {max(s.users for s in stages)} users, "
+            f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
+        from conch.harness.load.bench import run_bench
+
+        with load_progress(spec) as progress:
+            output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
+                               bind=args.master_bind, port=args.master_port, progress=progress)
+    print(table(output.summary))
+    say(f"wrote {output.json_path} and {output.png_path}")
+    return 0 if output.summary["requests"] else 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser("bench", help="load-test ensembles with Locust (seed 003's ramp) and report per stage")
+    b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")
+    where = b.add_argument_group("target (one of)")
+    where.add_argument("--triton", action="store_true", help="a local Triton conch starts, archives loaded MME-style, "
+                                                             "requests over KServe v2")
+    where.add_argument("--endpoint-url",
+                       help="an endpoint speaking the SageMaker runtime API (e.g. `conch serve --mme`)")
+    where.add_argument("--endpoint", help="endpoint name (default 'local' with --endpoint-url; alone: a deployed "
+                                          "SageMaker endpoint, called through boto3)")
+    where.add_argument("--client", choices=("http", "boto3"), default="http",
+                       help="with --endpoint-url: plain HTTP (default) or boto3's sagemaker-runtime client")
+    where.add_argument("--region", help="AWS region for boto3 (default us-east-1)")
+    load = b.add_argument_group("traffic")
+    load.add_argument("--stages", default="seed", help="preset (seed, quick, test), a JSON list like seed 003's "
+                                                      "[{\"duration\": 30, \"users\": 10, \"spawn_rate\": 5}, ...] "
+                                                      "(durations count from the start), or a file holding one")
+    load.add_argument("--max-users", type=int, help="with the seed ramp: stop at this many users (default 200)")
+    load.add_argument("--zipf", type=float, default=0.0, help="skew over the TargetModels in the order given "
+                                                              "(0: uniform)")
+    load.add_argument("--body", choices=("json", "binary"), default="binary",
+                      help="request bodies (binary+json by default; JSON where the inputs allow)")
+    load.add_argument("--no-check", action="store_true", help="count HTTP 200 as success without checking answers")
+    load.add_argument("--wait", type=float, default=0.0, help="seconds each user waits between requests")
+    load.add_argument("--timeout", type=float, default=120.0, help="seconds before a request counts as failed")
+    load.add_argument("--seed", type=int, default=0)
+    dist = b.add_argument_group("distributed load (Locust master/worker)")
+    dist.add_argument("--workers", type=int, default=0, help="worker processes on this machine (0: one process)")
+    dist.add_argument("--remote-workers", type=int, default=0,
+                      help="also wait for this many workers started elsewhere with `conch bench --worker`")
+    dist.add_argument("--master-bind", default="127.0.0.1", help="address the master listens on (0.0.0.0 for "
+                                                                 "remote workers)")
+    dist.add_argument("--master-port", type=int, default=5557)
+    dist.add_argument("--worker", action="store_true", help="run as a worker of a master elsewhere, then exit")
+    dist.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
+    b.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json and bench.png")
+    b.set_defaults(func=cmd_bench)
