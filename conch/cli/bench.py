@@ -4,11 +4,13 @@ capacity plan for a fleet of ensembles behind SageMaker MMEs."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from conch.cli.console import say
 from conch.errors import BenchError
@@ -72,12 +74,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
         from conch.harness.load.bench import run_bench
 
+        # The server's CPUs, when it runs on this machine: `conch plan` scales CPU instance types by them.
+        here = spec.url is not None and urlsplit(spec.url).hostname in ("127.0.0.1", "localhost", "::1")
+        extra = {"machine": {"cpus": os.cpu_count()}} if here else {}
         with load_progress(spec) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
-                               bind=args.master_bind, port=args.master_port, progress=progress)
+                               bind=args.master_bind, port=args.master_port, progress=progress, extra=extra)
     print(table(output.summary))
     say(f"wrote {output.json_path} and {output.png_path}")
     return 0 if output.summary["requests"] else 1
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from conch.plan.fleet import Profile, Targets, Traffic, plan, to_json
+    from conch.plan.instances import load_instances
+    from conch.plan.report import plot_plan, table
+
+    profiles = [Profile.from_probe(p) for p in args.probe or []]
+    if args.memory_per_model:
+        profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
+                                args.base_memory or 0))
+    if not profiles:
+        raise BenchError("give each ensemble's cost: --probe PROBE.json (from `conch bench --probe`) or "
+                         "--memory-per-model SIZE with --load-seconds S")
+    if args.bench:
+        traffic = Traffic.from_bench(args.bench, args.rps, args.zipf)
+    else:
+        traffic = Traffic(args.rps, args.zipf, args.service_ms, None, args.instance_rps)
+    data = load_instances(args.instances)
+    gpu = True if args.gpu_only else (False if args.cpu_only else None)
+    types = data.pick(args.instance_type, gpu=gpu)
+    targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
+    rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
+    from conch.harness.load.report import write_json
+
+    context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
+               "targets": vars(targets), "threshold": args.threshold,
+               "instance_data": {"date": data.date, "region": data.region, "source": data.source}}
+    write_json(to_json(rows, **context), args.out / "plan.json")
+    plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
+    print(table(rows))
+    say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
+    say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
+    return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,3 +156,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dist.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
     b.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json and bench.png")
     b.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")
+    p.add_argument("--ensembles", type=int, required=True, help="how many ensembles the fleet serves")
+    p.add_argument("--rps", type=float, required=True, help="requests per second over all ensembles")
+    p.add_argument("--zipf", type=float, default=1.0, help="popularity skew over ensembles (0: uniform)")
+    cost = p.add_argument_group("what one ensemble costs an instance")
+    cost.add_argument("--probe", type=Path, action="append",
+                      help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
+    cost.add_argument("--memory-per-model", type=parse_size, help="instead of a probe: host memory per ensemble")
+    cost.add_argument("--gpu-memory-per-model", type=parse_size,
+                      help="GPU memory per ensemble (default: taken equal to its host memory)")
+    cost.add_argument("--base-memory", type=parse_size, help="memory of the serving container with no model")
+    cost.add_argument("--load-seconds", type=float, default=2.0, help="with --memory-per-model: load time")
+    serve = p.add_argument_group("service time and throughput")
+    serve.add_argument("--bench", type=Path, help="a bench JSON from `conch bench`: warm latency, and the throughput "
+                                                  "one instance sustained before its first failure")
+    serve.add_argument("--service-ms", type=float, default=50.0, help="without --bench: warm latency p50")
+    serve.add_argument("--instance-rps", type=float, help="without --bench: requests/s one instance sustains")
+    goal = p.add_argument_group("targets")
+    goal.add_argument("--miss-rate", type=float, default=0.01,
+                      help="largest share of requests that may wait for a model load (default 0.01)")
+    goal.add_argument("--p99-ms", type=float, help="largest p99 latency")
+    goal.add_argument("--utilisation", type=float, default=0.7, help="of one instance's throughput (default 0.7)")
+    goal.add_argument("--threshold", type=float, default=0.9, help="share of memory models may fill (default 0.9)")
+    kinds = p.add_argument_group("instance types")
+    kinds.add_argument("--instance-type", action="append", help="only this type (repeatable)")
+    kinds.add_argument("--gpu-only", action="store_true")
+    kinds.add_argument("--cpu-only", action="store_true")
+    kinds.add_argument("--instances", type=Path, help="your own instance data file (format of conch's)")
+    p.add_argument("--out", type=Path, default=Path("plan-results"), help="folder for plan.json and plan.png")
+    p.set_defaults(func=cmd_plan)
