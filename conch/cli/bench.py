@@ -4,8 +4,8 @@ capacity plan for a fleet of ensembles behind SageMaker MMEs."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import subprocess
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -13,17 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from conch.cli.console import say
+from conch.cli.endpoint import size
 from conch.errors import BenchError
-
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_size(text: str) -> int:
-    """``8GiB``, ``512MiB``, ``6GB`` or plain bytes."""
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 8GiB, 512MiB or 6GB")
-    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
 def _archives(paths: list[Path]) -> list[Path]:
@@ -36,21 +27,27 @@ def _archives(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _target(args: argparse.Namespace, archives: list[Path]) -> tuple[str, str | None, AbstractContextManager[Any]]:
+def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
+            ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.harness.load.bench import local_triton
+    from conch.harness.load.bench import local_mme, local_triton
 
     if args.triton:
-        return "kserve", None, local_triton(archives)
+        return "kserve", None, local_triton(named)
+    if args.mme:
+        mme = local_mme(named, max_loaded=args.max_loaded, memory_budget=args.memory_budget)
+        return ("boto3" if args.client == "boto3" else "sagemaker"), None, mme
     if args.endpoint_url:
         return ("boto3" if args.client == "boto3" else "sagemaker"), args.endpoint_url, nullcontext()
     if args.endpoint:
         return "boto3", None, nullcontext()
-    raise BenchError("choose a target: --triton (a local Triton conch starts), --endpoint-url URL (the SageMaker "
-                     "runtime API, e.g. `conch serve --mme`), or --endpoint NAME (a deployed SageMaker endpoint)")
+    raise BenchError("choose a target: --mme (conch's local MME over the archives), --triton (a local Triton, "
+                     "KServe), --endpoint-url URL (the SageMaker runtime API, e.g. `conch serve --mme`), or "
+                     "--endpoint NAME (a deployed SageMaker endpoint)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from conch.harness.load.bench import copy_names, run_bench
     from conch.harness.load.display import load_progress
     from conch.harness.load.report import table
     from conch.harness.load.runner import locust_command
@@ -59,30 +56,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
         return subprocess.call(locust_command("worker", "--master-host", args.master_host,
-                                              "--port", str(args.master_port)))
+                                              "--port", str(args.master_port), "--stop-timeout", str(args.timeout)))
+    if args.probe:
+        return cmd_probe(args)
     if not args.archives:
         raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
-    archives = _archives(args.archives)
+    named = copy_names(_archives(args.archives), args.copies)
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
-    kind, url, server = _target(args, archives)
-    targets = archive_targets(archives, body_kind=args.body)
-    with server as own_url:
+    kind, url, server = _target(args, named)
+    targets = archive_targets([a for a, _ in named], [n for _, n in named], body_kind=args.body)
+    with server as own:
+        own_url = own if isinstance(own, str) or own is None else own.url
+        mme = None if isinstance(own, str) or own is None else own
         spec = LoadSpec(kind, own_url or url, targets, stages, endpoint=args.endpoint or "local",
                         region=args.region or "us-east-1", zipf=args.zipf, seed=args.seed, check=not args.no_check,
                         wait=args.wait, timeout=args.timeout)
         say(f"load test: {len(stages)} stages, {spec.duration():.0f} s, up to {max(s.users for s in stages)} users, "
             f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
-        from conch.harness.load.bench import run_bench
-
         # The server's CPUs, when it runs on this machine: `conch plan` scales CPU instance types by them.
         here = spec.url is not None and urlsplit(spec.url).hostname in ("127.0.0.1", "localhost", "::1")
         extra = {"machine": {"cpus": os.cpu_count()}} if here else {}
+        if mme is not None:
+            extra["mme_metrics_before"] = mme.metrics_json()
         with load_progress(spec) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
-                               bind=args.master_bind, port=args.master_port, progress=progress, extra=extra)
+                               bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
+                               finish=mme.metrics_json if mme is not None else None)
     print(table(output.summary))
     say(f"wrote {output.json_path} and {output.png_path}")
     return 0 if output.summary["requests"] else 1
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from conch.harness.load.report import write_json
+    from conch.harness.probe import plot_probe, probe
+
+    if not args.memory_budget:
+        raise BenchError("the probe fills a memory budget: give --memory-budget, e.g. 8GiB")
+    say(f"probe: loading copies of {args.probe.name} through the local MME until {args.threshold:.0%} of "
+        f"{args.memory_budget / 2**30:.2f} GiB is used")
+
+    def show(copy: Any) -> None:
+        say(f"  copy {copy.index}: first call {copy.load_s:.2f} s, memory {copy.memory_bytes / 2**20:.0f} MiB, "
+            f"{copy.loaded} loaded")
+
+    result = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
+                   progress=show).to_json()
+    write_json(result, args.out / "probe.json")
+    plot_probe(result, args.out / "probe.png")
+    print(json.dumps({k: v for k, v in result.items() if k != "copies"}, indent=1))
+    say(f"{result['copies_fit']} copies fit ({result['stopped_because']}); wrote {args.out / 'probe.json'} and "
+        f"{args.out / 'probe.png'}")
+    return 0 if result["copies_fit"] else 1
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -123,6 +148,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("bench", help="load-test ensembles with Locust (seed 003's ramp) and report per stage")
     b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")
     where = b.add_argument_group("target (one of)")
+    where.add_argument("--mme", action="store_true", help="conch's local MME over the archives (TargetModel: the "
+                                                          "archive's name), SageMaker runtime API")
     where.add_argument("--triton", action="store_true", help="a local Triton conch starts, archives loaded MME-style, "
                                                              "requests over KServe v2")
     where.add_argument("--endpoint-url",
@@ -132,6 +159,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where.add_argument("--client", choices=("http", "boto3"), default="http",
                        help="with --endpoint-url: plain HTTP (default) or boto3's sagemaker-runtime client")
     where.add_argument("--region", help="AWS region for boto3 (default us-east-1)")
+    mme = b.add_argument_group("the local MME (--mme) and the probe (--probe)")
+    mme.add_argument("--max-loaded", type=int, help="at most this many TargetModels loaded (LRU unloads the rest)")
+    mme.add_argument("--memory-budget", type=size, help="memory budget of the MME, e.g. 8GiB")
+    mme.add_argument("--copies", type=int, default=1, help="serve each archive under this many TargetModels")
+    mme.add_argument("--probe", type=Path, metavar="ARCHIVE",
+                     help="instead of a load test: load copies of ARCHIVE until --threshold of --memory-budget")
+    mme.add_argument("--threshold", type=float, default=0.9, help="with --probe: share of the budget (default 0.9)")
+    mme.add_argument("--max-copies", type=int, default=200, help="with --probe: stop after this many copies")
     load = b.add_argument_group("traffic")
     load.add_argument("--stages", default="seed", help="preset (seed, quick, test), a JSON list like seed 003's "
                                                       "[{\"duration\": 30, \"users\": 10, \"spawn_rate\": 5}, ...] "
@@ -164,10 +199,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cost = p.add_argument_group("what one ensemble costs an instance")
     cost.add_argument("--probe", type=Path, action="append",
                       help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
-    cost.add_argument("--memory-per-model", type=parse_size, help="instead of a probe: host memory per ensemble")
-    cost.add_argument("--gpu-memory-per-model", type=parse_size,
+    cost.add_argument("--memory-per-model", type=size, help="instead of a probe: host memory per ensemble")
+    cost.add_argument("--gpu-memory-per-model", type=size,
                       help="GPU memory per ensemble (default: taken equal to its host memory)")
-    cost.add_argument("--base-memory", type=parse_size, help="memory of the serving container with no model")
+    cost.add_argument("--base-memory", type=size, help="memory of the serving container with no model")
     cost.add_argument("--load-seconds", type=float, default=2.0, help="with --memory-per-model: load time")
     serve = p.add_argument_group("service time and throughput")
     serve.add_argument("--bench", type=Path, help="a bench JSON from `conch bench`: warm latency, and the throughput "

@@ -3,7 +3,9 @@ Locust processes, and its report written as JSON and PNG."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,18 +18,42 @@ from conch.harness.load.spec import LoadSpec
 
 
 @contextmanager
-def local_triton(archives: Sequence[Path], load_timeout: float = 300.0) -> Iterator[str]:
-    """A tritonserver with every archive loaded as the MME platform loads it; yields its KServe URL. The
-    models are addressed by their TargetModel (the archive's file name)."""
+def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0) -> Iterator[str]:
+    """A tritonserver with every (archive, TargetModel) loaded as the MME platform loads it; yields its KServe
+    URL, where each model is addressed by its TargetModel."""
+    from conch.builder.archive import safe_extract
     from conch.harness.mme import MultiModelClient
-    from conch.harness.replay import stage
     from conch.harness.server import LocalTriton
 
-    with LocalTriton() as triton:
+    with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named)) as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:
-            client.load(archive.name, stage(archive, triton), load_timeout)
+        for archive, name in named:
+            folder = triton.workdir / "models" / name.removesuffix(".tar.gz")
+            folder.mkdir(parents=True)
+            safe_extract(archive, folder)
+            client.load(name, folder, load_timeout)
         yield triton.http_url
+
+
+def copy_names(archives: Sequence[Path], copies: int = 1) -> list[tuple[Path, str]]:
+    """(archive, TargetModel) pairs: each archive under its own name, or under ``copies`` new names (seed 003
+    benchmarks many copies of one model)."""
+    if copies <= 1:
+        return [(a, a.name) for a in archives]
+    return [(a, f"{a.name.removesuffix('.tar.gz')}-copy{i:03d}.tar.gz") for a in archives for i in range(1, copies + 1)]
+
+
+@contextmanager
+def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any]:
+    """conch's local MME over a folder holding the archives under their TargetModels (``options`` go to
+    ``LocalMME``); yields the running LocalMME."""
+    from conch.harness.endpoint import LocalMME
+
+    with tempfile.TemporaryDirectory(prefix="conch-bench-") as tmp:
+        for archive, name in named:
+            os.symlink(archive.resolve(), Path(tmp) / name)
+        with LocalMME(Path(tmp), **options) as mme:
+            yield mme
 
 
 @dataclass
@@ -39,10 +65,11 @@ class BenchOutput:
 
 def run_bench(spec: LoadSpec, out: Path, *, workers: int = 0, remote_workers: int = 0, bind: str = "127.0.0.1",
               port: int | None = None, progress: Progress | None = None, extra: dict[str, Any] | None = None,
-              title: str = "") -> BenchOutput:
-    """Run ``spec``'s stages and write ``out/bench.json`` and ``out/bench.png``."""
+              finish: Callable[[], dict[str, Any]] | None = None, title: str = "") -> BenchOutput:
+    """Run ``spec``'s stages and write ``out/bench.json`` and ``out/bench.png``; ``finish`` (e.g. the local MME's
+    metrics) is called right after the load and its answer kept as ``mme_metrics_after``."""
     result = run_load(spec, workers=workers, remote_workers=remote_workers, bind=bind, port=port, progress=progress)
-    summary = summarise(result, extra)
+    summary = summarise(result, {**(extra or {}), **({"mme_metrics_after": finish()} if finish else {})})
     json_path, png_path = out / "bench.json", out / "bench.png"
     write_json(summary, json_path)
     plot_run(summary, png_path, title)

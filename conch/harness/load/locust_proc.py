@@ -189,8 +189,11 @@ def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def environment(spec: LoadSpec | None) -> Environment:
-    env = Environment(user_classes=[EnsembleUser], shape_class=StagesShape(spec.stages) if spec else None)
+def environment(spec: LoadSpec | None, stop_timeout: float) -> Environment:
+    """Users stopping at the end finish the request they are in (up to ``stop_timeout``), so that slow first
+    calls, which are what an MME bench is about, are counted rather than cut off."""
+    env = Environment(user_classes=[EnsembleUser], shape_class=StagesShape(spec.stages) if spec else None,
+                      stop_timeout=stop_timeout)
     env.events.request.add_listener(record)
     return env
 
@@ -200,7 +203,7 @@ def drive(env: Environment, runner: Runner, spec: LoadSpec, out: Path, workers: 
     timeline: list[list[float]] = []
     started = time.time()
     runner.start_shape()
-    deadline = started + spec.duration() + 120
+    deadline = started + spec.duration() + spec.timeout + 120
     while runner.shape_greenlet is not None and time.time() < deadline:
         timeline.append([time.time(), runner.user_count])
         total = runner.stats.total
@@ -227,7 +230,7 @@ def collect_from_workers(runner: MasterRunner) -> None:
 
 
 def run_master(spec: LoadSpec, out: Path, workers: int, bind: str, port: int) -> None:
-    env = environment(spec)
+    env = environment(spec, spec.timeout)
     runner = env.create_master_runner(master_bind_host=bind, master_bind_port=port)
     ready: set[str] = set()
     runner.register_message("conch_ready", lambda environment, msg: ready.add(msg.node_id))
@@ -254,8 +257,8 @@ def run_master(spec: LoadSpec, out: Path, workers: int, bind: str, port: int) ->
     runner.quit()
 
 
-def run_worker(master_host: str, port: int) -> None:
-    env = environment(None)
+def run_worker(master_host: str, port: int, stop_timeout: float) -> None:
+    env = environment(None, stop_timeout)
     runner = env.create_worker_runner(master_host, port)
     assert isinstance(runner, WorkerRunner)
 
@@ -272,7 +275,7 @@ def run_worker(master_host: str, port: int) -> None:
 
 
 def run_local(spec: LoadSpec, out: Path) -> None:
-    env = environment(spec)
+    env = environment(spec, spec.timeout)
     drive(env, env.create_local_runner(), spec, out, 0)
 
 
@@ -286,9 +289,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bind", default="127.0.0.1")
     p.add_argument("--master-host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5557)
+    p.add_argument("--stop-timeout", type=float, default=120.0, help="worker: seconds a request may finish in")
     args = p.parse_args(argv)
     if args.mode == "worker":
-        run_worker(args.master_host, args.port)
+        run_worker(args.master_host, args.port, args.stop_timeout)
         return
     SPEC = LoadSpec.from_json(json.loads(args.spec.read_text()))
     if args.mode == "local":

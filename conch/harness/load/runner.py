@@ -59,9 +59,10 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
             processes.append(_spawn(main, logs[0], stdout=True))
             for i in range(workers):
                 logs.append((work / f"worker{i}.log").open("w"))
-                processes.append(_spawn(locust_command("worker", "--master-host", "127.0.0.1", "--port", str(port)),
-                                        logs[-1], stdout=False))
-            _follow(processes[0], spec.duration() + GRACE_S + (60 if distributed else 0), progress)
+                worker = locust_command("worker", "--master-host", "127.0.0.1", "--port", str(port),
+                                        "--stop-timeout", str(spec.timeout))
+                processes.append(_spawn(worker, logs[-1], stdout=False))
+            _follow(processes[0], spec.duration() + spec.timeout + GRACE_S, progress)
             if not out.is_file():
                 raise BenchError(f"the load generator wrote no results\n{_tail(work / 'main.log')}")
             data = json.loads(out.read_text())

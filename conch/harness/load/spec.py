@@ -89,4 +89,5 @@ def archive_targets(archives: Sequence[Path], names: Sequence[str] | None = None
     if not archives:
         raise BenchError("no archives to send requests to: give built .tar.gz files or a folder of them")
     names = list(names) if names is not None else [a.name for a in archives]
-    return [Target(name, archive_requests(archive, body_kind)) for name, archive in zip(names, archives, strict=True)]
+    requests = {a: archive_requests(a, body_kind) for a in dict.fromkeys(archives)}  # copies share one read
+    return [Target(name, requests[archive]) for name, archive in zip(names, archives, strict=True)]

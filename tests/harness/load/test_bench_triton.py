@@ -45,7 +45,7 @@ def test_master_and_two_workers_count_wrong_answers_as_failures(archives: list[P
     request = targets[1].requests[0]
     wrong = decode_array(request.expected["Z"]) + 100  # load_b now "answers wrongly"
     request.expected["Z"] = encode_array(wrong, DType.FP32)
-    with local_triton(archives) as url:
+    with local_triton([(a, a.name) for a in archives]) as url:
         spec = LoadSpec("kserve", url, targets, [Stage(4, 2, 2), Stage(8, 4, 4)], zipf=0.5)
         result = run_load(spec, workers=2)
     summary = summarise(result)
