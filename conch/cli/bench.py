@@ -115,13 +115,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from conch.plan.instances import load_instances
     from conch.plan.report import plot_plan, table
 
-    profiles = [Profile.from_probe(p) for p in args.probe or []]
+    profiles = [Profile.read(p) for p in args.probe or []]
+    for archive in _archives(args.measure or []):  # measured on the spot: a short probe of a few copies
+        import psutil
+
+        from conch.harness.probe import probe
+
+        say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
+        profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
+                                                 max_copies=args.measure_copies).to_json()))
     if args.memory_per_model:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
                                 args.base_memory or 0))
     if not profiles:
-        raise BenchError("give each ensemble's cost: --probe PROBE.json (from `conch bench --probe`) or "
-                         "--memory-per-model SIZE with --load-seconds S")
+        raise BenchError("give each ensemble's cost: --probe PROBE.json (from `conch bench --probe`), --measure "
+                         "ARCHIVE (probed here), or --memory-per-model SIZE with --load-seconds S")
     if args.bench:
         traffic = Traffic.from_bench(args.bench, args.rps, args.zipf)
     else:
@@ -199,6 +207,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cost = p.add_argument_group("what one ensemble costs an instance")
     cost.add_argument("--probe", type=Path, action="append",
                       help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
+    cost.add_argument("--measure", type=Path, action="append", metavar="ARCHIVE",
+                      help="measure archives (or folders of them) here with a short probe instead")
+    cost.add_argument("--measure-copies", type=int, default=3, help="copies the short probe loads (default 3)")
     cost.add_argument("--memory-per-model", type=size, help="instead of a probe: host memory per ensemble")
     cost.add_argument("--gpu-memory-per-model", type=size,
                       help="GPU memory per ensemble (default: taken equal to its host memory)")

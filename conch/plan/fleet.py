@@ -29,11 +29,15 @@ class Profile:
     base_memory_bytes: int = 0  # the serving container before any model is loaded
 
     @classmethod
-    def from_probe(cls, path: Path) -> Profile:
+    def from_probe(cls, raw: dict[str, Any]) -> Profile:
+        """From what ``conch bench --probe`` measured (its JSON)."""
+        return cls(raw["ensemble"], int(raw["memory_per_copy_bytes"]), float(raw["load_s_mean"]),
+                   raw.get("gpu_memory_per_copy_bytes"), int(raw.get("base_memory_bytes", 0)))
+
+    @classmethod
+    def read(cls, path: Path) -> Profile:
         try:
-            raw = json.loads(path.read_text())
-            return cls(raw["ensemble"], int(raw["memory_per_copy_bytes"]), float(raw["load_s_mean"]),
-                       raw.get("gpu_memory_per_copy_bytes"), int(raw.get("base_memory_bytes", 0)))
+            return cls.from_probe(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BenchError(f"{path}: not a probe JSON written by `conch bench --probe` ({exc})") from None
 

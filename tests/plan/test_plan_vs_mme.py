@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import linear_ensemble
 
 from conch.builder.build import build_ensemble
+from conch.cli import main
 from conch.harness.load.bench import copy_names, local_mme
 from conch.harness.load.spec import archive_targets
 from conch.plan.simulate import zipf_trace
@@ -34,3 +36,13 @@ def test_predicted_hit_rate_matches_the_local_mme(tmp_path: Path, copies: int, l
     print(rates)
     assert 0.2 < rates.predicted < 0.9  # the trace both hits and misses, so the comparison means something
     assert rates.error <= MARGIN, rates
+
+
+def test_plan_measures_archives_on_the_spot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = build_ensemble(linear_ensemble("plan_measure"), tmp_path, "local")
+    code = main(["plan", "--ensembles", "20", "--rps", "5", "--measure", str(archive), "--measure-copies", "2",
+                 "--instance-type", "ml.m5.large", "--out", str(tmp_path)])
+    assert code == 0
+    (profile,) = json.loads((tmp_path / "plan.json").read_text())["profiles"]
+    assert profile["name"] == "plan_measure" and profile["memory_bytes"] > 0 and profile["load_s"] > 0
+    assert "ml.m5.large" in capsys.readouterr().out
