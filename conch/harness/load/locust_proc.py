@@ -131,6 +131,21 @@ class Prepared:
         return None
 
 
+PREPARED: list[list[Prepared]] = []
+
+
+def prepared(spec: LoadSpec) -> list[list[Prepared]]:
+    """Each target's requests, decoded once per process (copies of an archive share theirs)."""
+    if not PREPARED:
+        seen: dict[tuple[str, str], Prepared] = {}
+        for target in spec.targets:
+            for r in target.requests:
+                if (r.body, r.sample) not in seen:
+                    seen[r.body, r.sample] = Prepared(r)
+            PREPARED.append([seen[r.body, r.sample] for r in target.requests])
+    return PREPARED
+
+
 class Failure(Exception):
     pass
 
@@ -147,7 +162,7 @@ class EnsembleUser(User):
         self.spec = SPEC
         self.send = boto3_transport(SPEC) if SPEC.kind == "boto3" else http_transport(SPEC)
         self.rng = random.Random(hash((SPEC.seed, id(self), time.time_ns())))
-        self.requests = [[Prepared(r) for r in t.requests] for t in SPEC.targets]
+        self.requests = prepared(SPEC)
         weights = [1.0 / (rank + 1) ** SPEC.zipf for rank in range(len(SPEC.targets))]
         self.cumulative = list(accumulate(weights))
 

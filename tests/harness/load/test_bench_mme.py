@@ -51,3 +51,13 @@ def test_probe_stops_at_the_threshold_of_a_small_budget(archive: Path, tmp_path:
     assert isinstance(result["load_time_grows"], bool)
     assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG"
     assert '"copies_fit"' in capsys.readouterr().out
+
+
+def test_bench_through_boto3_sagemaker_runtime(archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "local")  # the local MME takes any credentials, as boto3 insists on some
+    stages = '[{"duration": 3, "users": 2, "spawn_rate": 2}]'
+    assert main(["bench", str(archive), "--mme", "--client", "boto3", "--stages", stages, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["target"]["kind"] == "boto3"
+    assert summary["requests"] > 0 and summary["failures"] == 0, summary["errors"]
