@@ -66,11 +66,16 @@ class BenchOutput:
 def run_bench(spec: LoadSpec, out: Path, *, workers: int = 0, remote_workers: int = 0, bind: str = "127.0.0.1",
               port: int | None = None, progress: Progress | None = None, extra: dict[str, Any] | None = None,
               finish: Callable[[], dict[str, Any]] | None = None, title: str = "") -> BenchOutput:
-    """Run ``spec``'s stages and write ``out/bench.json`` and ``out/bench.png``; ``finish`` (e.g. the local MME's
+    """Run ``spec``'s stages and write ``out/bench.json``, ``out/bench.png`` and every request in
+    ``out/bench-records.json``; ``finish`` (e.g. the local MME's
     metrics) is called right after the load and its answer kept as ``mme_metrics_after``."""
     result = run_load(spec, workers=workers, remote_workers=remote_workers, bind=bind, port=port, progress=progress)
     summary = summarise(result, {**(extra or {}), **({"mme_metrics_after": finish()} if finish else {})})
     json_path, png_path = out / "bench.json", out / "bench.png"
     write_json(summary, json_path)
+    write_json({"started": result.started, "ended": result.ended, "timeline": result.timeline,
+                "targets": [t.name for t in spec.targets],
+                "fields": ["start", "latency_ms", "ok", "target", "error"], "records": result.records},
+               out / "bench-records.json")
     plot_run(summary, png_path, title)
     return BenchOutput(summary, json_path, png_path)

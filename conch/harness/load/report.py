@@ -67,9 +67,10 @@ def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[st
     failed = [r for r in records if not r[2]]
     first_failure = None
     if failed:
-        start, _, _, target, error = failed[0]
-        first_failure = {"users": users_at(result.timeline, start), "seconds": round(start - result.started, 2),
-                         "stage": (stage_index(spec.stages, start - result.started) or 0) + 1,
+        start, ms, _, target, error = failed[0]
+        seen = start + ms / 1000  # when the client saw it fail: the user count then is what the seed reports
+        first_failure = {"users": users_at(result.timeline, seen), "seconds": round(seen - result.started, 2),
+                         "stage": _stage_of(spec.stages, seen - result.started),
                          "target": spec.targets[target].name, "error": error}
     cold_ok = [r[1] for r, c in zip(records, cold, strict=True) if c and r[2]]
     warm_ok = [r[1] for r, c in zip(records, cold, strict=True) if not c and r[2]]
@@ -87,6 +88,12 @@ def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[st
         "per_target": _per_target(spec.targets, records),
         **(extra or {}),
     }
+
+
+def _stage_of(stages: Sequence[Any], elapsed: float) -> int:
+    """1-based stage at ``elapsed`` seconds; the last one for a request that ended after the run."""
+    index = stage_index(stages, elapsed)
+    return (len(stages) if index is None else index) + 1 if elapsed >= 0 else 1
 
 
 def _per_target(targets: Sequence[Any], records: Sequence[Sequence[Any]]) -> dict[str, dict[str, Any]]:
@@ -107,6 +114,8 @@ def table(summary: dict[str, Any]) -> str:
             for s in summary["per_stage"]]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(v).rjust(w) for v, w in zip(row, widths, strict=True)) for row in [header, *rows]]
+    for name, row in summary["per_target"].items():
+        lines.append(f"  {name}: {row['requests']} requests, {row['failures']} failed, p50 {_ms(row['p50_ms'])} ms")
     cold, warm = summary["cold"], summary["warm"]
     lines.append(f"cold (first calls): {cold['requests']} requests, p50 {_ms(cold['p50_ms'])} ms; "
                  f"warm: {warm['requests']} requests, p50 {_ms(warm['p50_ms'])} ms, p99 {_ms(warm['p99_ms'])} ms")

@@ -27,7 +27,7 @@ def test_requests_fall_into_the_stage_they_started_in_and_failures_name_the_user
         [T0 + 3, 10.0, True, 0, None],
         [T0 + 4, 20.0, True, 1, None],  # first call of b
         [T0 + 12, 30.0, True, 1, None],
-        [T0 + 13, 5.0, False, 0, "HTTP 507: out of memory"],
+        [T0 + 10.5, 2500.0, False, 0, "HTTP 507: out of memory"],  # started at 2 users, failed at 4
         [T0 + 14, 40.0, True, 0, None],
     ]
     summary = summarise(run(records))
