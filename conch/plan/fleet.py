@@ -65,8 +65,9 @@ class Traffic:
         try:
             raw = json.loads(path.read_text())
             warm = raw["warm"]
-            first = raw.get("first_failure")
-            clean = [s["throughput_rps"] for s in raw["per_stage"] if first is None or s["users"] < first["users"]]
+            # what a stage sustained with no failed request among those it started (a pile-up of cold
+            # first calls failing in the warm-up stage says nothing about throughput)
+            clean = [s["throughput_rps"] for s in raw["per_stage"] if s["failures"] == 0]
             return cls(rps, zipf, float(warm["p50_ms"]), warm.get("p99_ms"), max(clean) if clean else None,
                        raw.get("machine", {}).get("cpus"))
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -68,7 +68,9 @@ def test_plan_command_writes_json_png_and_prints_the_table(tmp_path: Path, capsy
                                  "load_s_mean": 2.5, "base_memory_bytes": 200 * MIB}))
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"warm": {"p50_ms": 20.0, "p99_ms": 80.0}, "first_failure": None,
-                                 "per_stage": [{"users": 1, "throughput_rps": 30.0}], "machine": {"cpus": 2}}))
+                                 "per_stage": [{"users": 1, "throughput_rps": 30.0, "failures": 0},
+                                               {"users": 2, "throughput_rps": 45.0, "failures": 3}],
+                                 "machine": {"cpus": 2}}))
     code = main(["plan", "--ensembles", "50", "--rps", "20", "--probe", str(probe), "--bench", str(bench),
                  "--instance-type", "ml.m5.xlarge", "--instance-type", "ml.g4dn.xlarge", "--out", str(tmp_path)])
     assert code == 0

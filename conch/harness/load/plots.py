@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+KINDS = {"sagemaker": "the SageMaker runtime API", "boto3": "boto3 sagemaker-runtime", "kserve": "KServe v2"}
+
 
 def pyplot() -> Any:
     import matplotlib
@@ -33,11 +35,11 @@ def plot_run(summary: dict[str, Any], path: Path, title: str = "") -> Path:
     rate.plot(users, [s["throughput_rps"] for s in stages], "D-", color="tab:green", label="throughput")
     rate.set_ylabel("successful requests/s")
     lines = top.get_legend_handles_labels()[0] + rate.get_legend_handles_labels()[0]
-    top.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8)
+    top.legend(lines, [ln.get_label() for ln in lines], loc="upper right", fontsize=8)
     first = summary.get("first_failure")
     if first:
         top.axvline(first["users"], color="tab:red", alpha=0.5)
-        top.text(first["users"], top.get_ylim()[1] * 0.95, " first failure", color="tab:red", fontsize=8, va="top")
+        top.text(first["users"], top.get_ylim()[1] * 0.6, " first failure", color="tab:red", fontsize=8, va="top")
     positions = range(len(stages))
     bottom.bar(positions, [s["successes"] for s in stages], label="successful", color="tab:blue")
     bottom.bar(positions, [s["failures"] for s in stages], bottom=[s["successes"] for s in stages],
@@ -46,7 +48,8 @@ def plot_run(summary: dict[str, Any], path: Path, title: str = "") -> Path:
     bottom.set_xlabel("stage (users)")
     bottom.set_ylabel("requests")
     bottom.legend(fontsize=8)
-    fig.suptitle(title or f"{summary['target']['kind']} load test, {len(summary['targets'])} TargetModels")
+    via = KINDS.get(summary["target"]["kind"], summary["target"]["kind"])
+    fig.suptitle(title or f"load test via {via}, {len(summary['targets'])} TargetModels")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
