@@ -137,12 +137,13 @@ PREPARED: list[list[Prepared]] = []
 def prepared(spec: LoadSpec) -> list[list[Prepared]]:
     """Each target's requests, decoded once per process (copies of an archive share theirs)."""
     if not PREPARED:
-        seen: dict[tuple[str, str], Prepared] = {}
+        seen: dict[str, Prepared] = {}
         for target in spec.targets:
-            for r in target.requests:
-                if (r.body, r.sample) not in seen:
-                    seen[r.body, r.sample] = Prepared(r)
-            PREPARED.append([seen[r.body, r.sample] for r in target.requests])
+            keys = [json.dumps([r.body, r.expected, r.tolerance], sort_keys=True) for r in target.requests]
+            for key, r in zip(keys, target.requests, strict=True):
+                if key not in seen:
+                    seen[key] = Prepared(r)
+            PREPARED.append([seen[key] for key in keys])
     return PREPARED
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from conch.harness.load.report import summarise
 from conch.harness.load.runner import run_load
 from conch.harness.load.spec import LoadSpec, archive_targets
 from conch.harness.load.stages import Stage
+from conch.harness.server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +58,27 @@ def test_master_and_two_workers_count_wrong_answers_as_failures(archives: list[P
     assert bad["requests"] > 0 and bad["failures"] == bad["requests"]
     assert all(e.startswith("wrong answer: Z") for e in summary["errors"])
     assert summary["first_failure"]["target"] == "load_b.tar.gz"
+
+
+def test_a_worker_started_with_conch_bench_worker_joins_the_master(archives: list[Path]) -> None:
+    """What a worker on another machine runs: it needs no archives, the master sends the payloads."""
+    port = free_port()
+    worker = subprocess.Popen([sys.executable, "-m", "conch.cli", "bench", "--worker", "--master-host", "127.0.0.1",
+                               "--master-port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with local_triton([(a, a.name) for a in archives]) as url:
+            spec = LoadSpec("kserve", url, archive_targets(archives), [Stage(4, 2, 2)])
+            summary = summarise(run_load(spec, remote_workers=1, port=port))
+        assert worker.wait(timeout=60) == 0  # the master's quit ends it
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert summary["workers"] == 1 and summary["requests"] > 0 and summary["failures"] == 0
+
+
+def test_bench_without_a_target_says_which_to_choose(archives: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(archives[0])]) == 2
+    assert "choose a target: --mme" in capsys.readouterr().err
+    assert main(["bench", "no/such.tar.gz", "--triton"]) == 2
+    assert "no/such.tar.gz: no such archive" in capsys.readouterr().err
