@@ -47,10 +47,11 @@ class StagesShape(LoadTestShape):
         self.stages = stages
 
     def tick(self) -> tuple[int, float] | None:
+        # Past the last stage it holds: the run is ended by `drive`, which stops users gracefully and
+        # collects records (Locust's own stop makes workers sleep stop_timeout before taking messages).
         index = stage_index(self.stages, self.get_run_time())
-        if index is None:
-            return None
-        return self.stages[index].users, self.stages[index].spawn_rate
+        stage = self.stages[-1 if index is None else index]
+        return stage.users, stage.spawn_rate
 
 
 Send = Callable[[str, bytes, str], tuple[int, bytes, str]]
@@ -219,27 +220,31 @@ def drive(env: Environment, runner: Runner, spec: LoadSpec, out: Path, workers: 
     timeline: list[list[float]] = []
     started = time.time()
     runner.start_shape()
-    deadline = started + spec.duration() + spec.timeout + 120
-    while runner.shape_greenlet is not None and time.time() < deadline:
+    while time.time() < started + spec.duration():
         timeline.append([time.time(), runner.user_count])
         total = runner.stats.total
         emit("progress", elapsed=time.time() - started, users=runner.user_count, requests=total.num_requests,
              failures=total.num_failures, rps=total.current_rps)
         gevent.sleep(0.5)
-    runner.stop()
-    timeline.append([time.time(), 0])
     if isinstance(runner, MasterRunner):
-        collect_from_workers(runner)
+        collect_from_workers(runner, spec.timeout + FLUSH_TIMEOUT_S)
+    else:
+        runner.stop()  # users finish the request they are in (stop_timeout)
+    timeline.append([time.time(), 0])
     result = {"started": started, "ended": time.time(), "timeline": timeline, "records": RECORDS,
               "workers": workers, "locust": locust.__version__}
     out.write_text(json.dumps(result))
     emit("done", requests=len(RECORDS))
 
 
-def collect_from_workers(runner: MasterRunner) -> None:
+def collect_from_workers(runner: MasterRunner, limit: float) -> None:
+    """Ask every worker to stop its users gracefully and send its last records; wait for all (or ``limit``)."""
+    if runner.shape_greenlet is not None:
+        runner.shape_greenlet.kill(block=True)
+        runner.shape_greenlet = None
     pending = {c.id for c in runner.clients.all}
-    runner.send_message("conch_flush")
-    deadline = time.time() + FLUSH_TIMEOUT_S
+    runner.send_message("conch_finish")
+    deadline = time.time() + limit
     while pending & {c.id for c in runner.clients.all} and time.time() < deadline:
         gevent.sleep(0.1)
         pending -= FLUSHED
@@ -284,8 +289,11 @@ def run_worker(master_host: str, port: int, stop_timeout: float) -> None:
         runner.send_message("conch_ready", None)
 
     runner.register_message("conch_spec", take_spec)
-    runner.register_message("conch_flush", lambda environment, msg: runner.send_message("conch_records",
-                                                                                   {"records": drain()}))
+    def finish(environment: Environment, msg: Any) -> None:
+        runner.stop()  # users finish the request they are in (stop_timeout), then the rest is sent
+        runner.send_message("conch_records", {"records": drain()})
+
+    runner.register_message("conch_finish", finish, concurrent=True)
     env.events.report_to_master.add_listener(lambda client_id, data: data.__setitem__("conch_records", drain()))
     runner.greenlet.join()
 

@@ -45,7 +45,10 @@ def users_at(timeline: Sequence[Sequence[float]], when: float) -> int:
 
 
 def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec, records = result.spec, sorted(result.records, key=lambda r: r[0])
+    spec = result.spec
+    # requests started in the moment between the last stage's end and the users' stop are not the test's
+    end = result.started + spec.duration()
+    records = sorted((r for r in result.records if r[0] < end), key=lambda r: r[0])
     cold = cold_flags(records)
     per_stage: list[dict[str, Any]] = []
     by_stage: list[list[int]] = [[] for _ in spec.stages]
