@@ -33,3 +33,7 @@ class ReplayMismatch(ConchError):
 
 class DeployError(ConchError):
     """A SageMaker or S3 call failed."""
+
+
+class BenchError(ConchError):
+    """A load test, models-per-instance probe or capacity plan cannot run as asked."""

@@ -1,0 +1,235 @@
+"""`conch bench | plan`: seed 003's load study as commands (load test, models-per-instance probe) and a
+capacity plan for a fleet of ensembles behind SageMaker MMEs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from conch.cli.console import say
+from conch.cli.endpoint import size
+from conch.errors import BenchError
+
+
+def _archives(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for path in paths:
+        found.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
+    missing = [p for p in found if not p.is_file()]
+    if missing:
+        raise BenchError(f"{missing[0]}: no such archive")
+    return found
+
+
+def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
+            ) -> tuple[str, str | None, AbstractContextManager[Any]]:
+    """(kind, url, context that runs a server conch owns) for the chosen target."""
+    from conch.harness.load.bench import local_mme, local_triton
+
+    if args.triton:
+        return "kserve", None, local_triton(named)
+    if args.mme:
+        mme = local_mme(named, max_loaded=args.max_loaded, memory_budget=args.memory_budget)
+        return ("boto3" if args.client == "boto3" else "sagemaker"), None, mme
+    if args.endpoint_url:
+        return ("boto3" if args.client == "boto3" else "sagemaker"), args.endpoint_url, nullcontext()
+    if args.endpoint:
+        return "boto3", None, nullcontext()
+    raise BenchError("choose a target: --mme (conch's local MME over the archives), --triton (a local Triton, "
+                     "KServe), --endpoint-url URL (the SageMaker runtime API, e.g. `conch serve --mme`), or "
+                     "--endpoint NAME (a deployed SageMaker endpoint)")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from conch.harness.load.bench import copy_names, run_bench
+    from conch.harness.load.display import load_progress
+    from conch.harness.load.report import table
+    from conch.harness.load.runner import locust_command
+    from conch.harness.load.spec import LoadSpec, archive_targets
+    from conch.harness.load.stages import parse_stages, seed_ramp
+
+    if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
+        return subprocess.call(locust_command("worker", "--master-host", args.master_host,
+                                              "--port", str(args.master_port), "--stop-timeout", str(args.timeout)))
+    if args.probe:
+        return cmd_probe(args)
+    if not args.archives:
+        raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
+    named = copy_names(_archives(args.archives), args.copies)
+    stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
+    kind, url, server = _target(args, named)
+    targets = archive_targets([a for a, _ in named], [n for _, n in named], body_kind=args.body)
+    with server as own:
+        own_url = own if isinstance(own, str) or own is None else own.url
+        mme = None if isinstance(own, str) or own is None else own
+        spec = LoadSpec(kind, own_url or url, targets, stages, endpoint=args.endpoint or "local",
+                        region=args.region or "us-east-1", zipf=args.zipf, seed=args.seed, check=not args.no_check,
+                        wait=args.wait, timeout=args.timeout)
+        say(f"load test: {len(stages)} stages, {spec.duration():.0f} s, up to {max(s.users for s in stages)} users, "
+            f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
+        # The server's CPUs, when it runs on this machine: `conch plan` scales CPU instance types by them.
+        here = spec.url is not None and urlsplit(spec.url).hostname in ("127.0.0.1", "localhost", "::1")
+        extra = {"machine": {"cpus": os.cpu_count()}} if here else {}
+        if mme is not None:
+            extra["mme_metrics_before"] = mme.metrics_json()
+        with load_progress(spec) as progress:
+            output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
+                               bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
+                               finish=mme.metrics_json if mme is not None else None)
+    print(table(output.summary))
+    say(f"wrote {output.json_path} and {output.png_path}")
+    return 0 if output.summary["requests"] else 1
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from conch.harness.load.report import write_json
+    from conch.harness.probe import plot_probe, probe
+
+    if not args.memory_budget:
+        raise BenchError("the probe fills a memory budget: give --memory-budget, e.g. 8GiB")
+    say(f"probe: loading copies of {args.probe.name} through the local MME until {args.threshold:.0%} of "
+        f"{args.memory_budget / 2**30:.2f} GiB is used")
+
+    def show(copy: Any) -> None:
+        say(f"  copy {copy.index}: first call {copy.load_s:.2f} s, memory {copy.memory_bytes / 2**20:.0f} MiB, "
+            f"{copy.loaded} loaded")
+
+    result = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
+                   progress=show).to_json()
+    write_json(result, args.out / "probe.json")
+    plot_probe(result, args.out / "probe.png")
+    print(json.dumps({k: v for k, v in result.items() if k != "copies"}, indent=1))
+    say(f"{result['copies_fit']} copies fit ({result['stopped_because']}); wrote {args.out / 'probe.json'} and "
+        f"{args.out / 'probe.png'}")
+    return 0 if result["copies_fit"] else 1
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from conch.plan.fleet import Profile, Targets, Traffic, plan, to_json
+    from conch.plan.instances import load_instances
+    from conch.plan.report import plot_plan, table
+
+    profiles = [Profile.read(p) for p in args.probe or []]
+    for archive in _archives(args.measure or []):  # measured on the spot: a short probe of a few copies
+        import psutil
+
+        from conch.harness.probe import probe
+
+        say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
+        profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
+                                                 max_copies=args.measure_copies).to_json()))
+    if args.memory_per_model:
+        profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
+                                args.base_memory or 0))
+    if not profiles:
+        raise BenchError("give each ensemble's cost: --probe PROBE.json (from `conch bench --probe`), --measure "
+                         "ARCHIVE (probed here), or --memory-per-model SIZE with --load-seconds S")
+    if args.bench:
+        traffic = Traffic.from_bench(args.bench, args.rps, args.zipf)
+    else:
+        traffic = Traffic(args.rps, args.zipf, args.service_ms, None, args.instance_rps)
+    data = load_instances(args.instances)
+    gpu = True if args.gpu_only else (False if args.cpu_only else None)
+    types = data.pick(args.instance_type, gpu=gpu)
+    targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
+    rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
+    from conch.harness.load.report import write_json
+
+    context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
+               "targets": vars(targets), "threshold": args.threshold,
+               "instance_data": {"date": data.date, "region": data.region, "source": data.source}}
+    write_json(to_json(rows, **context), args.out / "plan.json")
+    plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
+    print(table(rows))
+    say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
+    say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser("bench", help="load-test ensembles with Locust (seed 003's ramp) and report per stage")
+    b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")
+    where = b.add_argument_group("target (one of)")
+    where.add_argument("--mme", action="store_true", help="conch's local MME over the archives (TargetModel: the "
+                                                          "archive's name), SageMaker runtime API")
+    where.add_argument("--triton", action="store_true", help="a local Triton conch starts, archives loaded MME-style, "
+                                                             "requests over KServe v2")
+    where.add_argument("--endpoint-url",
+                       help="an endpoint speaking the SageMaker runtime API (e.g. `conch serve --mme`)")
+    where.add_argument("--endpoint", help="endpoint name (default 'local' with --endpoint-url; alone: a deployed "
+                                          "SageMaker endpoint, called through boto3)")
+    where.add_argument("--client", choices=("http", "boto3"), default="http",
+                       help="with --endpoint-url: plain HTTP (default) or boto3's sagemaker-runtime client")
+    where.add_argument("--region", help="AWS region for boto3 (default us-east-1)")
+    mme = b.add_argument_group("the local MME (--mme) and the probe (--probe)")
+    mme.add_argument("--max-loaded", type=int, help="at most this many TargetModels loaded (LRU unloads the rest)")
+    mme.add_argument("--memory-budget", type=size, help="memory budget of the MME, e.g. 8GiB")
+    mme.add_argument("--copies", type=int, default=1, help="serve each archive under this many TargetModels")
+    mme.add_argument("--probe", type=Path, metavar="ARCHIVE",
+                     help="instead of a load test: load copies of ARCHIVE until --threshold of --memory-budget")
+    mme.add_argument("--threshold", type=float, default=0.9, help="with --probe: share of the budget (default 0.9)")
+    mme.add_argument("--max-copies", type=int, default=200, help="with --probe: stop after this many copies")
+    load = b.add_argument_group("traffic")
+    load.add_argument("--stages", default="seed", help="preset (seed, quick, test), a JSON list like seed 003's "
+                                                      "[{\"duration\": 30, \"users\": 10, \"spawn_rate\": 5}, ...] "
+                                                      "(durations count from the start), or a file holding one")
+    load.add_argument("--max-users", type=int, help="with the seed ramp: stop at this many users (default 200)")
+    load.add_argument("--zipf", type=float, default=0.0, help="skew over the TargetModels in the order given "
+                                                              "(0: uniform)")
+    load.add_argument("--body", choices=("json", "binary"), default="binary",
+                      help="request bodies (binary+json by default; JSON where the inputs allow)")
+    load.add_argument("--no-check", action="store_true", help="count HTTP 200 as success without checking answers")
+    load.add_argument("--wait", type=float, default=0.0, help="seconds each user waits between requests")
+    load.add_argument("--timeout", type=float, default=120.0, help="seconds before a request counts as failed")
+    load.add_argument("--seed", type=int, default=0)
+    dist = b.add_argument_group("distributed load (Locust master/worker)")
+    dist.add_argument("--workers", type=int, default=0, help="worker processes on this machine (0: one process)")
+    dist.add_argument("--remote-workers", type=int, default=0,
+                      help="also wait for this many workers started elsewhere with `conch bench --worker`")
+    dist.add_argument("--master-bind", default="127.0.0.1", help="address the master listens on (0.0.0.0 for "
+                                                                 "remote workers)")
+    dist.add_argument("--master-port", type=int, default=5557)
+    dist.add_argument("--worker", action="store_true", help="run as a worker of a master elsewhere, then exit")
+    dist.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
+    b.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json and bench.png")
+    b.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")
+    p.add_argument("--ensembles", type=int, required=True, help="how many ensembles the fleet serves")
+    p.add_argument("--rps", type=float, required=True, help="requests per second over all ensembles")
+    p.add_argument("--zipf", type=float, default=1.0, help="popularity skew over ensembles (0: uniform)")
+    cost = p.add_argument_group("what one ensemble costs an instance")
+    cost.add_argument("--probe", type=Path, action="append",
+                      help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
+    cost.add_argument("--measure", type=Path, action="append", metavar="ARCHIVE",
+                      help="measure archives (or folders of them) here with a short probe instead")
+    cost.add_argument("--measure-copies", type=int, default=3, help="copies the short probe loads (default 3)")
+    cost.add_argument("--memory-per-model", type=size, help="instead of a probe: host memory per ensemble")
+    cost.add_argument("--gpu-memory-per-model", type=size,
+                      help="GPU memory per ensemble (default: taken equal to its host memory)")
+    cost.add_argument("--base-memory", type=size, help="memory of the serving container with no model")
+    cost.add_argument("--load-seconds", type=float, default=2.0, help="with --memory-per-model: load time")
+    serve = p.add_argument_group("service time and throughput")
+    serve.add_argument("--bench", type=Path, help="a bench JSON from `conch bench`: warm latency, and the throughput "
+                                                  "one instance sustained before its first failure")
+    serve.add_argument("--service-ms", type=float, default=50.0, help="without --bench: warm latency p50")
+    serve.add_argument("--instance-rps", type=float, help="without --bench: requests/s one instance sustains")
+    goal = p.add_argument_group("targets")
+    goal.add_argument("--miss-rate", type=float, default=0.01,
+                      help="largest share of requests that may wait for a model load (default 0.01)")
+    goal.add_argument("--p99-ms", type=float, help="largest p99 latency")
+    goal.add_argument("--utilisation", type=float, default=0.7, help="of one instance's throughput (default 0.7)")
+    goal.add_argument("--threshold", type=float, default=0.9, help="share of memory models may fill (default 0.9)")
+    kinds = p.add_argument_group("instance types")
+    kinds.add_argument("--instance-type", action="append", help="only this type (repeatable)")
+    kinds.add_argument("--gpu-only", action="store_true")
+    kinds.add_argument("--cpu-only", action="store_true")
+    kinds.add_argument("--instances", type=Path, help="your own instance data file (format of conch's)")
+    p.add_argument("--out", type=Path, default=Path("plan-results"), help="folder for plan.json and plan.png")
+    p.set_defaults(func=cmd_plan)

@@ -1,0 +1,114 @@
+"""Start the load generator in processes of its own (a local one, or a master and N workers on loopback),
+follow its progress over a pipe and read its records back from a file. Never imports locust."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conch.errors import BenchError
+from conch.harness.load.spec import LoadSpec
+from conch.harness.server import free_port
+
+MODULE = "conch.harness.load.locust_proc"
+GRACE_S = 180.0  # beyond the stages: spawning, waiting for workers, flushing records
+
+
+@dataclass
+class RunResult:
+    spec: LoadSpec
+    started: float
+    ended: float
+    timeline: list[list[float]]  # [wall time, running users]
+    records: list[list[Any]]  # [start wall time, latency ms, ok, target index, error]
+    workers: int
+
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def locust_command(mode: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", MODULE, mode, *args]
+
+
+def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind: str = "127.0.0.1",
+             port: int | None = None, progress: Progress | None = None) -> RunResult:
+    """Run the stages against the target; ``workers`` > 0 runs a master plus that many worker processes
+    here, and waits for ``remote_workers`` more started elsewhere with ``conch bench --worker``."""
+    with tempfile.TemporaryDirectory(prefix="conch-load-") as tmp:
+        work = Path(tmp)
+        (work / "spec.json").write_text(json.dumps(spec.to_json()))
+        out = work / "result.json"
+        processes: list[subprocess.Popen[str]] = []
+        logs = [(work / "main.log").open("w")]
+        try:
+            distributed = workers + remote_workers > 0
+            port = port or free_port()
+            main = locust_command(*(("master", "--workers", str(workers + remote_workers), "--bind", bind,
+                                     "--port", str(port)) if distributed else ("local",)),
+                                  "--spec", str(work / "spec.json"), "--out", str(out))
+            processes.append(_spawn(main, logs[0], stdout=True))
+            for i in range(workers):
+                logs.append((work / f"worker{i}.log").open("w"))
+                worker = locust_command("worker", "--master-host", "127.0.0.1", "--port", str(port),
+                                        "--stop-timeout", str(spec.timeout))
+                processes.append(_spawn(worker, logs[-1], stdout=False))
+            _follow(processes[0], spec.duration() + spec.timeout + GRACE_S, progress)
+            if not out.is_file():
+                raise BenchError(f"the load generator wrote no results\n{_tail(work / 'main.log')}")
+            data = json.loads(out.read_text())
+        finally:
+            for process in processes:
+                _stop(process)
+            for log in logs:
+                log.close()
+    return RunResult(spec, data["started"], data["ended"], data["timeline"], data["records"], data["workers"])
+
+
+def _spawn(command: list[str], log: Any, *, stdout: bool) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(command, stdout=subprocess.PIPE if stdout else log, stderr=log, stdin=subprocess.DEVNULL,
+                            text=True, env=env, start_new_session=True)
+
+
+def _follow(process: subprocess.Popen[str], limit: float, progress: Progress | None) -> None:
+    deadline = time.monotonic() + limit
+    assert process.stdout is not None
+    for line in process.stdout:
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "error":
+                raise BenchError(f"load generator: {event.get('message')}")
+            if progress:
+                progress(event)
+        if time.monotonic() > deadline:
+            raise BenchError(f"the load generator ran past {limit:.0f} s; stopped it")
+    process.wait(timeout=30)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+    if process.stdout:
+        process.stdout.close()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""

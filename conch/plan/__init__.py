@@ -1,0 +1,1 @@
+"""`conch plan`: how many instances a fleet of ensembles needs behind SageMaker MMEs, and what it costs."""

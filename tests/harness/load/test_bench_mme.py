@@ -1,0 +1,63 @@
+"""`conch bench` against conch's local MME, and the models-per-instance probe, on small archives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import linear_ensemble
+
+from conch.builder.build import build_ensemble
+from conch.cli import main
+
+pytestmark = pytest.mark.integration
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_ensemble(linear_ensemble("mme_load"), tmp_path_factory.mktemp("dist"), "local")
+
+
+def test_bench_on_the_local_mme_answers_correctly_and_reports_its_metrics(archive: Path, tmp_path: Path) -> None:
+    code = main(["bench", str(archive), "--mme", "--copies", "3", "--stages", "test", "--workers", "1",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["requests"] > 0 and summary["failures"] == 0
+    assert summary["throughput_rps"] > 0 and len(summary["per_target"]) == 3
+    assert summary["cold"]["requests"] >= 3  # every copy's first call loaded it
+    cache = summary["mme_metrics_after"]["ModelCacheHit"]
+    assert cache["hits"] > 0 and cache["misses"] >= 3
+    assert summary["machine"]["cpus"] >= 1
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_probe_stops_at_the_threshold_of_a_small_budget(archive: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    budget = 200 * MIB  # the empty server takes ~10 MiB here, each copy of two Python steps ~40 MiB
+    code = main(["bench", "--probe", str(archive), "--memory-budget", "200MiB", "--max-copies", "20",
+                 "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "probe.json").read_text())
+    assert code == 0, result["stopped_because"]
+    assert result["stopped_because"] == "memory passed 90% of the budget"
+    copies = result["copies"]
+    assert 1 <= result["copies_fit"] == len(copies) - 1 < 20
+    assert all(c["memory_bytes"] <= 0.9 * budget for c in copies[:-1]) and copies[-1]["memory_bytes"] > 0.9 * budget
+    assert result["memory_per_copy_bytes"] > 0 and all(c["load_s"] > 0 for c in copies)
+    assert result["gpu_memory_per_copy_bytes"] is None  # no GPU here
+    assert isinstance(result["load_time_grows"], bool)
+    assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG"
+    assert '"copies_fit"' in capsys.readouterr().out
+
+
+def test_bench_through_boto3_sagemaker_runtime(archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "local")  # the local MME takes any credentials, as boto3 insists on some
+    stages = '[{"duration": 3, "users": 2, "spawn_rate": 2}]'
+    assert main(["bench", str(archive), "--mme", "--client", "boto3", "--stages", stages, "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["target"]["kind"] == "boto3"
+    assert summary["requests"] > 0 and summary["failures"] == 0, summary["errors"]
