@@ -1,0 +1,112 @@
+"""What lets an unchanged rebuild do no work: file digests remembered by stat, sample expected outputs
+cached by content key, and a record per archive of the key it was built from."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conch import __version__
+from conch.builder.manifest import sha256
+from conch.cache import cache_dir
+from conch.ensembles.step import FileSource
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Publish atomically (parallel builds share the cache); a lost race only repeats work."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def key_of(material: object) -> str:
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def digest(source: FileSource) -> str:
+    """sha256 of a file's content; for a file on disk, remembered under its path, size, mtime and inode."""
+    if isinstance(source, bytes):
+        return sha256(source)
+    st = source.stat()
+    where = cache_dir() / "digests" / key_of([str(source.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])[:32]
+    known = _read_json(where)
+    if isinstance(known, str):
+        return known
+    value = sha256(source)
+    _write_json(where, value)
+    return value
+
+
+def entry_key(name: str, source: FileSource) -> list[object]:
+    """What an archive entry contributes to the build key: content, executable bit, link target."""
+    if isinstance(source, bytes):
+        return [name, digest(source)]
+    if source.is_symlink():
+        return [name, "link", os.readlink(source)]
+    return [name, digest(source), bool(source.stat().st_mode & stat.S_IXUSR)]
+
+
+def code_digest(fn: Callable[..., Any]) -> str:
+    """Digest of the user code a sample's expected function can reach: the sources of every imported
+    module that lives in the folder of the file defining it (the ensemble file and its siblings)."""
+    code = getattr(fn, "__code__", None)
+    origin = code.co_filename if code is not None else getattr(sys.modules.get(type(fn).__module__), "__file__", None)
+    if not origin or not Path(origin).is_file():
+        return "unknown"
+    folder = os.path.dirname(os.path.abspath(origin))
+    files = {os.path.abspath(origin)}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and file.endswith(".py") and os.path.dirname(os.path.abspath(file)) == folder:
+            files.add(os.path.abspath(file))
+    return key_of(sorted((os.path.basename(f), digest(Path(f))) for f in files))
+
+
+def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
+    """Encoded expected outputs of a sample: from the cache under ``material``'s key, else computed."""
+    where = cache_dir() / "samples" / f"{key_of([__version__, material])[:32]}.json"
+    if not refresh:
+        known = _read_json(where)
+        if isinstance(known, dict):
+            return known
+    value = compute()
+    _write_json(where, value)
+    return value
+
+
+class BuildRecord:
+    """The key an archive was built from, and its size, mtime and inode then: if both still hold, the
+    archive on disk is the one this build would write."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.where = cache_dir() / "builds" / f"{key_of(str(archive.resolve()))[:32]}.json"
+
+    def _stat(self) -> list[int] | None:
+        try:
+            st = self.archive.stat()
+        except OSError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+    def matches(self, key: str) -> bool:
+        known = _read_json(self.where)
+        current = self._stat()
+        return current is not None and known == {"key": key, "stat": current}
+
+    def save(self, key: str) -> None:
+        _write_json(self.where, {"key": key, "stat": self._stat()})
