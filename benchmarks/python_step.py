@@ -92,8 +92,8 @@ def main() -> int:
     from conch.harness.server import LocalTriton
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--kinds", nargs="+", default=["double", "tokenize"])
     args = parser.parse_args()
