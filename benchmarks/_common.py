@@ -52,6 +52,11 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
 def wrk(url: str, body: bytes, content_type: str, connections: int, seconds: int) -> float:
     """Requests per second that wrk reaches with ``connections`` keep-alive connections (one thread);
     non-2xx answers make it fail."""
+    return wrk_run(url, body, content_type, connections, seconds)[0]
+
+
+def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds: int) -> tuple[float, int]:
+    """(requests/s, requests) of one wrk run."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for HTTP load (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="conch-wrk-") as tmp:
@@ -74,9 +79,28 @@ def wrk(url: str, body: bytes, content_type: str, connections: int, seconds: int
     if errors is None or int(errors.group(1)) or "Non-2xx" in result.stdout:
         raise RuntimeError(f"wrk saw failed requests:\n{result.stdout}")
     match = re.search(r"Requests/sec:\s+([0-9.]+)", result.stdout)
-    if match is None:
+    total = re.search(r"(\d+) requests in", result.stdout)
+    if match is None or total is None:
         raise RuntimeError(result.stdout)
-    return float(match.group(1))
+    return float(match.group(1)), int(total.group(1))
+
+
+def stub_cpu_seconds(model_dir_fragment: str) -> float:
+    """CPU time (user + system) used so far by the Python-backend stub serving the model whose model.py
+    path contains ``model_dir_fragment``: unlike requests/s, it does not move with the machine's load."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if len(cmdline) < 2 or model_dir_fragment.encode() not in cmdline[1]:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        return (int(fields[11]) + int(fields[12])) / ticks
+    raise RuntimeError(f"no Python-backend stub runs {model_dir_fragment}")
 
 
 def kserve_json(inputs: Mapping[str, Any]) -> bytes:

@@ -1,6 +1,7 @@
 """Generated Python step vs a hand-written per-request model.py (the seeds' loop), through the real
 tritonserver: requests/s at concurrency 1, 8, 32, dynamic batching off and on, for x*2 on FP32[16] and
-for the MiniLM tokenizer (real per-call work). A and B alternate; the table shows median ratios.
+for the MiniLM tokenizer (real per-call work). A and B alternate; the table shows medians of requests/s and, steadier on
+a shared machine, of the stub's CPU time per request (read from /proc).
 
     python benchmarks/python_step.py [--seconds 3] [--rounds 3]
 
@@ -12,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, alternate, kserve_json, median, table, write_json, wrk
+from _common import ROOT, alternate, kserve_json, median, stub_cpu_seconds, table, write_json, wrk, wrk_run
 
 sys.path.insert(0, str(ROOT / "ensembles"))
 
@@ -61,6 +63,18 @@ class TritonPythonModel:
 '''
 
 
+HEADER = ["step", "dyn.batch", "conc", "generated req/s", "hand req/s", "generated/hand",
+          "generated stub CPU us/req", "hand stub CPU us/req", "hand/generated CPU"]
+
+
+def measure(url: str, stub: str, body: bytes, conns: int, seconds: int, cpu_us: list[float]) -> float:
+    """Requests/s of one wrk run; appends the stub's CPU microseconds per request to ``cpu_us``."""
+    before = stub_cpu_seconds(stub)
+    rps, count = wrk_run(url, body, "application/json", conns, seconds)
+    cpu_us.append((stub_cpu_seconds(stub) - before) / max(1, count) * 1e6)
+    return rps
+
+
 def declare(kind: str, name: str, batching: bool):  # type: ignore[no-untyped-def]
     from conch import DynamicBatching, Ensemble, PythonStep, Tensor
 
@@ -92,8 +106,8 @@ def main() -> int:
     from conch.harness.server import LocalTriton
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seconds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--kinds", nargs="+", default=["double", "tokenize"])
     args = parser.parse_args()
@@ -109,7 +123,7 @@ def main() -> int:
         client = MultiModelClient(server.sagemaker_url, server.http_url)
         for kind in args.kinds:
             for batching in (False, True):
-                urls = {}
+                urls, stubs = {}, {}
                 for who in ("generated", "hand-written"):
                     name = f"{kind}_{'db' if batching else 'nodb'}_{who[:3]}"
                     folder = write_repository(render_repository(declare(kind, name, batching), "local", "24.10"),
@@ -118,23 +132,28 @@ def main() -> int:
                         (folder / f"{name}__step" / "1" / "model.py").write_text(hand[kind])
                     client.load(f"{name}.tar.gz", folder, 300)
                     urls[who] = f"{server.http_url}/v2/models/{name}__step/infer"
+                    stubs[who] = f"/{name}__step/1/model.py"
                 for conns in args.concurrency:
                     body = bodies[kind]
-                    cases = {who: (lambda u=url, c=conns, b=body: wrk(u, b, "application/json", c, args.seconds))
-                             for who, url in urls.items()}
+                    cpu: dict[str, list[float]] = {who: [] for who in urls}
+
                     for url in urls.values():  # warm both
                         wrk(url, body, "application/json", conns, 1)
+                    cases = {who: partial(measure, urls[who], stubs[who], body, conns, args.seconds, cpu[who])
+                             for who in urls}
                     samples = alternate(cases, args.rounds)
                     gen, hnd = median(samples["generated"]), median(samples["hand-written"])
+                    gen_cpu, hnd_cpu = median(cpu["generated"]), median(cpu["hand-written"])
                     label = "on" if batching else "off"
-                    rows.append([kind, label, conns, round(gen), round(hnd), round(gen / hnd, 2)])
+                    rows.append([kind, label, conns, round(gen), round(hnd), round(gen / hnd, 2),
+                                 round(gen_cpu), round(hnd_cpu), round(hnd_cpu / gen_cpu, 2)])
                     records.append({"step": kind, "dynamic_batching": batching, "concurrency": conns,
                                     "generated_rps": samples["generated"], "hand_rps": samples["hand-written"],
-                                    "ratio_of_medians": gen / hnd})
-                    print(table(["step", "dyn.batch", "conc", "generated/s", "hand/s", "ratio"], rows[-1:]),
-                          flush=True)
+                                    "ratio_of_medians": gen / hnd, "generated_stub_cpu_us": cpu["generated"],
+                                    "hand_stub_cpu_us": cpu["hand-written"], "cpu_ratio": hnd_cpu / gen_cpu})
+                    print(table(HEADER, rows[-1:]), flush=True)
     print()
-    print(table(["step", "dyn.batch", "conc", "generated req/s", "hand-written req/s", "generated/hand"], rows))
+    print(table(HEADER, rows))
     path = write_json("python_step", {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
     print(f"wrote {path.relative_to(ROOT)}")
     return 0
