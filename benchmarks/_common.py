@@ -103,6 +103,32 @@ def stub_cpu_seconds(model_dir_fragment: str) -> float:
     raise RuntimeError(f"no Python-backend stub runs {model_dir_fragment}")
 
 
+def _cpu_and_parent(proc: Path) -> tuple[float, int]:
+    fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[1])
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by a process and every live descendant (the server and
+    its Python-backend stubs)."""
+    usage: dict[int, tuple[float, int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                usage[int(proc.name)] = _cpu_and_parent(proc)
+            except OSError:
+                continue
+    children: dict[int, list[int]] = {}
+    for child, (_, parent) in usage.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += usage.get(current, (0.0, 0))[0]
+        todo.extend(children.get(current, []))
+    return total
+
+
 def kserve_json(inputs: Mapping[str, Any]) -> bytes:
     """A KServe v2 JSON request body for numpy inputs (BYTES as UTF-8 strings)."""
     tensors = []

@@ -1,6 +1,7 @@
 """The text_embeddings ensemble on the local Triton vs the same work in one process, batch 1 (one
 sentence per request, one request at a time), for the shipped settings and the alternatives tried: A
-and B alternate, the table shows medians of requests/s and their ratio.
+and B alternate, the table shows medians of requests/s and of CPU time per request (server and stubs
+vs this process; steadier than requests/s on a shared machine) and their ratios.
 
     python benchmarks/text_ensemble.py [--seconds 2] [--rounds 5] [--variants shipped ...]
 
@@ -13,11 +14,12 @@ import argparse
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, alternate, kserve_json, median, table, write_json, wrk
+from _common import ROOT, alternate, kserve_json, median, table, tree_cpu_seconds, write_json, wrk, wrk_run
 
 sys.path.insert(0, str(ROOT / "ensembles"))
 
@@ -87,13 +89,29 @@ class InProcess:
         hidden = self.encode(**tokens)["last_hidden_state"]
         return np.asarray(self.pool(hidden, tokens["attention_mask"])["embeddings"])
 
-    def rate(self, seconds: float) -> float:
+    def rate(self, seconds: float, cpu_ms: list[float] | None = None) -> float:
+        """Requests/s one after another; appends this process's CPU milliseconds per request."""
         text = np.array([[SENTENCE.encode()]], dtype=object)
-        count, start = 0, time.perf_counter()
+        count, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             self(text)
             count += 1
+        if cpu_ms is not None:
+            cpu_ms.append((time.process_time() - cpu) / count * 1e3)
         return count / (time.perf_counter() - start)
+
+
+def served(url: str, body: bytes, seconds: int, server_pid: int, cpu_ms: list[float]) -> float:
+    """Requests/s of the ensemble one request at a time; appends the CPU milliseconds per request of
+    the server and its stubs."""
+    before = tree_cpu_seconds(server_pid)
+    rps, count = wrk_run(url, body, "application/json", 1, seconds)
+    cpu_ms.append((tree_cpu_seconds(server_pid) - before) / max(1, count) * 1e3)
+    return rps
+
+
+HEADER = ["variant (encoder settings)", "ensemble req/s", "in-process req/s", "ensemble/in-process",
+          "ensemble CPU ms/req", "in-process CPU ms/req", "in-process/ensemble CPU"]
 
 
 def main() -> int:
@@ -120,18 +138,24 @@ def main() -> int:
             wrk(url, body, "application/json", 1, 1)  # warm
             local = InProcess(dict(variants()[variant].get("parameters", {})))
             local.rate(1)
+            cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
+            assert server.process is not None
             samples = alternate({
-                "ensemble": lambda u=url: wrk(u, body, "application/json", 1, args.seconds),
-                "in-process": lambda p=local: p.rate(args.seconds),
+                "ensemble": partial(served, url, body, args.seconds, server.process.pid, cpu["ensemble"]),
+                "in-process": partial(local.rate, args.seconds, cpu["in-process"]),
             }, args.rounds)
             client.unload(name)  # one variant's stubs at a time on the two cores
             ens, inp = median(samples["ensemble"]), median(samples["in-process"])
-            rows.append([variant, round(ens, 1), round(inp, 1), round(ens / inp, 2)])
+            ens_cpu, inp_cpu = median(cpu["ensemble"]), median(cpu["in-process"])
+            rows.append([variant, round(ens, 1), round(inp, 1), round(ens / inp, 2), round(ens_cpu, 2),
+                         round(inp_cpu, 2), round(inp_cpu / ens_cpu, 2)])
             records.append({"variant": variant, "ensemble_rps": samples["ensemble"],
-                            "in_process_rps": samples["in-process"], "ratio_of_medians": ens / inp})
-            print(table(["variant", "ensemble req/s", "in-process req/s", "ratio"], rows[-1:]), flush=True)
+                            "in_process_rps": samples["in-process"], "ratio_of_medians": ens / inp,
+                            "ensemble_cpu_ms": cpu["ensemble"], "in_process_cpu_ms": cpu["in-process"],
+                            "cpu_ratio": inp_cpu / ens_cpu})
+            print(table(HEADER, rows[-1:]), flush=True)
     print()
-    print(table(["variant (encoder settings)", "ensemble req/s", "in-process req/s", "ensemble/in-process"], rows))
+    print(table(HEADER, rows))
     path = write_json("text_ensemble", {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
     print(f"wrote {path.relative_to(ROOT)}")
     return 0

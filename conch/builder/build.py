@@ -8,9 +8,9 @@ from typing import Any
 
 from conch import __version__
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.buildcache import BuildRecord, cached_expected, code_digest, digest, entry_key, key_of
+from conch.builder.buildcache import BuildRecord, cached_expected, code_digest, digest, entry_mode, key_of
 from conch.builder.envs import EnvLayout
-from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps
+from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -84,7 +84,8 @@ def render_repository(
         "environments": envs.manifest,
         "files": hashes,
     }
-    manifest["samples"] = _samples(ensemble, key_of(manifest), refresh)
+    # the files' digests cover every config, model and code file of the archive
+    manifest["samples"] = _samples(ensemble, key_of([target.value, str(release), hashes]), refresh)
     files[MANIFEST_NAME] = dumps(manifest)
     return Repository(ensemble.name, files, manifest, notes)
 
@@ -141,9 +142,10 @@ def build_ensemble(
 
 
 def build_key(repo: Repository) -> str:
-    """Everything the archive's bytes depend on: each entry's name, content digest and mode, and the
-    manifest (which holds the declaration's configs, the release, the environments and the samples)."""
-    return key_of([entry_key(name, src) for name, src in sorted(repo.files.items())])
+    """Everything the archive's bytes depend on: the manifest (every file's content digest, the
+    release, the environments, the samples) and each entry's name and mode."""
+    modes = [entry_mode(name, src) for name, src in sorted(repo.files.items())]
+    return key_of([sha256(repo.files[MANIFEST_NAME]), modes])
 
 
 def write_if_changed(repo: Repository, out_dir: Path) -> tuple[Path, bool]:

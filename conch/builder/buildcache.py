@@ -37,27 +37,40 @@ def key_of(material: object) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_known: dict[tuple[str, int, int, int], str] = {}
+
+
 def digest(source: FileSource) -> str:
-    """sha256 of a file's content; for a file on disk, remembered under its path, size, mtime and inode."""
+    """sha256 of a file's content; for a file on disk, remembered under its path, size, mtime and inode
+    (in this process and in the cache), so an unchanged 90 MB model is not read again."""
     if isinstance(source, bytes):
         return sha256(source)
     st = source.stat()
-    where = cache_dir() / "digests" / key_of([str(source.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])[:32]
-    known = _read_json(where)
-    if isinstance(known, str):
-        return known
-    value = sha256(source)
-    _write_json(where, value)
+    identity = (os.path.abspath(source), st.st_size, st.st_mtime_ns, st.st_ino)
+    if identity in _known:
+        return _known[identity]
+    if st.st_size < _WORTH_REMEMBERING:
+        value = sha256(source)
+    else:
+        where = cache_dir() / "digests" / key_of(list(identity))[:32]
+        known = _read_json(where)
+        value = known if isinstance(known, str) else sha256(source)
+        if known != value:
+            _write_json(where, value)
+    _known[identity] = value
     return value
 
 
-def entry_key(name: str, source: FileSource) -> list[object]:
-    """What an archive entry contributes to the build key: content, executable bit, link target."""
+_WORTH_REMEMBERING = 1 << 20  # smaller files hash faster than their record is read
+
+
+def entry_mode(name: str, source: FileSource) -> list[object]:
+    """What an entry adds to the build key besides its content digest: executable bit or link target."""
     if isinstance(source, bytes):
-        return [name, digest(source)]
+        return [name]
     if source.is_symlink():
         return [name, "link", os.readlink(source)]
-    return [name, digest(source), bool(source.stat().st_mode & stat.S_IXUSR)]
+    return [name, bool(source.stat().st_mode & stat.S_IXUSR)]
 
 
 def code_digest(fn: Callable[..., Any]) -> str:
