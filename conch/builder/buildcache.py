@@ -101,6 +101,15 @@ def cached_expected(material: object, compute: Callable[[], dict[str, Any]], ref
     return value
 
 
+def passed_before(material: object) -> bool:
+    """Whether checks with exactly these inputs passed before (see remember_passed)."""
+    return (cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json").is_file()
+
+
+def remember_passed(material: object) -> None:
+    _write_json(cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
+
+
 class BuildRecord:
     """The key an archive was built from, and its size, mtime and inode then: if both still hold, the
     archive on disk is the one this build would write."""
