@@ -31,7 +31,7 @@ def variants() -> dict[str, dict[str, Any]]:
 
     return {
         "shipped": {},  # ensembles/text_embeddings.py as it is
-        "delay 500us, 2 ORT threads": {
+        "seed: delay 500us, 2 ORT threads": {
             "dynamic_batching": DynamicBatching(preferred_batch_size=(8, 16), max_queue_delay_microseconds=500),
             "parameters": {"intra_op_thread_count": "2"}},
         "no dyn. batching, 2 ORT threads": {"parameters": {"intra_op_thread_count": "2"}},
