@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
