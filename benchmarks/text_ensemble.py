@@ -131,12 +131,14 @@ def main() -> int:
         client = MultiModelClient(server.sagemaker_url, server.http_url)
         for index, variant in enumerate(args.variants):
             name = f"text_{index}"
-            repo = render_repository(declare(name, variants()[variant]), "local", "24.10")
+            repo_ensemble = declare(name, variants()[variant])
+            repo = render_repository(repo_ensemble, "local", "24.10")
             folder = write_repository(repo, Path(tmp) / name)
             client.load(name, folder, 300)
             url = f"{server.http_url}/v2/models/{name}/infer"
             wrk(url, body, "application/json", 1, 1)  # warm
-            local = InProcess(dict(variants()[variant].get("parameters", {})))
+            encoder = next(c.step for c in repo_ensemble.calls if c.step.name == "encoder")
+            local = InProcess(dict(encoder.settings.parameters))  # the same ONNX Runtime threads
             local.rate(1)
             cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
             assert server.process is not None
