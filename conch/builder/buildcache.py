@@ -3,6 +3,7 @@ cached by content key, and a record per archive of the key it was built from."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -76,6 +77,8 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
 def code_digest(fn: Callable[..., Any]) -> str:
     """Digest of the user code a sample's expected function can reach: the sources of every imported
     module that lives in the folder of the file defining it (the ensemble file and its siblings)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     code = getattr(fn, "__code__", None)
     origin = code.co_filename if code is not None else getattr(sys.modules.get(type(fn).__module__), "__file__", None)
     if not origin or not Path(origin).is_file():

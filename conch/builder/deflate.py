@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from pathlib import Path
@@ -38,8 +39,6 @@ def level_for(source: FileSource, size: int) -> int:
 
 
 def _open(source: FileSource) -> BinaryIO:
-    import io
-
     return io.BytesIO(source) if isinstance(source, bytes) else Path(source).open("rb")
 
 
