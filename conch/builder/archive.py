@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
@@ -13,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from conch.builder.deflate import COMPRESS, SegmentedGzip, level_for
 from conch.builder.extract import safe_extract as safe_extract  # where callers have always found it
 from conch.ensembles.step import FileSource
 from conch.errors import BuildError
@@ -60,12 +60,14 @@ def _info(name: str, kind: bytes, mode: int, size: int = 0) -> tarfile.TarInfo:
 
 
 def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
-    """Write a deterministic gzip'd tar of ``files`` (path in archive -> bytes or file on disk)."""
+    """Write a deterministic gzip'd tar of ``files`` (path in archive -> bytes or file on disk).
+
+    Each file is deflated at a level chosen from its content (deflate.level_for): already compressed
+    content is stored instead of being compressed a second time."""
     entries = expand(files)
     names = sorted(entries)
-    with gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=6) as gz, tarfile.open(
-        fileobj=gz, mode="w", format=tarfile.GNU_FORMAT
-    ) as tar:
+    gz = SegmentedGzip(fileobj)
+    with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:  # type: ignore[call-overload]
         for d in sorted(_dirs_of(names)):
             tar.addfile(_info(d + "/", tarfile.DIRTYPE, 0o755))
         for name in names:
@@ -73,30 +75,39 @@ def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
                 continue
             source = entries[name]
             if isinstance(source, bytes):
+                gz.level(level_for(source, len(source)))
                 tar.addfile(_info(name, tarfile.REGTYPE, 0o644, len(source)), io.BytesIO(source))
                 continue
             if source.is_symlink():
                 info = _info(name, tarfile.SYMTYPE, 0o777)
                 info.linkname = os.readlink(source)
+                gz.level(COMPRESS)
                 tar.addfile(info)
                 continue
             if not source.is_file():
                 raise BuildError(f"file {source} (for {name}) does not exist")
-            mode = 0o755 if source.stat().st_mode & stat.S_IXUSR else 0o644
+            st = source.stat()
+            mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+            gz.level(level_for(source, st.st_size))
             with source.open("rb") as fh:
-                tar.addfile(_info(name, tarfile.REGTYPE, mode, source.stat().st_size), fh)
+                tar.addfile(_info(name, tarfile.REGTYPE, mode, st.st_size), fh)
+        gz.level(COMPRESS)  # the tar end-of-archive blocks
+    gz.close()
 
 
 @contextmanager
 def atomic_output(path: Path) -> Iterator[BinaryIO]:
-    """Yield a temp file beside ``path``; rename it over ``path`` only if the block succeeds."""
+    """Yield a temp file beside ``path``; rename it over ``path`` only if the block succeeds.
+
+    No fsync: the rename makes the new file visible whole or not at all to every reader; only a power
+    loss right after a build could leave it empty, and a rebuild repairs that (the build record no
+    longer matches the archive)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -56,15 +56,20 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
 
 def discover(paths: Iterable[Path]) -> list[Ensemble]:
     """All ensembles in the given files/folders, in file order; names must be unique."""
-    found: list[Ensemble] = []
+    return [ensemble for _, ensemble in locate(paths)]
+
+
+def locate(paths: Iterable[Path]) -> list[tuple[Path, Ensemble]]:
+    """Like discover(), with the file each ensemble is declared in (so another process can import it)."""
+    found: list[tuple[Path, Ensemble]] = []
     seen: dict[str, Path] = {}
     for file in python_files(paths):
         for ensemble in load_module_ensembles(file):
-            if ensemble.name in seen and not any(e is ensemble for e in found):
+            if ensemble.name in seen and not any(e is ensemble for _, e in found):
                 raise DeclarationError(
                     f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
                 )
-            if not any(e is ensemble for e in found):
+            if not any(e is ensemble for _, e in found):
                 seen[ensemble.name] = file
-                found.append(ensemble)
+                found.append((file, ensemble))
     return found

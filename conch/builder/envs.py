@@ -31,8 +31,8 @@ def local_home() -> str:
 class EnvLayout:
     """Packs each distinct environment of an ensemble once and gives every step that uses it the same copy."""
 
-    def __init__(self, target: Target, release: Release, progress: Progress | None) -> None:
-        self.target, self.release, self.progress = target, release, progress
+    def __init__(self, target: Target, release: Release, progress: Progress | None, refresh: bool = False) -> None:
+        self.target, self.release, self.progress, self.refresh = target, release, progress, refresh
         self.python = local_python() if target is Target.LOCAL else release.stub_python
         self.home = local_home() if target is Target.LOCAL else IMAGE_PYTHON_HOME
         self.files: dict[str, FileSource] = {}
@@ -57,7 +57,7 @@ class EnvLayout:
         return replace(spec, settings=replace(spec.settings, parameters=parameters))
 
     def _add(self, env: PythonEnv) -> str:
-        packed: PackedEnv = pack(env, self.python, home=self.home, progress=self.progress)
+        packed: PackedEnv = pack(env, self.python, home=self.home, progress=self.progress, refresh=self.refresh)
         stem = f"{env.name}-{packed.key[:12]}"
         rel = f"{ENV_DIR}/{stem}" if env.unpacked else f"{ENV_DIR}/{stem}.tar.gz"
         self.files[rel] = packed.folder if env.unpacked else packed.archive

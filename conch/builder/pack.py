@@ -58,11 +58,20 @@ def _quiet(message: str) -> None:
     return None
 
 
-def pack(env: PythonEnv, python: str, *, home: str = IMAGE_PYTHON_HOME, progress: Progress | None = None) -> PackedEnv:
-    """The packed form of ``env`` for a stub of Python ``python`` (e.g. "3.10"), from cache if present."""
+def pack(
+    env: PythonEnv,
+    python: str,
+    *,
+    home: str = IMAGE_PYTHON_HOME,
+    progress: Progress | None = None,
+    refresh: bool = False,
+) -> PackedEnv:
+    """The packed form of ``env`` for a stub of Python ``python`` (e.g. "3.10"), from cache if present.
+
+    Requirements resolved before are not resolved again unless they change or ``refresh`` is set."""
     say = progress or _quiet
     if env.requirements:
-        return _pack_requirements(env, python, home, say)
+        return _pack_requirements(env, python, home, say, refresh)
     if env.conda_prefix is not None:
         return _pack_conda(env, python, say)
     assert env.archive is not None
@@ -82,11 +91,33 @@ def _platform_args(python: str, target: Path) -> list[str]:
             "--python-version", python, "--implementation", "cp"]
 
 
-@functools.lru_cache(maxsize=64)
-def resolve(requirements: tuple[str, ...], python: str) -> tuple[str, ...]:
-    """Exact ``name==version`` pins of the wheels pip would install for the target (NumPy pinned < 2).
+def resolve(
+    requirements: tuple[str, ...], python: str, refresh: bool = False, progress: Progress | None = None
+) -> tuple[str, ...]:
+    """Exact ``name==version`` pins for the target, as resolved the last time these requirements were
+    (kept in the cache), so builds do not ask the index again; ``refresh`` asks it and keeps the answer."""
+    material: dict[str, object] = {"requirements": requirements, "python": python, "platform": PLATFORM,
+                                   "numpy": NUMPY_PIN}
+    where = cache_dir() / "resolved" / f"{_key(material)}.json"
+    if not refresh:
+        try:
+            return tuple(json.loads(where.read_text())["pins"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    (progress or _quiet)(f"resolving {', '.join(requirements)} for CPython {python} ({PLATFORM})")
+    pins = _resolve_with_pip(requirements, python)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = where.with_name(f".{where.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"requirements": list(requirements), "python": python, "pins": list(pins)}) + "\n")
+    os.replace(tmp, where)
+    return pins
 
-    Memoised per process: a build of many ensembles sharing an environment resolves it once."""
+
+@functools.lru_cache(maxsize=64)
+def _resolve_with_pip(requirements: tuple[str, ...], python: str) -> tuple[str, ...]:
+    """Ask pip (and so the index) which wheels it would install for the target (NumPy pinned < 2).
+
+    Memoised per process: a --refresh build of many ensembles sharing an environment resolves it once."""
     with tempfile.TemporaryDirectory(prefix="conch-resolve-") as tmp:
         report = Path(tmp) / "report.json"
         result = _pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
@@ -123,9 +154,8 @@ def _explain_pip_failure(stderr: str, requirements: tuple[str, ...], python: str
     return PackError(f"pip could not resolve {', '.join(requirements)} for CPython {python} on Linux x86-64:\n{tail}")
 
 
-def _pack_requirements(env: PythonEnv, python: str, home: str, say: Progress) -> PackedEnv:
-    say(f"resolving {env.describe()} for CPython {python} ({PLATFORM})")
-    pins = resolve(env.requirements, python)
+def _pack_requirements(env: PythonEnv, python: str, home: str, say: Progress, refresh: bool) -> PackedEnv:
+    pins = resolve(env.requirements, python, refresh, say)
     key = _key({"kind": "pip", "pins": pins, "python": python, "platform": PLATFORM, "home": home})
 
     def produce(root: Path) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from conch.builder.parallel import default_jobs
 from conch.cli.console import say
 from conch.ensembles.target import DEFAULT_RELEASE
 
@@ -30,32 +30,34 @@ def split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from conch.builder.build import render_repository, write_archive, write_repository
-    from conch.builder.discover import discover
-    from conch.errors import ConchError
+    from conch.builder.discover import locate
+    from conch.builder.parallel import BuildJob, BuildOutcome, build_all
 
-    ensembles = discover(args.paths)
+    found = locate(args.paths)
     if args.only:
-        ensembles = [e for e in ensembles if e.name in set(args.only)]
-    if not ensembles:
+        found = [(file, e) for file, e in found if e.name in set(args.only)]
+    if not found:
         say("conch: no ensembles found")
         return 2
-    failed: list[str] = []
-    for ensemble in ensembles:
-        start = time.perf_counter()
-        try:  # one ensemble that cannot build (e.g. needs a GPU) does not stop the others
-            repo = render_repository(ensemble, args.target, args.release, progress=say)
-            path = write_archive(repo, args.out)
-        except ConchError as exc:
-            say(f"conch: error: {exc}")
-            failed.append(ensemble.name)
-            continue
-        say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
-             f"{time.perf_counter() - start:.1f} s)")
-        if args.repo_dir:
-            write_repository(repo, args.repo_dir / ensemble.name)  # the same rendering, not a second one
+    jobs = [BuildJob(file, e.name, args.out, args.target, args.release, args.refresh, args.repo_dir)
+            for file, e in found]
+    finished: list[BuildOutcome] = []
+
+    def done(outcome: BuildOutcome) -> None:  # one ensemble that cannot build does not stop the others
+        finished.append(outcome)
+        count = f"[{len(finished)}/{len(jobs)}]"
+        if outcome.error is not None or outcome.archive is None:
+            say(f"conch: error: {outcome.error}")
+        elif outcome.written:
+            say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, {args.target}, "
+                f"release {args.release}, {outcome.seconds:.1f} s)")
+        else:
+            say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+
+    outcomes = build_all(jobs, args.jobs, done, progress=say)
+    failed = [o.ensemble for o in outcomes if o.error is not None]
     if failed:
-        say(f"conch: {len(failed)} of {len(ensembles)} ensembles failed to build: {', '.join(failed)}")
+        say(f"conch: {len(failed)} of {len(jobs)} ensembles failed to build: {', '.join(failed)}")
         return 2
     return 0
 
@@ -130,6 +132,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--out", type=Path, default=Path("dist"))
     b.add_argument("--target", choices=("production", "local"), default="production")
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
+    b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
+                   help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
+    b.add_argument("--refresh", action="store_true",
+                   help="ask the package index again and recompute sample expected outputs (normally cached)")
     common(b)
     b.set_defaults(func=cmd_build)
 

@@ -9,7 +9,12 @@ class OnnxRuntimeRunner:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = max(1, min(4, os.cpu_count() or 1))
+        # The parameters Triton's onnxruntime backend reads, so one declaration means the same here.
+        parameters = getattr(context, "parameters", {})
+        default_threads = max(1, min(4, os.cpu_count() or 1))
+        options.intra_op_num_threads = int(parameters.get("intra_op_thread_count") or default_threads)
+        if parameters.get("inter_op_thread_count"):
+            options.inter_op_num_threads = int(parameters["inter_op_thread_count"])
         self.session = onnxruntime.InferenceSession(
             context.file("model.onnx"), options, providers=["CPUExecutionProvider"]
         )

@@ -1,0 +1,167 @@
+"""The text_embeddings ensemble on the local Triton vs the same work in one process, batch 1 (one
+sentence per request, one request at a time), for the shipped settings and the alternatives tried: A
+and B alternate, the table shows medians of requests/s and of CPU time per request (server and stubs
+vs this process; steadier than requests/s on a shared machine) and their ratios.
+
+    python benchmarks/text_ensemble.py [--seconds 2] [--rounds 5] [--variants shipped ...]
+
+Needs wrk (Debian: apt-get install wrk). Writes benchmarks/results/text_ensemble.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import ROOT, alternate, kserve_json, median, table, tree_cpu_seconds, write_json, wrk, wrk_run
+
+sys.path.insert(0, str(ROOT / "ensembles"))
+
+SENTENCE = "Triton runs ensembles of models behind one endpoint."
+
+
+def variants() -> dict[str, dict[str, Any]]:
+    from conch import DynamicBatching, InstanceGroup
+
+    return {
+        "shipped": {},  # ensembles/text_embeddings.py as it is
+        "seed: delay 500us, 2 ORT threads": {
+            "dynamic_batching": DynamicBatching(preferred_batch_size=(8, 16), max_queue_delay_microseconds=500),
+            "parameters": {"intra_op_thread_count": "2"}},
+        "no dyn. batching, 2 ORT threads": {"parameters": {"intra_op_thread_count": "2"}},
+        "no dyn. batching, 1 ORT thread": {"parameters": {"intra_op_thread_count": "1"}},
+        "dyn. batching no delay, 2 ORT threads": {"dynamic_batching": DynamicBatching(),
+                                                  "parameters": {"intra_op_thread_count": "2"}},
+        "2 instances x 1 ORT thread": {"dynamic_batching": DynamicBatching(),
+                                       "instance_group": InstanceGroup("KIND_CPU", count=2),
+                                       "parameters": {"intra_op_thread_count": "1"}},
+    }
+
+
+def declare(name: str, settings: dict[str, Any]):  # type: ignore[no-untyped-def]
+    import text_embeddings as shipped
+    from _minilm import HIDDEN, MAX_BATCH, TEXT_ENV, export_onnx, pool, tokenize
+
+    from conch import Ensemble, OnnxStep
+
+    if not settings:
+        encoder = shipped.encoder
+    else:
+        encoder = OnnxStep("encoder", export_onnx, inputs=shipped.encoder.inputs, outputs=shipped.encoder.outputs,
+                           max_batch_size=MAX_BATCH, **settings)
+    ens = Ensemble(name, max_batch_size=MAX_BATCH, env=TEXT_ENV)
+    ids, mask = tokenize(ens.input("TEXT", "BYTES", [1]))
+    ens.output("EMBEDDINGS", pool(encoder(input_ids=ids, attention_mask=mask), mask), dtype="FP32", dims=[HIDDEN])
+    return ens
+
+
+class InProcess:
+    """The same three steps called directly: tokenizer, ONNX Runtime (set up as the local stand-in sets
+    it up, with the variant's thread count), mean pooling."""
+
+    def __init__(self, parameters: dict[str, str]) -> None:
+        from _minilm import export_onnx, tokenizer_file
+        from text_steps import Tokenize, mean_pool
+
+        from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
+
+        files = {"tokenizer.json": str(tokenizer_file()), "model.onnx": str(export_onnx())}
+
+        class Context:
+            def __init__(self) -> None:
+                self.parameters = parameters
+
+            def file(self, name: str) -> str:
+                return files[name]
+
+        self.tokenize, self.encode, self.pool = Tokenize(), OnnxRuntimeRunner(), mean_pool
+        self.tokenize.setup(Context())
+        self.encode.setup(Context())
+
+    def __call__(self, text: np.ndarray) -> np.ndarray:
+        tokens = self.tokenize(TEXT=text)
+        hidden = self.encode(**tokens)["last_hidden_state"]
+        return np.asarray(self.pool(hidden, tokens["attention_mask"])["embeddings"])
+
+    def rate(self, seconds: float, cpu_ms: list[float] | None = None) -> float:
+        """Requests/s one after another; appends this process's CPU milliseconds per request."""
+        text = np.array([[SENTENCE.encode()]], dtype=object)
+        count, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            self(text)
+            count += 1
+        if cpu_ms is not None:
+            cpu_ms.append((time.process_time() - cpu) / count * 1e3)
+        return count / (time.perf_counter() - start)
+
+
+def served(url: str, body: bytes, seconds: int, server_pid: int, cpu_ms: list[float]) -> float:
+    """Requests/s of the ensemble one request at a time; appends the CPU milliseconds per request of
+    the server and its stubs."""
+    before = tree_cpu_seconds(server_pid)
+    rps, count = wrk_run(url, body, "application/json", 1, seconds)
+    cpu_ms.append((tree_cpu_seconds(server_pid) - before) / max(1, count) * 1e3)
+    return rps
+
+
+HEADER = ["variant (encoder settings)", "ensemble req/s", "in-process req/s", "ensemble/in-process",
+          "ensemble CPU ms/req", "in-process CPU ms/req", "in-process/ensemble CPU"]
+
+
+def main() -> int:
+    from conch.builder.build import render_repository, write_repository
+    from conch.harness.mme import MultiModelClient
+    from conch.harness.server import LocalTriton
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variants", nargs="+", default=list(variants()))
+    args = parser.parse_args()
+
+    body = kserve_json({"TEXT": np.array([[SENTENCE]], dtype=object)})
+    rows, records = [], []
+    with tempfile.TemporaryDirectory(prefix="conch-bench-") as tmp, LocalTriton() as server:
+        client = MultiModelClient(server.sagemaker_url, server.http_url)
+        for index, variant in enumerate(args.variants):
+            name = f"text_{index}"
+            repo_ensemble = declare(name, variants()[variant])
+            repo = render_repository(repo_ensemble, "local", "24.10")
+            folder = write_repository(repo, Path(tmp) / name)
+            client.load(name, folder, 300)
+            url = f"{server.http_url}/v2/models/{name}/infer"
+            wrk(url, body, "application/json", 1, 1)  # warm
+            encoder = next(c.step for c in repo_ensemble.calls if c.step.name == "encoder")
+            local = InProcess(dict(encoder.settings.parameters))  # the same ONNX Runtime threads
+            local.rate(1)
+            cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
+            assert server.process is not None
+            samples = alternate({
+                "ensemble": partial(served, url, body, args.seconds, server.process.pid, cpu["ensemble"]),
+                "in-process": partial(local.rate, args.seconds, cpu["in-process"]),
+            }, args.rounds)
+            client.unload(name)  # one variant's stubs at a time on the two cores
+            ens, inp = median(samples["ensemble"]), median(samples["in-process"])
+            ens_cpu, inp_cpu = median(cpu["ensemble"]), median(cpu["in-process"])
+            rows.append([variant, round(ens, 1), round(inp, 1), round(ens / inp, 2), round(ens_cpu, 2),
+                         round(inp_cpu, 2), round(inp_cpu / ens_cpu, 2)])
+            records.append({"variant": variant, "ensemble_rps": samples["ensemble"],
+                            "in_process_rps": samples["in-process"], "ratio_of_medians": ens / inp,
+                            "ensemble_cpu_ms": cpu["ensemble"], "in_process_cpu_ms": cpu["in-process"],
+                            "cpu_ratio": inp_cpu / ens_cpu})
+            print(table(HEADER, rows[-1:]), flush=True)
+    print()
+    print(table(HEADER, rows))
+    path = write_json("text_ensemble", {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

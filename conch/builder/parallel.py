@@ -1,0 +1,102 @@
+"""Build many ensembles over every core: one process per job slot, each re-importing the ensemble's
+file by path (ensembles are user objects, not something to pickle). Each archive is written by exactly
+one process from the same inputs, so the bytes do not depend on the number of jobs."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from conch.builder.pack import Progress
+from conch.errors import ConchError
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One ensemble to build: the file that declares it, its name, and how to build it."""
+
+    source: Path
+    ensemble: str
+    out_dir: Path
+    target: str
+    release: str
+    refresh: bool = False
+    repo_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    ensemble: str
+    archive: Path | None
+    written: bool
+    seconds: float
+    error: str | None = None
+
+
+def default_jobs() -> int:
+    """Every core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
+    """Build one ensemble in this process; a ConchError becomes the outcome's error."""
+    from conch.builder.build import render_repository, write_if_changed, write_repository
+    from conch.builder.discover import load_module_ensembles
+
+    start = time.perf_counter()
+    try:
+        ensembles = [e for e in load_module_ensembles(job.source) if e.name == job.ensemble]
+        if not ensembles:
+            raise ConchError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
+        repo = render_repository(ensembles[0], job.target, job.release, progress, job.refresh)
+        path, written = write_if_changed(repo, job.out_dir)
+        if job.repo_dir is not None:
+            write_repository(repo, job.repo_dir / job.ensemble)
+    except ConchError as exc:
+        return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start, str(exc))
+    return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start)
+
+
+def _prefixed(ensemble: str, message: str) -> None:
+    print(f"{ensemble}: {message}", file=sys.stderr, flush=True)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    # fork starts workers in milliseconds and they inherit the imported ensembles; elsewhere workers
+    # import the files again by path (run_job does both).
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def build_all(
+    jobs: Sequence[BuildJob],
+    workers: int,
+    done: Callable[[BuildOutcome], None],
+    progress: Progress | None = None,
+) -> list[BuildOutcome]:
+    """``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr."""
+    """Build every job, ``workers`` at a time; ``done`` hears of each ensemble as it finishes. Outcomes
+    come back in job order. With one worker (or one job) everything runs in this process."""
+    if workers <= 1 or len(jobs) <= 1:
+        outcomes = []
+        for job in jobs:
+            outcomes.append(run_job(job, progress))
+            done(outcomes[-1])
+        return outcomes
+    results: dict[int, BuildOutcome] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_context()) as pool:
+        futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble)): index for index, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(results[futures[future]])
+    return [results[i] for i in range(len(jobs))]
