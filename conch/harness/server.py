@@ -28,6 +28,7 @@ import requests
 
 from conch.cache import cache_dir
 from conch.errors import ServeError
+from conch.harness import shm_regions
 
 STARTUP_TIMEOUT_S = 60.0
 START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
@@ -126,6 +127,7 @@ class LocalTriton:
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.sagemaker_port = 0
         self.log_path = self.workdir / "tritonserver.log"
+        self.shm_prefix = shm_regions.new_prefix()
 
     @property
     def http_url(self) -> str:
@@ -159,6 +161,7 @@ class LocalTriton:
             "--exit-timeout-secs=5",
             "--backend-config=python,shm-default-byte-size=16777216",
             "--backend-config=python,shm-growth-byte-size=1048576",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             *self.extra_args,
         ]
 
@@ -178,6 +181,7 @@ class LocalTriton:
         lives as long as the server should."""
         if self.process is not None:
             return self
+        shm_regions.sweep_orphans()  # what servers of killed conch processes left in /dev/shm
         for attempt in range(1, START_ATTEMPTS + 1):
             self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
             self.workdir.mkdir(parents=True, exist_ok=True)
@@ -224,6 +228,7 @@ class LocalTriton:
         self._cleanup()
 
     def _cleanup(self) -> None:
+        shm_regions.remove(self.shm_prefix)  # stubs killed by SIGKILL leave their regions behind
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
