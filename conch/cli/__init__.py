@@ -1,4 +1,4 @@
-"""`conch build | replay | serve | graph | inspect | deploy | invoke | undeploy`: the command line over the
+"""`conch build | replay | serve | graph | inspect | check | deploy | invoke | undeploy`: the command line over the
 library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import signal
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import deploy, endpoint, local
+from conch.cli import check, deploy, endpoint, local
 from conch.cli.console import say
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, endpoint, deploy)
+COMMANDS = (local, endpoint, check, deploy)
 
 
 def parser() -> argparse.ArgumentParser:
