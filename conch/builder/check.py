@@ -8,7 +8,6 @@ alone: no manifest and no declaration are needed, so hand-made archives are chec
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -18,6 +17,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.builder.check_wiring import check_wiring
 from conch.builder.extract import safe_extract
+from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
 
 # The regex SageMaker's front end (server src/sagemaker_server.cc) runs over each config's raw text.
@@ -105,7 +105,7 @@ class Model:
 def check_archive(archive: Path) -> CheckReport:
     """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
     archive = Path(archive)
-    with tempfile.TemporaryDirectory(prefix="conch-check-") as tmp:
+    with scratch_temp("conch-check-") as tmp:
         folder = Path(tmp) / "archive"
         try:
             safe_extract(archive, folder)

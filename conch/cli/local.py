@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conch.builder.scratch import scratch_temp
 from conch.cli.console import say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import ConchError
@@ -92,7 +92,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     archives, sources = split_sources(args.paths)
     failures: list[ReplayRow] = []
-    with tempfile.TemporaryDirectory(prefix="conch-replay-") as tmp:
+    with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
         for ensemble in discover_each(sources, failed) if sources else []:
             if args.only and ensemble.name not in args.only:
