@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conch.builder.archive import write_tar
+from conch.builder.archive import safe_extract, write_tar
 from conch.builder.manifest import sha256
 from conch.builder.scratch import scratch_dir, scratch_temp
 from conch.cache import cache_dir
@@ -234,8 +234,7 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
         if source.is_dir():
             shutil.copytree(source, root, symlinks=True, dirs_exist_ok=True)
         else:
-            with tarfile.open(source) as tar:
-                tar.extractall(root, filter="tar")
+            safe_extract(source, root)  # a user's archive: unpacked under the same rules as an MME archive
         if not (root / "bin" / "activate").is_file():
             raise PackError(
                 f"{source}: no bin/activate at the environment root; Triton needs the environment's bin/ and "
