@@ -39,6 +39,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     failed: list[str] = []
     ensembles = discover_each(args.paths, failed)
+    total = len(ensembles) + len(failed)  # a file that does not load counts as one failed ensemble
     if args.only:
         ensembles = [e for e in ensembles if e.name in set(args.only)]
     if not ensembles and not failed:
@@ -58,7 +59,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         say(f"built {path} ({path.stat().st_size / 1e6:.1f} MB, {args.target}, release {args.release}, "
              f"{time.perf_counter() - start:.1f} s)")
     if failed:
-        say(f"conch: {len(failed)} failed to build: {', '.join(failed)}")
+        say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
     return 0
 
