@@ -10,6 +10,7 @@ from conftest import linear_ensemble
 from hostile_archives import write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
+from conch import BuildError
 from conch.builder.build import build_ensemble
 from conch.builder.check import CheckReport, check_archive
 
@@ -43,9 +44,17 @@ def test_every_example_archive_passes(tmp_path: Path, target: str) -> None:
     from conch.builder.discover import discover
 
     examples = Path(__file__).parents[2] / "ensembles"
+    built = 0
     for ensemble in discover([examples]):
-        report = check_archive(build_ensemble(ensemble, tmp_path, target))
+        try:
+            archive = build_ensemble(ensemble, tmp_path, target)
+        except BuildError as exc:  # a TensorRT plan is compiled on a GPU host only
+            assert "needs an NVIDIA GPU" in str(exc), exc
+            continue
+        report = check_archive(archive)
         assert report.ok, report.lines()
+        built += 1
+    assert built >= 4
 
 
 @pytest.mark.parametrize("repo", [bert_repo(), inception_repo()], ids=["bert-trt-python", "dali-inception"])
