@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from typing_extensions import Unpack
 
 from conch.backends import dali_serialized
@@ -24,13 +25,35 @@ from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
+from conch.ensembles.dtypes import DType
 from conch.ensembles.step import FileSource, Step, StepLayout
 from conch.ensembles.target import Release, Target
-from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError, DeclarationError
+from conch.ensembles.tensors import Tensor, dims_compatible, whole
+from conch.errors import BuildError, ConchError, DeclarationError
 from conch.templates import render
 
 FILENAME = "model.dali"
+_PROBE_SIZE = 8  # each -1 of a probe input
+
+
+def _cause(exc: Exception) -> str:
+    """The first line of DALI's error (the rest is its C++ stack)."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def probe_sample(t: Tensor) -> np.ndarray:
+    """One sample for a probe run: a small JPEG for encoded bytes (1-D UINT8), else zeros of the dims."""
+    if t.dtype is DType.UINT8 and len(t.dims) == 1 and t.dims[0] == -1:
+        with contextlib.suppress(ImportError):
+            import io
+
+            from PIL import Image
+
+            buffer = io.BytesIO()
+            Image.new("RGB", (40, 30), (200, 120, 40)).save(buffer, format="JPEG")
+            return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
+    return np.zeros([d if d > 0 else _PROBE_SIZE for d in t.dims], dtype=t.dtype.numpy)
 
 
 def _dali(step: str) -> Any:
@@ -81,6 +104,8 @@ class DaliStep(Step):
     by position. ``num_threads`` becomes the pipeline's and the config's ``num_threads``; other DALI
     backend parameters go in ``parameters``. ``autoserialize=True`` ships the pipeline as Python
     (``1/dali.py``, serialized by the server's DALI at load) instead of ``1/model.dali``.
+    ``probe=False`` skips the build-time run of the CPU pipeline on a generated input (a small JPEG for
+    1-D UINT8 inputs, zeros otherwise) that checks the real output dtypes and dims.
     """
 
     kind = "dali"
@@ -95,8 +120,10 @@ class DaliStep(Step):
         max_batch_size: int,
         num_threads: int | None = None,
         autoserialize: bool = False,
+        probe: bool = True,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        max_batch_size = whole(max_batch_size, f"dali step {name!r}: max_batch_size")
         if max_batch_size < 1:
             raise DeclarationError(
                 f"dali step {name!r}: DALI's Triton backend needs max_batch_size >= 1 (a pipeline always "
@@ -118,6 +145,7 @@ class DaliStep(Step):
                 )
         self.num_threads = num_threads
         self.autoserialize = autoserialize
+        self.probe = probe
         self._definition: Callable[..., Any] | None = None
         self._file: Artifact | None = None
         if isinstance(pipeline, bytes | str | Path):
@@ -202,6 +230,49 @@ class DaliStep(Step):
                     f"dims {list(t.dims)} but the pipeline declares ndim={out.ndim}"
                 )
 
+        if self.probe:
+            self._probe()
+
+    def _probe(self) -> None:
+        """Run the pipeline once on the CPU, so outputs of another dtype or dims fail the build, not the replay."""
+        try:
+            dali = importlib.import_module("nvidia.dali")
+        except ImportError:  # a production build of a serialized pipeline needs no DALI here
+            return
+        cpu = dali_serialized.on_cpu(self.raw_pipeline(), self.name)
+        self._check_runs_on_cpu(cpu)
+        try:
+            pipe = dali.Pipeline.deserialize(cpu, batch_size=self.max_batch_size, num_threads=1, device_id=None,
+                                             exec_pipelined=False, exec_async=False, prefetch_queue_depth=1)
+            pipe.build()
+            for t in self.inputs:
+                pipe.feed_input(t.name, [probe_sample(t)] * min(2, self.max_batch_size))
+            results = pipe.run()
+        except Exception as exc:
+            raise BuildError(
+                f"dali step {self.name!r}: running the pipeline once on the CPU on a generated input failed: "
+                f"{_cause(exc)}; check the inputs' dtypes and dims (or pass "
+                "probe=False if the pipeline cannot run on a generated input)"
+            ) from exc
+        for index, (t, batch) in enumerate(zip(self.outputs, results, strict=True)):
+            self._check_probed(index, t, [np.asarray(sample) for sample in batch])
+
+    def _check_probed(self, index: int, t: Tensor, samples: list[np.ndarray]) -> None:
+        where = f"dali step {self.name!r}: output {t.name!r} (pipeline output {index})"
+        found = samples[0]
+        try:
+            dtype = DType.of(str(found.dtype))
+        except ConchError:
+            dtype = None
+        if dtype is not t.dtype:
+            raise BuildError(f"{where} is declared {t.dtype.wire} but the pipeline returns {found.dtype} when run "
+                             "once on the CPU; declare the dtype it returns, or cast in the pipeline")
+        for sample in samples:
+            if not dims_compatible(t.dims, sample.shape):
+                raise BuildError(f"{where} is declared with dims {list(t.dims)} but the pipeline returns samples "
+                                 f"of shape {list(sample.shape)} when run once on the CPU; declare those dims "
+                                 "(-1 for a size that varies)")
+
     # -- layout ------------------------------------------------------------------------------------
 
     def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
@@ -236,10 +307,9 @@ class DaliStep(Step):
         try:
             dali.Pipeline.deserialize(cpu, batch_size=self.max_batch_size, num_threads=1, device_id=None)
         except Exception as exc:
-            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             raise BuildError(
                 f"dali step {self.name!r}: the pipeline cannot run on the CPU for the local stand-in: "
-                f"{lines[0] if lines else type(exc).__name__}; use operators that have a CPU version, or "
+                f"{_cause(exc)}; use operators that have a CPU version, or "
                 "replay it on a GPU host"
             ) from exc
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import stat
@@ -14,6 +15,7 @@ from typing import BinaryIO
 
 from conch.builder.deflate import COMPRESS, SegmentedGzip, level_for
 from conch.builder.extract import safe_extract as safe_extract  # where callers have always found it
+from conch.builder.scratch import alive
 from conch.ensembles.step import FileSource
 from conch.errors import BuildError
 
@@ -21,20 +23,37 @@ from conch.errors import BuildError
 FIXED_MTIME = 946684800
 
 
-def expand(files: Mapping[str, FileSource]) -> dict[str, FileSource]:
-    """Replace directory sources by the files under them, keyed by their path in the archive."""
+def expand(files: Mapping[str, FileSource], _within: tuple[Path, ...] = ()) -> dict[str, FileSource]:
+    """Replace directory sources by the files under them, keyed by their path in the archive.
+
+    A symlink is archived as its content (the build machine's paths stay out of the archive), except a
+    relative link inside a folder source that stays inside it, which remains a link."""
     out: dict[str, FileSource] = {}
     for rel, source in files.items():
-        if isinstance(source, Path) and source.is_dir() and not source.is_symlink():
+        if isinstance(source, Path) and source.is_symlink():
+            source = source.resolve()
+        if isinstance(source, Path) and source.is_dir():
+            if source in _within:
+                raise BuildError(f"{rel}: its symlinks loop back to {source}; replace the link by the files")
             prefix = "" if rel in ("", ".") else rel.rstrip("/") + "/"
             for path in sorted(source.rglob("*")):
-                if path.is_file() or path.is_symlink():
-                    out[f"{prefix}{path.relative_to(source).as_posix()}"] = path
+                name = f"{prefix}{path.relative_to(source).as_posix()}"
+                if path.is_symlink() and not _link_inside(path, source):
+                    out.update(expand({name: path}, (*_within, source)))
+                elif path.is_file() or path.is_symlink():
+                    out[name] = path
                 elif path.is_dir() and not any(path.iterdir()):
-                    out[f"{prefix}{path.relative_to(source).as_posix()}/"] = b""
+                    out[f"{name}/"] = b""
         else:
             out[rel] = source
     return out
+
+
+def _link_inside(link: Path, root: Path) -> bool:
+    target = os.readlink(link)
+    landing = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    return not os.path.isabs(target) and Path(landing).is_relative_to(root) and Path(landing).resolve().is_relative_to(
+        root.resolve())
 
 
 def _dirs_of(paths: list[str]) -> set[str]:
@@ -103,7 +122,8 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
     loss right after a build could leave it empty, and a rebuild repairs that (the build record no
     longer matches the archive)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    sweep_parts(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".part", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -113,6 +133,17 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sweep_parts(path: Path) -> list[Path]:
+    """Remove ``path``'s temp files left by writers that were killed (their pid, in the name, is gone)."""
+    removed = []
+    for part in path.parent.glob(f".{glob.escape(path.name)}.*.part"):
+        pid = part.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not alive(int(pid)):
+            part.unlink(missing_ok=True)
+            removed.append(part)
+    return removed
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterable
+import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from conch.ensembles.ensemble import Ensemble
@@ -20,6 +21,8 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
             files.extend(p for p in sorted(path.glob("*.py")) if not p.name.startswith("_"))
         elif path.suffix == ".py" and path.is_file():
             files.append(path)
+        elif not path.exists():
+            raise ConchError(f"{path}: no such file or folder; give ensemble .py files or folders of them")
         else:
             raise ConchError(f"{path}: expected a .py file or a folder of them")
     return files
@@ -48,28 +51,49 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
         except ConchError as exc:
             sys.modules.pop(name, None)
             raise type(exc)(f"{path.name}: {exc}") from exc
-        except Exception:
+        except Exception as exc:  # the user's code failed: say where, in one line, instead of a traceback
             sys.modules.pop(name, None)
-            raise
+            lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+            at = f" line {lines[-1]}" if lines else ""
+            raise DeclarationError(f"{path.name}{at}: {type(exc).__name__}: {exc}; fix the file") from exc
     return [v for v in vars(module).values() if isinstance(v, Ensemble)]
 
 
-def discover(paths: Iterable[Path]) -> list[Ensemble]:
-    """All ensembles in the given files/folders, in file order; names must be unique."""
-    return [ensemble for _, ensemble in locate(paths)]
+def discover(paths: Iterable[Path], on_error: Callable[[ConchError], None] | None = None) -> list[Ensemble]:
+    """All ensembles in the given files/folders, in file order; names must be unique.
+
+    With ``on_error``, a path or file that fails is reported to it and skipped instead of raising."""
+    return [ensemble for _, ensemble in locate(paths, on_error)]
 
 
-def locate(paths: Iterable[Path]) -> list[tuple[Path, Ensemble]]:
+def locate(
+    paths: Iterable[Path], on_error: Callable[[ConchError], None] | None = None
+) -> list[tuple[Path, Ensemble]]:
     """Like discover(), with the file each ensemble is declared in (so another process can import it)."""
     found: list[tuple[Path, Ensemble]] = []
     seen: dict[str, Path] = {}
-    for file in python_files(paths):
-        for ensemble in load_module_ensembles(file):
-            if ensemble.name in seen and not any(e is ensemble for _, e in found):
-                raise DeclarationError(
-                    f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
-                )
-            if not any(e is ensemble for _, e in found):
-                seen[ensemble.name] = file
-                found.append((file, ensemble))
+    for path in paths:
+        try:
+            files = python_files([path])
+        except ConchError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            continue
+        for file in files:
+            try:
+                ensembles = load_module_ensembles(file)
+            except ConchError as exc:
+                if on_error is None:
+                    raise
+                on_error(exc)
+                continue
+            for ensemble in ensembles:
+                if ensemble.name in seen and not any(e is ensemble for _, e in found):
+                    raise DeclarationError(
+                        f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
+                    )
+                if not any(e is ensemble for _, e in found):
+                    seen[ensemble.name] = file
+                    found.append((file, ensemble))
     return found

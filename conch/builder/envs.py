@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from conch.builder.pack import IMAGE_PYTHON_HOME, PackedEnv, Progress, pack
+from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
 from conch.ensembles.config import ModelSpec
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.step import FileSource
@@ -22,19 +21,13 @@ def local_python() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def local_home() -> str:
-    """The folder of this interpreter's base Python, whose standard library the local stub uses."""
-    base = getattr(sys, "_base_executable", None) or sys.executable
-    return str(Path(base).resolve().parent)
-
-
 class EnvLayout:
     """Packs each distinct environment of an ensemble once and gives every step that uses it the same copy."""
 
     def __init__(self, target: Target, release: Release, progress: Progress | None, refresh: bool = False) -> None:
         self.target, self.release, self.progress, self.refresh = target, release, progress, refresh
         self.python = local_python() if target is Target.LOCAL else release.stub_python
-        self.home = local_home() if target is Target.LOCAL else IMAGE_PYTHON_HOME
+        self.home = LOCAL_HOME if target is Target.LOCAL else IMAGE_PYTHON_HOME
         self.files: dict[str, FileSource] = {}
         self.manifest: dict[str, Any] = {}
         self._paths: dict[PythonEnv, str] = {}

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conch.builder.archive import write_tar
+from conch.builder.archive import safe_extract, write_tar
 from conch.builder.manifest import sha256
+from conch.builder.scratch import scratch_dir, scratch_temp
 from conch.cache import cache_dir
 from conch.ensembles.environment import PythonEnv
 from conch.errors import PackError
@@ -29,6 +30,8 @@ LAYOUT_VERSION = "1"  # bump when the on-disk layout below changes, to invalidat
 # crashes the stub on the first request; Triton server issue 8301, "known issues" of 2.51 and 2.52).
 NUMPY_PIN = "numpy<2"
 IMAGE_PYTHON_HOME = "/usr/bin"  # where the Triton images keep their Python
+# home= of local-target envs: found on the serving machine when the env activates, never the build machine's.
+LOCAL_HOME = "local"
 
 # Triton sources <env>/bin/activate up to 25.07; from 25.08 it sets PATH itself. Both find bin/python3
 # first on PATH, and the stub takes sys.prefix (so site-packages) from it via pyvenv.cfg.
@@ -37,6 +40,17 @@ _conch_env="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")/.." && pwd)"
 export PATH="$_conch_env/bin:$PATH"
 export VIRTUAL_ENV="$_conch_env"
 unset PYTHONHOME _conch_env
+"""
+# Local target: the server here puts its Python's folder first on PATH; point pyvenv.cfg at that Python
+# (of the stub's minor version) before the stub reads it, so the archive records no build-machine path.
+FIND_HOME = """_conch_py="$(command -v python{python} || true)"
+if [ -n "$_conch_py" ]; then
+  _conch_env="$(cd "$(dirname "${{BASH_SOURCE[0]:-$0}}")/.." && pwd)"
+  printf 'home = %s\\ninclude-system-site-packages = false\\nversion = {python}\\n' \\
+    "$(dirname "$(readlink -f "$_conch_py")")" > "$_conch_env/pyvenv.cfg.$$" && \\
+    mv -f "$_conch_env/pyvenv.cfg.$$" "$_conch_env/pyvenv.cfg"
+fi
+unset _conch_py
 """
 
 Progress = Callable[[str], None]
@@ -83,7 +97,9 @@ def pack(
 
 def _pip(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--no-input"]
-    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PIP_NO_COLOR": "1"})
+    # TMPDIR: pip's own pip-target-* folders land where a later run sweeps them if this one is killed
+    env = {**os.environ, "PIP_NO_COLOR": "1", "TMPDIR": str(scratch_dir())}
+    return subprocess.run(command, capture_output=True, text=True, env=env)
 
 
 def _platform_args(python: str, target: Path) -> list[str]:
@@ -118,7 +134,7 @@ def _resolve_with_pip(requirements: tuple[str, ...], python: str) -> tuple[str, 
     """Ask pip (and so the index) which wheels it would install for the target (NumPy pinned < 2).
 
     Memoised per process: a --refresh build of many ensembles sharing an environment resolves it once."""
-    with tempfile.TemporaryDirectory(prefix="conch-resolve-") as tmp:
+    with scratch_temp("conch-resolve-") as tmp:
         report = Path(tmp) / "report.json"
         result = _pip("install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                       *_platform_args(python, Path(tmp) / "t"), *requirements, NUMPY_PIN)
@@ -138,7 +154,7 @@ def _explain_pip_failure(stderr: str, requirements: tuple[str, ...], python: str
     tail = "\n".join(line for line in stderr.strip().splitlines()[-6:])
     if match and "(from versions: none)" in stderr:
         name = match.group(1)
-        probe = tempfile.mkdtemp(prefix="conch-sdist-")
+        probe = tempfile.mkdtemp(prefix="conch-sdist-", dir=scratch_dir())
         try:
             has_sdist = _pip("download", "--no-deps", "--no-binary=:all:", "--quiet", "--dest", probe,
                              name).returncode == 0
@@ -173,10 +189,11 @@ def _pack_requirements(env: PythonEnv, python: str, home: str, say: Progress, re
 def _write_skeleton(root: Path, python: str, home: str) -> None:
     bin_dir = root / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "activate").write_text(ACTIVATE)
+    (bin_dir / "activate").write_text((FIND_HOME.format(python=python) if home == LOCAL_HOME else "") + ACTIVATE)
     # Never run: the stub only needs a `python3` on PATH inside the env to locate pyvenv.cfg.
     (bin_dir / "python3").write_bytes(b"")
     (bin_dir / "python3").chmod(0o755)
+    home = IMAGE_PYTHON_HOME if home == LOCAL_HOME else home
     (root / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\nversion = {python}\n")
 
 
@@ -217,7 +234,7 @@ def _pack_conda(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
 
     def produce(root: Path) -> None:
         say(f"packing conda environment {prefix} with conda-pack")
-        with tempfile.TemporaryDirectory(prefix="conch-conda-pack-") as tmp:
+        with scratch_temp("conch-conda-pack-") as tmp:
             out = Path(tmp) / "env.tar.gz"
             try:
                 conda_pack.pack(prefix=str(prefix), output=str(out), format="tar.gz", ignore_missing_files=True,
@@ -247,8 +264,7 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
         if source.is_dir():
             shutil.copytree(source, root, symlinks=True, dirs_exist_ok=True)
         else:
-            with tarfile.open(source) as tar:
-                tar.extractall(root, filter="tar")
+            safe_extract(source, root)  # a user's archive: unpacked under the same rules as an MME archive
         if not (root / "bin" / "activate").is_file():
             raise PackError(
                 f"{source}: no bin/activate at the environment root; Triton needs the environment's bin/ and "

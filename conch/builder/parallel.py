@@ -49,7 +49,7 @@ def default_jobs() -> int:
 
 
 def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
-    """Build one ensemble in this process; a ConchError becomes the outcome's error."""
+    """Build one ensemble in this process; any failure becomes the outcome's error (the others still build)."""
     from conch.builder.build import render_repository, write_if_changed, write_repository
     from conch.builder.discover import load_module_ensembles
 
@@ -64,6 +64,9 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
             write_repository(repo, job.repo_dir / job.ensemble)
     except ConchError as exc:
         return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start, str(exc))
+    except Exception as exc:  # a crash in user code or a bug: one line, and the other ensembles still build
+        return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start,
+                            f"ensemble {job.ensemble!r}: {type(exc).__name__}: {exc}")
     return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start)
 
 
@@ -84,9 +87,10 @@ def build_all(
     done: Callable[[BuildOutcome], None],
     progress: Progress | None = None,
 ) -> list[BuildOutcome]:
-    """``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr."""
     """Build every job, ``workers`` at a time; ``done`` hears of each ensemble as it finishes. Outcomes
-    come back in job order. With one worker (or one job) everything runs in this process."""
+    come back in job order. With one worker (or one job) everything runs in this process.
+
+    ``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr."""
     if workers <= 1 or len(jobs) <= 1:
         outcomes = []
         for job in jobs:

@@ -1,18 +1,19 @@
-"""`conch build | replay | serve | graph | inspect | deploy | invoke | undeploy | bench | plan`: the command
-line over the library. Each module of this package registers its own subcommands."""
+"""`conch build | replay | serve | graph | inspect | check | deploy | invoke | undeploy | bench | plan`: the
+command line over the library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, deploy, endpoint, local
+from conch.cli import bench, check, deploy, endpoint, local
 from conch.cli.console import say
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, endpoint, deploy, bench)
+COMMANDS = (local, endpoint, check, deploy, bench)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +38,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConchError as exc:
         say(f"conch: error: {exc}")
         return 2
+    except OSError as exc:  # a path that does not exist, a folder that cannot be written, a full disk
+        say(f"conch: error: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}; check the "
+            "path and its permissions")
+        return 2
     except KeyboardInterrupt:
         say("conch: interrupted")
         return 130
+    except Exception as exc:
+        if os.environ.get("CONCH_TRACEBACK"):
+            raise
+        say(f"conch: error: {type(exc).__name__}: {exc} (a conch bug, or a case it does not handle yet: run again "
+            "with CONCH_TRACEBACK=1 and report the traceback)")
+        return 2

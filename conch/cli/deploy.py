@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.deploy import archives_release, deploy
+    from conch.sagemaker.deploy import archives_release, check_archives, deploy
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
     from conch.sagemaker.s3 import ModelLocation
 
     archives = _archives(args.archives)
+    check_archives(archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     location = ModelLocation(args.bucket, args.prefix)
@@ -33,7 +34,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for warning in spec.warnings:
         say(f"conch: warning: {warning}")
     done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
-                  progress=say)
+                  progress=say, checked=True)
     for warning in done.warnings:
         say(f"conch: warning: {warning}")
     result = done.endpoint
@@ -63,6 +64,8 @@ def _archives(paths: Sequence[Path]) -> list[Path]:
                 raise DeployError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
             archives += found
         elif path.name.endswith(".tar.gz"):
+            if not path.is_file():
+                raise DeployError(f"{path}: no such archive; give archives built by `conch build`, or their folder")
             archives.append(path)
         else:
             raise DeployError(f"deploy takes built archives (.tar.gz), not {path}: run `conch build` first")

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from conch.builder.parallel import default_jobs
+from conch.builder.scratch import scratch_temp
 from conch.cli.console import say
 from conch.ensembles.target import DEFAULT_RELEASE
+from conch.errors import ConchError
+
+if TYPE_CHECKING:
+    from conch.ensembles.ensemble import Ensemble
 
 
 def split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
@@ -33,11 +38,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.discover import locate
     from conch.builder.parallel import BuildJob, BuildOutcome, build_all
 
-    found = locate(args.paths)
+    failed: list[str] = []
+    found = locate(args.paths, on_error=_skipping(failed))
+    total = len(found) + len(failed)  # a file that does not load counts as one failed ensemble
     if args.only:
         found = [(file, e) for file, e in found if e.name in set(args.only)]
-    if not found:
-        say("conch: no ensembles found")
+    if not found and not failed:
+        say("conch: error: no ensembles found; give .py files that declare conch.Ensemble objects at module level")
         return 2
     jobs = [BuildJob(file, e.name, args.out, args.target, args.release, args.refresh, args.repo_dir)
             for file, e in found]
@@ -54,36 +61,76 @@ def cmd_build(args: argparse.Namespace) -> int:
         else:
             say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
 
-    outcomes = build_all(jobs, args.jobs, done, progress=say)
-    failed = [o.ensemble for o in outcomes if o.error is not None]
+    outcomes = build_all(jobs, args.jobs, done, progress=say) if jobs else []
+    failed += [o.ensemble for o in outcomes if o.error is not None]
     if failed:
-        say(f"conch: {len(failed)} of {len(jobs)} ensembles failed to build: {', '.join(failed)}")
+        say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
     return 0
 
 
+def discover_each(paths: Sequence[Path], failed: list[str]) -> list[Ensemble]:
+    """The ensembles of every file that loads; each file that does not is reported and added to ``failed``."""
+    from conch.builder.discover import discover
+
+    return discover(paths, on_error=_skipping(failed))
+
+
+def _skipping(failed: list[str]) -> Callable[[ConchError], None]:
+    """An ``on_error`` for discovery: say the error in one line, note the file as failed, carry on."""
+    def skip(exc: ConchError) -> None:
+        say(f"conch: error: {one_line(exc)}")
+        failed.append(str(exc).split(":", 1)[0])
+
+    return skip
+
+
+def report_failure(what: str, exc: BaseException) -> None:
+    """One `conch: error:` line for a failure that should not stop the other items."""
+    if isinstance(exc, ConchError):
+        say(f"conch: error: {exc}")
+    else:
+        say(f"conch: error: {what}: {type(exc).__name__}: {exc}")
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.harness.replay import replay_archives
+    from conch.harness.replay import ReplayReport, ReplayRow, replay_archives
 
     archives, sources = split_sources(args.paths)
-    with tempfile.TemporaryDirectory(prefix="conch-replay-") as tmp:
-        if sources:
-            for ensemble in discover(sources):
-                if args.only and ensemble.name not in args.only:
-                    continue
-                say(f"building {ensemble.name} (local target, release {args.release})")
+    failures: list[ReplayRow] = []
+    with scratch_temp("conch-replay-") as tmp:
+        failed: list[str] = []
+        for ensemble in discover_each(sources, failed) if sources else []:
+            if args.only and ensemble.name not in args.only:
+                continue
+            say(f"building {ensemble.name} (local target, release {args.release})")
+            try:
                 archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release, progress=say))
-        if not archives:
-            say("conch: nothing to replay (give ensemble files, folders, or .tar.gz archives)")
+            except Exception as exc:  # the other ensembles still replay
+                report_failure(f"ensemble {ensemble.name!r}", exc)
+                failures.append(ReplayRow(ensemble.name, "-", "build", False, one_line(exc)))
+        failures += [ReplayRow(name, "-", "build", False, "does not load") for name in failed]
+        if not archives and not failures:
+            say("conch: error: nothing to replay; give ensemble files, folders, or .tar.gz archives")
             return 2
         report = replay_archives(
             archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
             load_timeout=args.load_timeout, progress=say,
-        )
-    print(report.table())
-    return 0 if report.passed else 1
+        ) if archives else None
+    rows = failures + (report.rows if report else [])
+    for row in rows:
+        if row.endpoint == "check" and not row.passed:
+            say(f"conch: error: {one_line(row.detail)}")
+    full = ReplayReport(rows)
+    print(full.table())
+    if full.errors:
+        return 2
+    return 0 if full.passed else 1
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -96,29 +143,54 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    import tarfile
-
-    from conch.builder.manifest import MANIFEST_NAME
-
-    with tarfile.open(args.archive) as tar:
-        member = tar.extractfile(MANIFEST_NAME)
-        if member is None:
-            say(f"conch: {args.archive} has no {MANIFEST_NAME}")
-            return 2
-        manifest = json.load(member)
-        names = tar.getnames()
+    manifest, entries = read_archive_manifest(args.archive)
     if args.json:
         print(json.dumps(manifest, indent=1, sort_keys=True))
         return 0
-    print(f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
-          f"(stub Python {manifest['stub_python']})")
-    for io in ("inputs", "outputs"):
-        for t in manifest["schema"][io]:
-            print(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
-    for step in manifest["steps"]:
-        print(f"  step   {step['model_name']:24} {step['served_as']}")
-    print(f"  {len(manifest['samples'])} samples, {len(names)} archive entries")
+    try:
+        lines = [f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
+                 f"(stub Python {manifest['stub_python']})"]
+        for io in ("inputs", "outputs"):
+            for t in manifest["schema"][io]:
+                lines.append(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
+        for step in manifest["steps"]:
+            lines.append(f"  step   {step['model_name']:24} {step['served_as']}")
+        lines.append(f"  {len(manifest['samples'])} samples, {entries} archive entries")
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ConchError(f"{args.archive}: its manifest lacks {exc} or has it in another form; rebuild the archive "
+                         "with `conch build` (or `conch inspect --json` shows the manifest as it is)") from None
+    print("\n".join(lines))
     return 0
+
+
+def read_archive_manifest(archive: Path) -> tuple[dict[str, Any], int]:
+    """The manifest of an archive and its number of entries; ArchiveError for a missing or unreadable one."""
+    import tarfile
+    import zlib
+
+    from conch.builder.manifest import MANIFEST_NAME
+    from conch.errors import ArchiveError
+
+    if not archive.is_file():
+        raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
+    try:
+        with tarfile.open(archive, "r|*") as tar:
+            manifest, entries = None, 0
+            for member in tar:
+                entries += 1
+                if member.name.removeprefix("./") == MANIFEST_NAME and member.isreg():
+                    data = tar.extractfile(member)
+                    manifest = json.loads(data.read()) if data is not None else None
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise ArchiveError(f"{archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: rebuild "
+                           "it with `conch build` or copy it again") from None
+    except ValueError as exc:
+        raise ArchiveError(f"{archive}: its {MANIFEST_NAME} is not JSON ({exc}); rebuild it with `conch build`"
+                           ) from None
+    if not isinstance(manifest, dict):
+        raise ArchiveError(f"{archive} has no {MANIFEST_NAME} (not built by conch?); `conch check` checks any "
+                           "archive, `conch inspect` needs one built by `conch build`")
+    return manifest, entries
 
 
 def common(sp: argparse.ArgumentParser) -> None:

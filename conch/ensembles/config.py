@@ -9,9 +9,19 @@ from typing import Literal, TypedDict
 
 from typing_extensions import Unpack
 
-from conch.ensembles.tensors import Tensor
+from conch.ensembles.tensors import Tensor, whole
 from conch.errors import DeclarationError
 
+
+def pbtxt_text(value: object, what: str) -> str:
+    """A string setting that config.pbtxt can carry and Triton reads back whole: no NUL bytes."""
+    text = str(value)
+    if "\x00" in text:
+        raise DeclarationError(f"{what} {text!r} holds a NUL byte, which Triton cuts the value at; remove it")
+    return text
+
+
+LAID_OUT_VERSION = 1  # the one version folder conch lays out per model
 Kind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"]
 _KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
 
@@ -25,6 +35,10 @@ class InstanceGroup:
     gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "count", whole(self.count, "instance_group count"))
+        object.__setattr__(self, "gpus", tuple(whole(g, "instance_group gpus") for g in self.gpus))
+        if not isinstance(self.kind, str):
+            raise DeclarationError(f"instance_group kind {self.kind!r}: use one of {', '.join(_KINDS)}")
         kind = self.kind.upper()
         if not kind.startswith("KIND_"):
             kind = "KIND_" + kind
@@ -46,7 +60,10 @@ class DynamicBatching:
     preserve_ordering: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "preferred_batch_size", tuple(int(s) for s in self.preferred_batch_size))
+        sizes = tuple(whole(s, "dynamic_batching preferred_batch_size") for s in self.preferred_batch_size)
+        object.__setattr__(self, "preferred_batch_size", sizes)
+        delay = whole(self.max_queue_delay_microseconds, "dynamic_batching max_queue_delay_microseconds")
+        object.__setattr__(self, "max_queue_delay_microseconds", delay)
         if any(s < 1 for s in self.preferred_batch_size):
             raise DeclarationError(f"dynamic_batching preferred sizes {self.preferred_batch_size} must be >= 1")
         if self.max_queue_delay_microseconds < 0:
@@ -63,6 +80,9 @@ class Warmup:
     random_data: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "name", pbtxt_text(self.name, "model_warmup name"))
+        object.__setattr__(self, "batch_size", whole(self.batch_size, f"model_warmup {self.name!r} batch_size"))
+        object.__setattr__(self, "count", whole(self.count, f"model_warmup {self.name!r} count"))
         if self.batch_size < 1 or self.count < 1:
             raise DeclarationError(f"model_warmup {self.name!r}: batch_size and count must be >= 1")
 
@@ -76,11 +96,20 @@ class VersionPolicy:
     specific: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        chosen = sum([self.latest is not None, self.all, bool(self.specific)])
+        if self.latest is not None:
+            object.__setattr__(self, "latest", whole(self.latest, "version_policy latest"))
+        object.__setattr__(self, "specific", tuple(whole(v, "version_policy specific") for v in self.specific))
+        chosen = sum([self.latest is not None, bool(self.all), bool(self.specific)])
         if chosen != 1:
             raise DeclarationError("version_policy: give exactly one of latest=N, all=True, specific=(...)")
         if self.latest is not None and self.latest < 1:
             raise DeclarationError("version_policy latest must be >= 1")
+        if any(v != LAID_OUT_VERSION for v in self.specific):
+            raise DeclarationError(
+                f"version_policy specific={list(self.specific)}: conch lays out each model as version "
+                f"{LAID_OUT_VERSION} only, so Triton would find no such version; use specific=({LAID_OUT_VERSION},), "
+                "latest=1 or all=True"
+            )
 
 
 class SettingsArgs(TypedDict, total=False):
@@ -116,26 +145,40 @@ class StepSettings:
         parameters = options.get("parameters")
         warmup = options.get("warmup")
         version_policy = options.get("version_policy")
+        max_batch_size = whole(max_batch_size, f"{what}: max_batch_size")
         if max_batch_size < 0:
             raise DeclarationError(f"{what}: max_batch_size {max_batch_size} must be >= 0 (0: no batching)")
+        if version_policy is not None and not isinstance(version_policy, VersionPolicy):
+            raise DeclarationError(f"{what}: version_policy must be a conch.VersionPolicy, got {version_policy!r}")
         groups = (instance_group,) if isinstance(instance_group, InstanceGroup) else tuple(instance_group or ())
+        for g in groups:
+            if not isinstance(g, InstanceGroup):
+                raise DeclarationError(f"{what}: instance_group takes conch.InstanceGroup values, got {g!r}")
         if dynamic_batching is True:
             dynamic_batching = DynamicBatching()
         elif dynamic_batching is False:
             dynamic_batching = None
+        elif dynamic_batching is not None and not isinstance(dynamic_batching, DynamicBatching):
+            raise DeclarationError(f"{what}: dynamic_batching takes True or conch.DynamicBatching, got "
+                                   f"{dynamic_batching!r}")
         if dynamic_batching is not None and max_batch_size == 0:
             raise DeclarationError(
                 f"{what}: dynamic_batching needs max_batch_size > 0 (Triton only batches batching models)"
             )
         warmups = (warmup,) if isinstance(warmup, Warmup) else tuple(warmup or ())
         for w in warmups:
+            if not isinstance(w, Warmup):
+                raise DeclarationError(f"{what}: warmup takes conch.Warmup values, got {w!r}")
             if max_batch_size and w.batch_size > max_batch_size:
                 raise DeclarationError(
                     f"{what}: warmup {w.name!r} batch_size {w.batch_size} exceeds max_batch_size {max_batch_size}"
                 )
             if not max_batch_size and w.batch_size != 1:
                 raise DeclarationError(f"{what}: warmup {w.name!r} batch_size must be 1 without batching")
-        params = {str(k): str(v) for k, v in (parameters or {}).items()}
+        if parameters is not None and not isinstance(parameters, Mapping):
+            raise DeclarationError(f"{what}: parameters must be a mapping of names to values, got {parameters!r}")
+        params = {pbtxt_text(k, f"{what}: parameter"): pbtxt_text(v, f"{what}: parameter {k!r} value")
+                  for k, v in (parameters or {}).items()}
         return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy)
 
     def as_args(self) -> SettingsArgs:

@@ -14,7 +14,7 @@ from conch.ensembles.environment import PythonEnv
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
-from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible
+from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible, whole
 from conch.errors import DeclarationError
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
@@ -59,6 +59,7 @@ class Ensemble:
                 )
             raise TypeError(f"Ensemble() got an unexpected keyword argument {key!r}")
         self.name = check_model_name(name, "ensemble")
+        max_batch_size = whole(max_batch_size, f"ensemble {name!r}: max_batch_size")
         if max_batch_size < 0:
             raise DeclarationError(f"ensemble {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
         self.max_batch_size = int(max_batch_size)

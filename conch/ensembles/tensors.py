@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,11 +19,67 @@ if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble, StepCall
 
 
+def whole(value: object, what: str) -> int:
+    """An int given as an int (not 1.5, "2" or True): 1.5 is a mistake, not a size to round."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise DeclarationError(f"{what} must be a whole number, got {value!r}")
+    return operator.index(value)
+
+
+def _ints(values: Iterable[int], what: str, field: str) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise DeclarationError(f"{what}: {field} must be a list of whole numbers, got {values!r}")
+    values = list(values)
+    return tuple(whole(d, f"{what}: {field} {values}: each size") for d in values)
+
+
 def _dims(dims: Iterable[int], what: str) -> tuple[int, ...]:
-    out = tuple(int(d) for d in dims)
+    out = _ints(dims, what, "dims")
     if any(d < -1 or d == 0 for d in out):
         raise DeclarationError(f"{what}: dims {list(out)} must be positive sizes or -1 for 'any size'")
+    if not out:
+        raise DeclarationError(f"{what}: dims [] is empty, which Triton refuses; declare [1] for one value per "
+                               "request (or per batch item), with reshape=[] if the model wants a scalar")
     return out
+
+
+def _reshape(reshape: Sequence[int] | None, dims: tuple[int, ...], what: str) -> tuple[int, ...] | None:
+    """A reshape Triton accepts: sizes or -1, as many elements as dims, -1 where dims has -1."""
+    if reshape is None:
+        return None
+    out = _ints(reshape, what, "reshape")
+    if any(d < -1 or d == 0 for d in out):
+        raise DeclarationError(f"{what}: reshape {list(out)} must be positive sizes or -1 for 'any size'")
+    if out.count(-1) != dims.count(-1) or math.prod(d for d in out if d > 0) != math.prod(d for d in dims if d > 0):
+        raise DeclarationError(
+            f"{what}: reshape {list(out)} does not hold the same elements as dims {list(dims)}; Triton needs equal "
+            "element counts (and -1 where dims has -1)"
+        )
+    return out
+
+
+def _labels(
+    labels: str | Path | Sequence[str] | None, dims: tuple[int, ...], what: str
+) -> Path | tuple[str, ...] | None:
+    """Label file or labels, one per class when the class count is fixed."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        labels = Path(labels)
+    if isinstance(labels, Path):
+        if not labels.is_file():
+            raise DeclarationError(f"{what}: label file {labels} does not exist; give the path of a file with one "
+                                   "label per line (relative paths are from the current folder)")
+        count = len(labels.read_bytes().splitlines())
+        source = f"label file {labels} has {count} lines"
+    else:
+        labels = tuple(str(x) for x in labels)
+        count, source = len(labels), f"{len(labels)} labels are given"
+    classes = math.prod(dims)
+    if all(d > 0 for d in dims) and count != classes:
+        raise DeclarationError(f"{what}: {source}, but dims {list(dims)} make {classes} classes; give one label "
+                               "per class")
+    return labels
 
 
 @dataclass(frozen=True)
@@ -50,16 +108,13 @@ class Tensor:
         labels: str | Path | Sequence[str] | None = None,
     ) -> None:
         check_tensor_name(name, "tensor")
+        what = f"tensor {name!r}"
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "dtype", DType.of(dtype))
-        object.__setattr__(self, "dims", _dims(dims, f"tensor {name!r}"))
+        object.__setattr__(self, "dims", _dims(dims, what))
         object.__setattr__(self, "optional", bool(optional))
-        object.__setattr__(self, "reshape", None if reshape is None else tuple(int(d) for d in reshape))
-        if isinstance(labels, str):
-            labels = Path(labels)
-        if labels is not None and not isinstance(labels, Path):
-            labels = tuple(str(x) for x in labels)
-        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "reshape", _reshape(reshape, self.dims, what))
+        object.__setattr__(self, "labels", _labels(labels, self.dims, what))
 
     @property
     def label_filename(self) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from conch.builder.archive import safe_extract
+from conch.builder.check import check_folder
 from conch.builder.manifest import MANIFEST_NAME, read_manifest
 from conch.ensembles.samples import Tolerance, compare, decode_array
 from conch.errors import ConchError, ServeError
@@ -19,6 +20,8 @@ from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
 
 ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
+BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
+_MANIFEST_KEYS = ("target", "release", "steps", "samples")
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
@@ -41,6 +44,11 @@ class ReplayReport:
     def passed(self) -> bool:
         return bool(self.rows) and all(r.passed for r in self.rows)
 
+    @property
+    def errors(self) -> list[ReplayRow]:
+        """Archives (or ensembles) that failed before reaching the server."""
+        return [r for r in self.rows if r.endpoint in BEFORE_LOAD and not r.passed]
+
     def table(self) -> str:
         header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
         body = [
@@ -62,9 +70,29 @@ class ReplayReport:
 def stage(archive: Path, triton: LocalTriton) -> Path:
     """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models``."""
     folder = triton.workdir / "models" / target_name(archive).removesuffix(".tar.gz")
-    folder.mkdir(parents=True, exist_ok=False)
+    if folder.exists():
+        raise ServeError(f"{archive.name} is given twice (or two archives share its name); each TargetModel is "
+                         "loaded once: rename one of them")
     safe_extract(archive, folder)
     return folder
+
+
+def staged_manifest(archive: Path, folder: Path) -> dict[str, Any]:
+    """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
+    report = check_folder(folder, archive.name)
+    if not report.ok:
+        raise ServeError(report.summary())
+    try:
+        manifest = read_manifest(folder)
+        if not isinstance(manifest, dict) or not all(key in manifest for key in _MANIFEST_KEYS):
+            raise ValueError(f"it lacks one of {', '.join(_MANIFEST_KEYS)}")
+        return manifest
+    except FileNotFoundError:
+        raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; build it with "
+                         "`conch build`") from None
+    except (OSError, ValueError) as exc:
+        raise ServeError(f"{archive.name}: its {MANIFEST_NAME} is not readable JSON ({exc}); rebuild it with "
+                         "`conch build`") from None
 
 
 def target_name(archive: Path) -> str:
@@ -112,9 +140,11 @@ def _replay_one(
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        if not (folder / MANIFEST_NAME).is_file():
-            raise ServeError(f"{archive.name} has no {MANIFEST_NAME}; build it with `conch build`")
-        manifest = read_manifest(folder)
+        manifest = staged_manifest(archive, folder)
+    except ConchError as exc:
+        report.rows.append(ReplayRow(name, "-", "check", False, str(exc)))
+        return
+    try:
         lacking = [s for s in manifest["steps"] if s["served_as"] not in LOCAL_BACKENDS]
         if lacking:
             names = ", ".join(f"{s['model_name']} ({s['served_as']})" for s in lacking)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conch.builder.check import check_archive
 from conch.ensembles.target import Release
 from conch.errors import DeployError
 from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
@@ -32,6 +33,15 @@ class Deployment:
     endpoint: EndpointResult
     policy_arn: str | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def check_archives(archives: Sequence[Path]) -> None:
+    """Refuse the deploy if any archive fails `conch check` (each failing archive on its own line)."""
+    failing = [report for report in map(check_archive, archives) if not report.ok]
+    if failing:
+        lines = "\n".join(f"  {report.summary()}" for report in failing)
+        raise DeployError(f"refusing to deploy: {len(failing)} of {len(archives)} archives fail `conch check` "
+                          f"(run it for every finding; fix or rebuild them):\n{lines}")
 
 
 def archives_release(archives: Sequence[Path], release: Release | str | None = None) -> Release:
@@ -81,10 +91,14 @@ def deploy(
     poll: float = DEFAULT_POLL_S,
     multipart_threshold: int | None = None,
     progress: Callable[[str], None] | None = None,
+    checked: bool = False,
 ) -> Deployment:
     """Upload ``archives`` to ``location`` and serve them all from the MME ``spec`` describes.
 
+    Every archive must pass `conch check` first (``checked``: the caller already ran ``check_archives``).
     ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
+    if not checked:
+        check_archives(archives)
     if spec.model_data_url != location.model_data_url:
         raise DeployError(f"the endpoint would serve {spec.model_data_url} but the archives go to "
                           f"{location.model_data_url}")

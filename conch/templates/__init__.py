@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from google.protobuf import text_encoding
 
 TEMPLATE_DIR = Path(__file__).parent
 
 
 def pbtxt_string(value: object) -> str:
-    """A protobuf text-format string literal."""
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{text}"'
+    """A protobuf text-format string literal: every control character escaped, so it parses back whole."""
+    return f'"{text_encoding.CEscape(str(value), as_utf8=True)}"'
 
 
 def _pylist(values: object) -> str:

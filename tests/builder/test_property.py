@@ -15,7 +15,7 @@ from conch.ensembles.tensors import TensorHandle
 
 DTYPES = ["FP32", "FP16", "INT64", "INT32", "UINT8", "BOOL", "BYTES"]
 dims_st = st.lists(st.sampled_from([-1, 1, 3, 16]), min_size=1, max_size=3)
-text_st = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+text_st = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
 
 
 @st.composite

@@ -1,0 +1,106 @@
+"""The ensemble's wiring re-checked from its config.pbtxt files alone, as Triton checks it at load."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc import model_config_pb2
+
+if TYPE_CHECKING:
+    from conch.builder.check import CheckReport, Model
+
+_NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
+
+# A tensor in the ensemble's scope: data type, full shape (batch dimension included as -1), who writes it.
+Produced = tuple[int, list[int], str]
+
+
+def _full(dims: Sequence[int], max_batch_size: int) -> list[int]:
+    return ([-1] if max_batch_size > 0 else []) + list(dims)
+
+
+def _compatible(a: Sequence[int], b: Sequence[int]) -> bool:
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=True))
+
+
+def _dtype(value: int) -> str:
+    return str(model_config_pb2.DataType.Name(value))
+
+
+def check_wiring(ensemble: Model, models: dict[str, Model], report: CheckReport) -> None:
+    """Every step's model present, inputs mapped, each tensor written once, dtypes/dims/batching agreeing."""
+    file, config = f"{ensemble.folder}/config.pbtxt", ensemble.config
+    present = {f.name for f, _ in config.ListFields()}
+    for name in _NOT_ON_ENSEMBLES:
+        if name in present:
+            report.error(file, f"sets {name}, which Triton refuses on an ensemble; set it on the steps' models")
+    batch = config.max_batch_size
+    produced: dict[str, Produced] = {t.name: (t.data_type, _full(t.dims, batch), f"ensemble input {t.name!r}")
+                                     for t in config.input}
+    steps = [(s, models.get(s.model_name)) for s in config.ensemble_scheduling.step]
+    if not steps:
+        report.error(file, "has no ensemble_scheduling steps")
+    for step, model in steps:
+        if model is None or model is ensemble:
+            report.error(file, f"step model {step.model_name!r} has no folder with a config.pbtxt in the archive; "
+                         "every step's model must be in the same archive")
+            continue
+        if batch > 0 and model.config.max_batch_size < batch:
+            report.error(file, f"max_batch_size {batch} exceeds step {model.folder!r}'s max_batch_size "
+                         f"{model.config.max_batch_size}; lower the ensemble's or raise the step's")
+        _outputs(step, model, produced, report, file)
+    for step, model in steps:
+        if model is not None and model is not ensemble:
+            _inputs(step, model, produced, report, file)
+    for out in config.output:
+        src = produced.get(out.name)
+        if src is None:
+            report.error(file, f"ensemble output {out.name!r} is written by no step's output_map")
+            continue
+        _agree(f"ensemble output {out.name!r}", out.data_type, _full(out.dims, batch), src, report, file)
+
+
+def _outputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
+             report: CheckReport, file: str) -> None:
+    outputs = {o.name: o for o in model.config.output}
+    for key, value in step.output_map.items():
+        spec = outputs.get(key)
+        if spec is None:
+            report.error(file, f"step {model.folder!r}: output_map key {key!r} is not an output of that model "
+                         f"(its outputs: {', '.join(sorted(outputs)) or 'none'})")
+        elif value in produced:
+            report.error(file, f"tensor {value!r} is written by both {produced[value][2]} and output {key!r} of "
+                         f"step {model.folder!r}; each tensor is written once")
+        else:
+            full = _full(spec.dims, model.config.max_batch_size)
+            produced[value] = (spec.data_type, full, f"output {key!r} of step {model.folder!r}")
+
+
+def _inputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
+            report: CheckReport, file: str) -> None:
+    inputs = {i.name: i for i in model.config.input}
+    for key, value in step.input_map.items():
+        spec = inputs.get(key)
+        if spec is None:
+            report.error(file, f"step {model.folder!r}: input_map key {key!r} is not an input of that model "
+                         f"(its inputs: {', '.join(sorted(inputs)) or 'none'})")
+            continue
+        src = produced.get(value)
+        if src is None:
+            report.error(file, f"step {model.folder!r} input {key!r} reads tensor {value!r}, which is neither an "
+                         "ensemble input nor written by any step")
+            continue
+        full = _full(spec.dims, model.config.max_batch_size)
+        _agree(f"step {model.folder!r} input {key!r}", spec.data_type, full, src, report, file)
+    for name, spec in inputs.items():
+        if name not in step.input_map and not spec.optional:
+            report.error(file, f"step {model.folder!r}: required input {name!r} is not in its input_map")
+
+
+def _agree(what: str, dtype: int, shape: list[int], src: Produced, report: CheckReport, file: str) -> None:
+    if dtype != src[0]:
+        report.error(file, f"{what} is {_dtype(dtype)} but {src[2]} is {_dtype(src[0])}")
+    elif not _compatible(shape, src[1]):
+        report.error(file, f"{what} has shape {shape} but {src[2]} has shape {src[1]} (batch included; -1 matches "
+                     "any size)")

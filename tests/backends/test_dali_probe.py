@@ -1,0 +1,45 @@
+"""A DALI pipeline whose real outputs differ from the declaration fails the build (the CPU pipeline runs
+once on a generated input), not the replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dali_pipelines
+import pytest
+
+from conch import BuildError, DaliStep, Ensemble, Tensor
+from conch.builder.build import build_ensemble
+
+
+def build(tmp_path: Path, step: DaliStep, dtype: str, dims: list[int], target: str = "production") -> Path:
+    ens = Ensemble("probe", max_batch_size=4)
+    ens.output("OUT", step(ens.input("IN", dtype, dims)))
+    return build_ensemble(ens, tmp_path, target)
+
+
+def test_declared_dims_that_the_pipeline_does_not_return_fail_the_build(tmp_path: Path) -> None:
+    step = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                    [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4)
+    message = (r"dali step 'resize': output 'PIXELS' \(pipeline output 0\) is declared with dims \[299, 299, 3\] "
+               r"but the pipeline returns samples of shape \[32, 32, 3\]")
+    with pytest.raises(BuildError, match=message):
+        build(tmp_path, step, "UINT8", [-1])
+    assert not list(tmp_path.iterdir())
+
+
+def test_declared_dtype_that_the_pipeline_does_not_return_fails_the_build(tmp_path: Path) -> None:
+    step = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                    [Tensor("PIXELS", "UINT8", [32, 32, 3])], max_batch_size=4)
+    with pytest.raises(BuildError, match=r"output 'PIXELS' \(pipeline output 0\) is declared UINT8 but the "
+                                         "pipeline returns float32"):
+        build(tmp_path, step, "UINT8", [-1], "local")
+
+
+def test_a_matching_declaration_builds_and_probe_false_skips_the_run(tmp_path: Path) -> None:
+    good = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                    [Tensor("PIXELS", "FP32", [32, 32, 3])], max_batch_size=4)
+    assert build(tmp_path / "a", good, "UINT8", [-1]).is_file()
+    unchecked = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                         [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4, probe=False)
+    assert build(tmp_path / "b", unchecked, "UINT8", [-1]).is_file()

@@ -1,0 +1,156 @@
+"""`conch check` on conch-built archives (both targets), hand-made ones laid out as in seed 002, and one
+bad archive per rule: each fails with its finding, naming the file it is in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import linear_ensemble
+from hostile_archives import write_archive
+from seed_archives import bert_repo, inception_repo, pack_repo
+
+from conch import BuildError
+from conch.builder.build import build_ensemble
+from conch.builder.check import CheckReport, check_archive
+
+
+def check_repo(tmp_path: Path, repo: dict[str, bytes | None], name: str = "hand.tar.gz") -> CheckReport:
+    return check_archive(pack_repo(repo, tmp_path / name))
+
+
+def edit(repo: dict[str, bytes | None], file: str, old: str, new: str) -> dict[str, bytes | None]:
+    data = repo[file]
+    assert data is not None and old.encode() in data, (file, old)
+    return {**repo, file: data.replace(old.encode(), new.encode())}
+
+
+def only_error(report: CheckReport) -> str:
+    assert not report.ok
+    return "\n".join(report.lines())
+
+
+@pytest.mark.parametrize("target", ["production", "local"])
+def test_conch_built_archives_pass(tmp_path: Path, target: str) -> None:
+    archive = build_ensemble(linear_ensemble("chk"), tmp_path, target)
+    report = check_archive(archive)
+    assert report.ok, report.lines()
+    assert report.lines() == ["chk.tar.gz: ok: ensemble 'chk', 3 model folders"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["production", "local"])
+def test_every_example_archive_passes(tmp_path: Path, target: str) -> None:
+    from conch.builder.discover import discover
+
+    examples = Path(__file__).parents[2] / "ensembles"
+    built = 0
+    for ensemble in discover([examples]):
+        try:
+            archive = build_ensemble(ensemble, tmp_path, target)
+        except BuildError as exc:  # a TensorRT plan is compiled on a GPU host only
+            assert "needs an NVIDIA GPU" in str(exc), exc
+            continue
+        report = check_archive(archive)
+        assert report.ok, report.lines()
+        built += 1
+    assert built >= 4
+
+
+@pytest.mark.parametrize("repo", [bert_repo(), inception_repo()], ids=["bert-trt-python", "dali-inception"])
+def test_hand_made_seed_002_archives_pass(tmp_path: Path, repo: dict[str, bytes | None]) -> None:
+    report = check_repo(tmp_path, repo)
+    assert report.ok, report.lines()
+    assert report.ensemble in ("ensemble", "ensemble_dali_inception")
+
+
+def test_label_file_with_a_line_short_fails(tmp_path: Path) -> None:
+    text = only_error(check_repo(tmp_path, inception_repo(labels=1000)))
+    assert ("hand.tar.gz/inception_graphdef/inception_labels.txt: error: has 1000 labels, but output "
+            "'InceptionV3/Predictions/Softmax' has 1001 classes") in text
+
+
+BAD = {
+    "no ensemble": (lambda r: edit(r, "ensemble/config.pbtxt", 'platform: "ensemble"', 'platform: "ensemble2"'),
+                    "no model folder holds an ensemble config"),
+    "ensemble text not matching the regex": (
+        lambda r: edit(r, "ensemble/config.pbtxt", 'platform: "ensemble"', 'platform :"ensemble"'),
+        'ensemble/config.pbtxt: error: is an ensemble, but SageMaker\'s front end only finds one'),
+    "two ensembles": (lambda r: {**r, "ensemble2/1": None, "ensemble2/config.pbtxt": edit(
+        r, "ensemble/config.pbtxt", 'name: "ensemble"', 'name: "ensemble2"')["ensemble/config.pbtxt"]},
+        "2 ensembles (ensemble, ensemble2)"),
+    "name differs from folder": (lambda r: edit(r, "bert-trt/config.pbtxt", 'name: "bert-trt"', 'name: "bert"'),
+                                 "bert-trt/config.pbtxt: error: names model 'bert', but its folder is 'bert-trt'"),
+    "config does not parse": (lambda r: edit(r, "postprocess/config.pbtxt", "max_batch_size: 0", "max_batch: 0"),
+                              "postprocess/config.pbtxt: error: does not parse as Triton's ModelConfig"),
+    "ensemble without 1/": (lambda r: {k: v for k, v in r.items() if k != "ensemble/1"},
+                            "ensemble/: error: has no version folder (1/)"),
+    "model file missing": (lambda r: {**{k: v for k, v in r.items() if k != "bert-trt/1/model.plan"},
+                                      "bert-trt/1": None},
+                           "bert-trt/1/: error: lacks model.plan"),
+    "input not mapped": (lambda r: edit(r, "ensemble/config.pbtxt", 'input_map { key: "input_ids" value: "input_ids" }',
+                                        ""), "step 'bert-trt': required input 'input_ids' is not in its input_map"),
+    "dtype mismatch": (lambda r: edit(r, "bert-trt/config.pbtxt", "TYPE_INT32", "TYPE_INT64"),
+                       "step 'bert-trt' input 'input_ids' is TYPE_INT64 but output 'input_ids' of step 'preprocess' "
+                       "is TYPE_INT32"),
+    "dims mismatch": (lambda r: edit(r, "postprocess/config.pbtxt", "-1, 128, 384", "-1, 128, 768"),
+                      "step 'postprocess' input 'last_hidden_state' has shape [-1, 128, 768] but"),
+    "ensemble batches, a step does not": (
+        lambda r: edit(r, "ensemble/config.pbtxt", "max_batch_size: 0", "max_batch_size: 4"),
+        "max_batch_size 4 exceeds step 'preprocess''s max_batch_size 0"),
+    "tensor written twice": (lambda r: edit(r, "ensemble/config.pbtxt", 'value: "SENT_EMBED"', 'value: "INPUT0"'),
+                             "tensor 'INPUT0' is written by both ensemble input 'INPUT0' and output 'SENT_EMBED'"),
+    "version policy names a missing version": (
+        lambda r: edit(r, "bert-trt/config.pbtxt", "max_batch_size: 0", "max_batch_size: 0\n"
+                       "version_policy: { specific: { versions: [ 2 ] } }"),
+        "bert-trt/config.pbtxt: error: version_policy names version(s) 2, but the folder holds 1"),
+    "env path without the model-directory prefix": (
+        lambda r: edit(r, "preprocess/config.pbtxt", "$$TRITON_MODEL_DIRECTORY/", "/opt/"),
+        "EXECUTION_ENV_PATH '/opt/processing_env.tar.gz' must start with $$TRITON_MODEL_DIRECTORY/"),
+    "env path leaving the archive": (
+        lambda r: edit(r, "preprocess/config.pbtxt", "processing_env", "../../processing_env"),
+        "points outside the archive"),
+    "env file missing": (lambda r: {k: v for k, v in r.items() if k != "postprocess/processing_env.tar.gz"},
+                         "postprocess/processing_env.tar.gz: error: is missing: postprocess's EXECUTION_ENV_PATH"),
+    "env as .tar.xz": (lambda r: {**edit(r, "preprocess/config.pbtxt", ".tar.gz", ".tar.xz"),
+                                  "preprocess/processing_env.tar.xz": b"xz"},
+                       "preprocess/processing_env.tar.xz: error: is not a .tar.gz or .tar"),
+    "shell metacharacters in a folder name": (
+        lambda r: {k.replace("bert-trt", "bert$(id)"): v for k, v in edit(
+            edit(r, "bert-trt/config.pbtxt", '"bert-trt"', '"bert$(id)"'), "ensemble/config.pbtxt", '"bert-trt"',
+            '"bert$(id)"').items()},
+        "bert$(id)/: error: model folder 'bert$(id)' is not a safe name"),
+    "non-ASCII folder name": (
+        lambda r: {k.replace("preprocess", "préprocess"): v for k, v in edit(
+            edit(r, "preprocess/config.pbtxt", '"preprocess"', '"préprocess"'), "ensemble/config.pbtxt",
+            '"preprocess"', '"préprocess"').items()},
+        "model folder 'préprocess' is not a safe name"),
+    "config.pbtxt at the root": (lambda r: {**r, "config.pbtxt": b'name: "x"'},
+                                 "makes SageMaker load the archive as one model"),
+    "instance_group on the ensemble": (
+        lambda r: edit(r, "ensemble/config.pbtxt", "max_batch_size: 0", "max_batch_size: 0\n"
+                       "instance_group [ { kind: KIND_CPU } ]"),
+        "ensemble/config.pbtxt: error: sets instance_group, which Triton refuses on an ensemble"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_each_bad_layout_fails_with_its_finding(tmp_path: Path, case: str) -> None:
+    change, finding = BAD[case]
+    text = only_error(check_repo(tmp_path, change(bert_repo())))
+    assert finding in text
+
+
+def test_unsafe_archive_fails_with_the_extraction_refusal(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "evil.tar.gz", [("m/1/model.py", "symlink", "/etc/passwd")])
+    text = only_error(check_archive(archive))
+    assert "evil.tar.gz: error: archive" in text and "entry 'm/1/model.py' is a symlink to the absolute path" in text
+
+
+def test_more_than_five_model_folders_warns_but_passes(tmp_path: Path) -> None:
+    repo = bert_repo()
+    for i in range(3):
+        repo[f"extra{i}/notes.txt"] = b"not a model"
+    report = check_repo(tmp_path, repo)
+    assert report.ok
+    assert any("past 5, SageMaker's Triton front end warns" in line for line in report.lines())

@@ -1,0 +1,43 @@
+"""`conch deploy` runs `conch check` first: a hostile or broken archive is refused and nothing is uploaded."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROLE, Moto
+from hostile_archives import write_archive
+from seed_archives import bert_repo, pack_repo
+from test_cli_deploy import aws_args, conch
+
+from conch.errors import DeployError
+from conch.sagemaker.deploy import check_archives
+
+pytestmark = pytest.mark.integration
+
+
+def test_deploy_refuses_failing_archives_and_uploads_nothing(moto: Moto, bucket: str, archives: list[Path],
+                                                            tmp_path: Path) -> None:
+    dist = archives[0].parent
+    write_archive(dist / "escape.tar.gz", [("m/config.pbtxt", "symlink", "../../../etc/passwd")])
+    repo = {k.replace("bert-trt", "bert;id"): v for k, v in bert_repo().items()}
+    pack_repo(repo, dist / "shell.tar.gz")
+    result = conch("deploy", str(dist), "--bucket", bucket, "--prefix", "mme", "--role", ROLE, *aws_args(moto))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "conch: error: refusing to deploy: 2 of 4 archives fail `conch check`" in result.stderr
+    assert "escape.tar.gz fails `conch check`: archive: archive" in result.stderr
+    assert "entry 'm/config.pbtxt' is a symlink to '../../../etc/passwd', which leaves" in result.stderr
+    assert "shell.tar.gz fails `conch check`: bert;id/: model folder 'bert;id' is not a safe name" in result.stderr
+    assert moto.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    assert not moto.client("sagemaker").list_endpoints()["Endpoints"]
+
+
+def test_check_archives_passes_conch_builds(archives: list[Path], tmp_path: Path) -> None:
+    check_archives(archives)
+    broken = tmp_path / "broken.tar.gz"
+    shutil.copy(archives[0], broken)
+    broken.write_bytes(broken.read_bytes()[:100])
+    with pytest.raises(DeployError, match="broken.tar.gz fails `conch check`: archive: archive .* truncated"):
+        check_archives([*archives, broken])
