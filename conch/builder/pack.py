@@ -25,7 +25,7 @@ from conch.ensembles.environment import PythonEnv
 from conch.errors import PackError
 
 PLATFORM = "manylinux2014_x86_64"
-LAYOUT_VERSION = "1"  # bump when the on-disk layout below changes, to invalidate cached envs
+LAYOUT_VERSION = "2"  # bump when the on-disk layout or the archive writer changes, to invalidate cached envs
 # The Python-backend stubs of the releases conch targets are built against numpy 1 (numpy 2 loads, then
 # crashes the stub on the first request; Triton server issue 8301, "known issues" of 2.51 and 2.52).
 NUMPY_PIN = "numpy<2"
