@@ -33,3 +33,7 @@ class ReplayMismatch(ConchError):
 
 class DeployError(ConchError):
     """A SageMaker or S3 call failed."""
+
+
+class RunError(ConchError):
+    """Running an ensemble in-process failed, or a step produced what its declaration does not say."""

@@ -1,4 +1,4 @@
-"""`conch build | replay | serve | graph | inspect | deploy | invoke | undeploy`: the command line over the
+"""`conch build | replay | serve | graph | inspect | run | deploy | invoke | undeploy`: the command line over the
 library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import signal
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import deploy, endpoint, local
+from conch.cli import deploy, endpoint, local, run
 from conch.cli.console import say
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, endpoint, deploy)
+COMMANDS = (local, endpoint, run, deploy)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -146,6 +146,10 @@ class Ensemble:
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
+        self.samples.append(Sample(name, self.payload(inputs, what), expected, tolerance or Tolerance()))
+
+    def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
+        """A request's inputs as arrays of the declared dtypes, checked against the declared dims."""
         arrays: dict[str, np.ndarray] = {}
         for key, value in inputs.items():
             if key not in self.inputs:
@@ -166,7 +170,13 @@ class Ensemble:
         missing = [k for k, s in self._input_specs.items() if k not in arrays and not s.optional]
         if missing:
             raise DeclarationError(f"{what}: no value for required input(s) {missing}")
-        self.samples.append(Sample(name, arrays, expected, tolerance or Tolerance()))
+        return arrays
+
+    def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> Any:
+        """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
+        from conch.run import run
+
+        return run(self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (called by Step.__call__) ----------------------------------------------------------
 
