@@ -31,8 +31,8 @@ PB_UTILS = "triton_python_backend_utils"
 
 @dataclass
 class StepTrace:
-    """One step's execution: what it got and gave (by its own tensor names), and where that disagrees
-    with its declaration."""
+    """One step's execution: what the ensemble routed to it and what it gave (by the step's own tensor
+    names, shaped as in its config), and where that disagrees with its declaration."""
 
     step: str
     kind: str
@@ -135,8 +135,8 @@ class Executor:
         step = call.step
         where = f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind})"
         model = self._model(call)
-        arrays = {name: _delivered(tensors[id(h)], _spec(step.inputs, name))
-                  for name, h in call.inputs.items() if id(h) in tensors}
+        routed = {name: tensors[id(h)] for name, h in call.inputs.items() if id(h) in tensors}
+        arrays = {name: _delivered(array, _spec(step.inputs, name)) for name, array in routed.items()}
         batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
         start = time.perf_counter()
         try:
@@ -154,7 +154,7 @@ class Executor:
             handle = call.outputs.get(spec.name)
             if handle is not None:
                 tensors[id(handle)] = array
-        return StepTrace(step.name, step.kind, self.ensemble.model_name(step), arrays, outputs, millis, problems)
+        return StepTrace(step.name, step.kind, self.ensemble.model_name(step), routed, outputs, millis, problems)
 
     def _model(self, call: StepCall) -> Any:
         """The step's generated model.py, laid out as the local target lays it out, imported and initialized."""

@@ -12,6 +12,7 @@ from conch.builder.envs import EnvLayout
 from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
+from conch.builder.warmup import derive_warmup
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.samples import encode_array
 from conch.ensembles.step import FileSource
@@ -39,6 +40,7 @@ def render_repository(
     steps: list[dict[str, Any]] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress)
+    warmup = derive_warmup(ensemble, release)
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
@@ -51,6 +53,7 @@ def render_repository(
             raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
+        spec = warmup.attach(model, spec, files)
         files[f"{model}/config.pbtxt"] = render_config(spec).encode()
         for rel, source in layout.files.items():
             files[f"{model}/{rel}"] = source
@@ -75,6 +78,7 @@ def render_repository(
         "environments": envs.manifest,
         "files": {name: sha256(src) for name, src in sorted(files.items()) if not name.endswith("/")},
         "samples": _samples(ensemble),
+        "warmup": warmup.manifest(),
     }
     files[MANIFEST_NAME] = dumps(manifest)
     return Repository(ensemble.name, files, manifest, notes)

@@ -15,6 +15,7 @@ from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
 from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible
+from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
@@ -73,6 +74,7 @@ class Ensemble:
         self.calls: list[StepCall] = []
         self.discarded: set[int] = set()
         self.samples: list[Sample] = []
+        self.warmup_request: WarmupRequest | None = None
 
     def __repr__(self) -> str:
         return f"<Ensemble {self.name!r}: {len(self.calls)} steps>"
@@ -171,6 +173,12 @@ class Ensemble:
         if missing:
             raise DeclarationError(f"{what}: no value for required input(s) {missing}")
         return arrays
+
+    def warmup(self, payload: Mapping[str, Any] | str, *, count: int = 1) -> None:
+        """Warm every step at load with this payload (or the inputs of the sample of that name): the build
+        runs it through the DAG in this process and gives each step a ``model_warmup`` holding exactly
+        the tensors that step receives."""
+        self.warmup_request = WarmupRequest.declare(self, payload, count)
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> Any:
         """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
