@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import run_steps
 from conftest import linear_ensemble
+from run_pipelines import counter_ensemble, text_ensemble
 
 import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
@@ -47,10 +48,7 @@ def test_run_returns_outputs_and_on_request_every_intermediate_tensor() -> None:
 
 
 def test_an_executor_loads_each_step_once_and_tears_down_at_close() -> None:
-    ens = Ensemble("run_counter", max_batch_size=4)
-    step = PythonStep("count", run_steps.Counter, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
-                      max_batch_size=4)
-    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    ens = counter_ensemble("run_counter")
     zeros = np.zeros((1, 4), np.float32)
     with Executor(ens) as executor:
         firsts = [executor.run({"X": zeros})["Y"][0, 0] for _ in range(3)]
@@ -58,12 +56,7 @@ def test_an_executor_loads_each_step_once_and_tears_down_at_close() -> None:
 
 
 def test_bytes_outputs_reach_the_next_step_as_bytes_as_through_triton() -> None:
-    ens = Ensemble("run_text", max_batch_size=4)
-    text = PythonStep("as_text", run_steps.as_text, [Tensor("x", "FP32", [4])], [Tensor("t", "BYTES", [1])],
-                      max_batch_size=4)
-    length = PythonStep("text_length", run_steps.text_length, [Tensor("t", "BYTES", [1])],
-                        [Tensor("n", "INT32", [1])], max_batch_size=4)
-    ens.output("N", length(text(ens.input("X", "FP32", [4]))))
+    ens = text_ensemble("run_text")
     result = ens.run({"X": np.full((2, 4), 2.5, np.float32)}, intermediates=True)
     assert result.tensors["as_text.t"].tolist() == [[b"10"], [b"10"]]
     assert result["N"].tolist() == [[2], [2]]

@@ -10,9 +10,10 @@ from conch import __version__
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.envs import EnvLayout
 from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
+from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
-from conch.builder.warmup import derive_warmup
+from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.samples import encode_array
 from conch.ensembles.step import FileSource
@@ -40,7 +41,7 @@ def render_repository(
     steps: list[dict[str, Any]] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress)
-    warmup = derive_warmup(ensemble, release)
+    observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
@@ -53,13 +54,15 @@ def render_repository(
             raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
-        spec = warmup.attach(model, spec, files)
+        spec = observed.warmup.attach(model, spec, files)
         files[f"{model}/config.pbtxt"] = render_config(spec).encode()
         for rel, source in layout.files.items():
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
         steps.append({**step.describe(), "model_name": model, "served_as": served})
+    shm = plan_shm(ensemble, [s["model_name"] for s in steps if s["served_as"] == "python"], observed.row_bytes)
+    notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
@@ -78,7 +81,8 @@ def render_repository(
         "environments": envs.manifest,
         "files": {name: sha256(src) for name, src in sorted(files.items()) if not name.endswith("/")},
         "samples": _samples(ensemble),
-        "warmup": warmup.manifest(),
+        "warmup": observed.warmup.manifest(),
+        "shm": shm.manifest(),
     }
     files[MANIFEST_NAME] = dumps(manifest)
     return Repository(ensemble.name, files, manifest, notes)

@@ -18,8 +18,9 @@ from conch.ensembles.config import ModelSpec, Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.step import FileSource
-from conch.ensembles.target import Release
-from conch.errors import BuildError, ConchError
+from conch.ensembles.warmup import WarmupRequest
+from conch.errors import BuildError
+from conch.run import RunResult
 
 WARMUP_NAME = "conch derived warmup"
 WARMUP_FOLDER = "warmup"
@@ -63,20 +64,8 @@ class DerivedWarmup:
         }
 
 
-def derive_warmup(ensemble: Ensemble, release: Release) -> DerivedWarmup:
-    """Every step's warmup from the ensemble's warmup payload (none when it declares none)."""
-    request = ensemble.warmup_request
-    if request is None:
-        return DerivedWarmup()
-    from conch.run import Executor
-
-    where = f"ensemble {ensemble.name!r}: warmup from {request.describe()}"
-    try:
-        payload = request.resolve(ensemble)
-        with Executor(ensemble, release=release) as executor:
-            result = executor.run(payload, intermediates=True)
-    except ConchError as exc:
-        raise BuildError(f"{where}: running it in this process to derive each step's warmup failed: {exc}") from exc
+def derive_warmup(ensemble: Ensemble, request: WarmupRequest, result: RunResult) -> DerivedWarmup:
+    """Every step's warmup from the in-process run of the ensemble's warmup payload."""
     steps = {}
     for call, trace in zip(ensemble.calls, result.steps, strict=True):
         batching = call.step.max_batch_size > 0

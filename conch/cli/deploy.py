@@ -20,14 +20,18 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
     from conch.sagemaker.s3 import ModelLocation
+    from conch.sagemaker.shm import shm_environment
 
     archives = _archives(args.archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     location = ModelLocation(args.bucket, args.prefix)
+    environment, said = shm_environment(archives, _pairs(args.env or []))
+    for line in said:
+        say(f"conch: shared memory: {line}")
     spec = EndpointSpec(
         args.endpoint, args.role, location.model_data_url, triton_image(release, aws.region, args.image),
-        args.instance_type, args.instance_count, args.variant, _pairs(args.env or []),
+        args.instance_type, args.instance_count, args.variant, environment,
     )
     scaling = _scaling(args, spec.instance_type)
     for warning in spec.warnings:

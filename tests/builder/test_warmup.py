@@ -8,35 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import run_steps
 from conftest import linear_ensemble
+from run_pipelines import counter_ensemble, text_ensemble
 
 import conch
-from conch import BuildError, DeclarationError, Ensemble, PythonStep, Tensor
+from conch import BuildError, DeclarationError
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.render import check_config
 from conch.builder.warmup import WARMUP_NAME, raw_bytes
 from conch.harness.mme import MultiModelClient
 from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
-
-
-def text_ensemble(name: str) -> Ensemble:
-    ens = Ensemble(name, max_batch_size=4)
-    text = PythonStep("as_text", run_steps.as_text, [Tensor("x", "FP32", [4])], [Tensor("t", "BYTES", [1])],
-                      max_batch_size=4)
-    length = PythonStep("text_length", run_steps.text_length, [Tensor("t", "BYTES", [1])],
-                        [Tensor("n", "INT32", [1])], max_batch_size=4)
-    ens.output("N", length(text(ens.input("X", "FP32", [4]))))
-    return ens
-
-
-def counter_ensemble(name: str) -> Ensemble:
-    ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("count", run_steps.Counter, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
-                      max_batch_size=4)
-    ens.output("Y", step(ens.input("X", "FP32", [4])))
-    return ens
 
 
 def configs(repo) -> dict[str, object]:  # type: ignore[no-untyped-def]
