@@ -25,6 +25,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     archives = _archives(args.archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    if args.dry_run:
+        from conch.sagemaker.dry_run import DryRunAws
+
+        aws = DryRunAws(aws.region, aws.endpoint_url)
     location = ModelLocation(args.bucket, args.prefix)
     environment, said = shm_environment(archives, _pairs(args.env or []))
     for line in said:
@@ -37,7 +41,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for warning in spec.warnings:
         say(f"conch: warning: {warning}")
     done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
-                  progress=say)
+                  progress=None if args.dry_run else say)
+    if args.dry_run:
+        print(aws.report())  # type: ignore[attr-defined]
+        return 0
     for warning in done.warnings:
         say(f"conch: warning: {warning}")
     result = done.endpoint
@@ -172,6 +179,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--scale-in-cooldown", type=int, default=600, help="seconds (default 600)")
     d.add_argument("--scale-out-cooldown", type=int, default=200, help="seconds (default 200)")
     d.add_argument("--no-wait", action="store_true", help="return once SageMaker accepted the change")
+    d.add_argument("--dry-run", action="store_true",
+                   help="print every AWS call the deploy would make, with its arguments, and make none")
     d.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT_S,
                    help=f"seconds to wait for InService (default {DEFAULT_WAIT_TIMEOUT_S:.0f})")
     d.set_defaults(func=cmd_deploy)
