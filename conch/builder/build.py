@@ -61,7 +61,8 @@ def render_repository(
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
         steps.append({**step.describe(), "model_name": model, "served_as": served})
-    shm = plan_shm(ensemble, [s["model_name"] for s in steps if s["served_as"] == "python"], observed.row_bytes)
+    python_models = [s["model_name"] for s in steps if s["served_as"] == "python"]
+    shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder

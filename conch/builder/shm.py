@@ -81,6 +81,7 @@ class ShmPlan:
 
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
+    unmeasured: str | None = None
 
     @property
     def need_bytes(self) -> int:
@@ -107,6 +108,7 @@ class ShmPlan:
             "instances_bytes": sum(s["instances"] * self.default_byte_size for s in self.steps.values()),
             "steps": self.steps,
             "unknown": self.unknown,
+            "unmeasured": self.unmeasured,
         }
 
     def warn(self, ensemble: str, progress: Callable[[str], None] | None) -> list[str]:
@@ -127,17 +129,20 @@ class ShmPlan:
                 f"`conch deploy` sets {ENV_DEFAULT}={self.default_byte_size} (or lower max_batch_size)"
             )
         if self.unknown:
+            why = self.unmeasured or "no sample to measure them; declare a sample with ensemble.sample()"
             out.append(
-                f"ensemble {ensemble!r}: shared memory not sized for {', '.join(self.unknown)}: variable dims or "
-                "BYTES and no sample to measure them; declare a sample with ensemble.sample()"
+                f"ensemble {ensemble!r}: shared memory not sized for {', '.join(self.unknown)} (variable dims or "
+                f"BYTES): {why}"
             )
         return out
 
 
-def plan_shm(ensemble: Ensemble, python_models: Iterable[str], seen: Mapping[str, Mapping[str, int]]) -> ShmPlan:
+def plan_shm(
+    ensemble: Ensemble, python_models: Iterable[str], seen: Mapping[str, Mapping[str, int]], unmeasured: str | None
+) -> ShmPlan:
     """The shared memory each Python-backend model of the build needs for a batch of max_batch_size rows
     (for a step that does not batch: its largest tensors in the samples)."""
-    plan = ShmPlan()
+    plan = ShmPlan(unmeasured=unmeasured)
     served = set(python_models)
     for call in ensemble.calls:
         model = ensemble.model_name(call.step)

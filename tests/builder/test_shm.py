@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import basic_steps
 import numpy as np
 import pytest
 from conftest import linear_ensemble
 from run_pipelines import image_ensemble, text_ensemble
 
+from conch import Ensemble, PythonStep, Tensor
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
 from conch.builder.shm import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, server_settings
@@ -90,3 +92,17 @@ def test_a_replay_starts_its_server_with_the_shm_the_archives_need(tmp_path: Pat
     report = replay_archives([build_ensemble(ens, tmp_path, "local")], endpoints=["kserve"], progress=said.append)
     assert report.passed, report.table()
     assert f"local server: Python backend shm-default-byte-size={20 * MIB}, shm-growth-byte-size={MIB}" in said[0]
+
+
+def test_samples_that_cannot_run_here_leave_sizes_unmeasured_not_the_build_failed() -> None:
+    ens = Ensemble("shm_broken", max_batch_size=4)
+    step = PythonStep("broken", basic_steps.broken, [Tensor("x", "BYTES", [1])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "BYTES", [1])))
+    ens.sample("one", {"X": [[b"a"]]}, {"Y": np.zeros((1, 4), np.float32)})
+    said: list[str] = []
+    shm = render_repository(ens, "production", "24.10", progress=said.append).manifest["shm"]
+    assert shm["unknown"] == ["shm_broken__broken input x"]
+    assert "step 'broken' (python) raised ValueError: the user code failed on purpose" in shm["unmeasured"]
+    assert any("shared memory not sized for shm_broken__broken input x (variable dims or BYTES): running the "
+               "samples in this process failed" in s for s in said)

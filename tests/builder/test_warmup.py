@@ -46,6 +46,13 @@ def test_every_step_gets_the_tensors_it_receives_from_the_payload(target: str) -
     assert set(repo.manifest["warmup"]["steps"]) == {"warm_linear__double", "warm_linear__add_one"}
 
 
+def test_builds_with_a_derived_warmup_are_byte_identical(tmp_path: Path) -> None:
+    ens = linear_ensemble("warm_twice")
+    ens.warmup("two rows")
+    first = build_ensemble(ens, tmp_path / "a", "local").read_bytes()
+    assert build_ensemble(ens, tmp_path / "b", "local").read_bytes() == first
+
+
 def test_bytes_tensors_are_written_length_prefixed() -> None:
     ens = text_ensemble("warm_text")
     ens.warmup({"X": np.full((1, 4), 2.5, np.float32)})
