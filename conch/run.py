@@ -178,19 +178,24 @@ class Executor:
         folder = self._workdir / name
         for rel, source in layout.files.items():
             _place(folder / rel, source)
-        module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
-        instance = module.TritonPythonModel()
+        before = list(sys.path)  # model.py puts its version folder first on sys.path, as in the stub
         try:
+            module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
+            instance = module.TritonPythonModel()
             instance.initialize({
                 "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
                 "model_instance_device_id": "0", "model_repository": str(folder), "model_version": "1",
                 "model_config": json.dumps(_config_json(config)),
             })
+        except ConchError:
+            raise
         except Exception as exc:
             raise RunError(
                 f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        finally:
+            sys.path[:] = before
         self._models[name] = instance
         return instance
 
@@ -279,11 +284,7 @@ def _import_model(path: Path, module_name: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise RunError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    before = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = before  # model.py puts its version folder first on sys.path to import the step code
+    spec.loader.exec_module(module)
     return module
 
 

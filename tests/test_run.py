@@ -88,6 +88,16 @@ def test_a_failing_step_and_a_bad_payload_are_named() -> None:
         ens.run({"X": np.ones((1, 3), np.float32)})
 
 
+def test_a_step_failing_at_load_is_named() -> None:
+    ens = Ensemble("run_setup", max_batch_size=4)
+    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+                      max_batch_size=4)  # its setup() reads a file the step does not ship
+    ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
+    with pytest.raises(RunError, match=r"ensemble 'run_setup', step 'prefix' \(python\): loading it failed: "
+                                       r"FileNotFoundError: step 'prefix': no file 'prefix.txt'"):
+        ens.run({"TEXT": [[b"a"]]})
+
+
 def test_cli_prints_every_step_and_names_the_disagreeing_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
