@@ -31,8 +31,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         aws = DryRunAws(aws.region, aws.endpoint_url)
     location = ModelLocation(args.bucket, args.prefix)
     environment, said = shm_environment(archives, _pairs(args.env or []))
-    for line in said:
-        say(f"conch: shared memory: {line}")
     spec = EndpointSpec(
         args.endpoint, args.role, location.model_data_url, triton_image(release, aws.region, args.image),
         args.instance_type, args.instance_count, args.variant, environment,
@@ -43,6 +41,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
                   progress=None if args.dry_run else say)
     if args.dry_run:
+        print("\n".join(f"shared memory: {line}" for line in said))
         print(aws.report())  # type: ignore[attr-defined]
         return 0
     for warning in done.warnings:
@@ -54,6 +53,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}")
     for removed in result.removed:
         print(f"  removed   {removed}")
+    for line in said:
+        print(f"  shared memory: {line}")
     if scaling is not None:
         metric = "GPUUtilization %" if scaling.metric == "gpu" else "invocations per instance per minute"
         print(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "

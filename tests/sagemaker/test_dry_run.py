@@ -41,7 +41,7 @@ def test_dry_run_prints_every_call_with_the_shm_environment_and_sends_nothing(
     assert moto.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0
     assert moto.client("sagemaker").list_models()["Models"] == []
     assert moto.client("sagemaker").list_endpoints()["Endpoints"] == []
-    assert f"conch: shared memory: set {ENV_DEFAULT}={75 * MIB} (75 MiB" in captured.err
+    assert f"shared memory: set {ENV_DEFAULT}={75 * MIB} (75 MiB" in captured.out
     assert f'"{ENV_DEFAULT}": "{75 * MIB}"' in captured.out
     assert "dry run: conch deploy would make these 17 AWS calls in us-east-1 (none was made" in captured.out
     writes = [op for op in plan_of(captured.out) if op[1] in
@@ -56,13 +56,15 @@ def test_the_plan_is_what_a_real_deploy_on_a_fresh_account_does(
     moto: Moto, bucket: str, archives: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     dist = archives[0].parent
+    build_ensemble(image_ensemble("shm_images"), dist, "production")
     assert main(deploy_args(dist, moto.url, "--dry-run")) == 0
     planned = plan_of(capsys.readouterr().out)
     assert main(deploy_args(dist, moto.url)) == 0
     made = [(service, operation) for service, operation, _ in moto.calls]
     assert planned == made
-    model = moto.called("CreateModel")[0]
-    assert model["PrimaryContainer"]["Environment"] == {}  # small tensors: the image's defaults stay
+    (model,) = moto.called("CreateModel")
+    assert model["PrimaryContainer"]["Environment"] == {ENV_DEFAULT: str(75 * MIB)}
+    assert f"  shared memory: set {ENV_DEFAULT}={75 * MIB}" in capsys.readouterr().out
 
 
 def test_nothing_reaches_a_listener_either(archives: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
