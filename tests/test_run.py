@@ -132,8 +132,10 @@ def test_cli_unknown_sample_is_one_error_line(capsys: pytest.CaptureFixture[str]
         in err
 
 
-EXAMPLE_FILES = ["text_embeddings.py", "image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py",
-                 "bert_torchscript.py"]
+# The text examples build a packed environment (pip resolves against the index) and load a Python stub
+# per step: past 30 s on a busy 2-core machine, so they run with -m slow.
+EXAMPLE_FILES = [pytest.param("text_embeddings.py", marks=pytest.mark.slow), "image_classifier.py",
+                 "resnet_pytorch.py", "resnet_tensorrt.py", pytest.param("bert_torchscript.py", marks=pytest.mark.slow)]
 
 
 @pytest.mark.integration
