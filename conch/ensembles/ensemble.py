@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from conch.ensembles.step import Step
 from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
+
+if TYPE_CHECKING:
+    from conch.run import RunResult
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
@@ -180,7 +183,7 @@ class Ensemble:
         the tensors that step receives."""
         self.warmup_request = WarmupRequest.declare(self, payload, count)
 
-    def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> Any:
+    def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
         """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
         from conch.run import run
 
