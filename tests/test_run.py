@@ -3,6 +3,7 @@ disagreements with the declaration named, and the same answers as the local Trit
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import basic_steps
@@ -138,16 +139,24 @@ EXAMPLE_FILES = [pytest.param("text_embeddings.py", marks=pytest.mark.slow), "im
                  "resnet_pytorch.py", "resnet_tensorrt.py", pytest.param("bert_torchscript.py", marks=pytest.mark.slow)]
 
 
+@pytest.fixture(scope="module")
+def own_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """A server of this module's own: the examples' step names are loaded by other tests' servers too, and
+    without model namespacing a step name is loaded once per server."""
+    with LocalTriton(tmp_path_factory.mktemp("run-triton")) as server:
+        yield server
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("file", EXAMPLE_FILES)
-def test_run_equals_the_local_triton_replay(file: str, tmp_path: Path, triton: LocalTriton) -> None:
+def test_run_equals_the_local_triton_replay(file: str, tmp_path: Path, own_triton: LocalTriton) -> None:
     if file == "image_classifier.py":
         pytest.importorskip("nvidia.dali")
     (ens,) = discover([EXAMPLES / file])
     archive = build_ensemble(ens, tmp_path, "local")
-    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-    name = f"run_{archive.name}"
-    client.load(name, stage(archive.rename(tmp_path / name), triton), 300)
+    client = MultiModelClient(own_triton.sagemaker_url, own_triton.http_url)
+    name = archive.name
+    client.load(name, stage(archive, own_triton), 300)
     try:
         with Executor(ens) as executor:
             for sample in ens.samples:
