@@ -7,13 +7,17 @@ step's max_batch_size; a variable dim or a BYTES tensor is sized from the larges
 
 from __future__ import annotations
 
+import json
 import math
+import tarfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from conch.builder.manifest import MANIFEST_NAME
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.step import Step
 from conch.ensembles.target import Target
@@ -178,3 +182,22 @@ def server_settings(manifests: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     default = max([SAGEMAKER_DEFAULT_BYTES, *(int(s.get("default_byte_size", 0)) for s in sized)])
     growth = max([SAGEMAKER_GROWTH_BYTES, *(int(s.get("growth_byte_size", 0)) for s in sized)])
     return default, growth
+
+
+def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
+    """Default and growth sizes for a local server holding these archives, as `conch deploy` sets them on
+    SageMaker, and a line saying so when they differ from the image's (unreadable archives are skipped:
+    whoever loads them reports them)."""
+    manifests = []
+    for archive in archives:
+        try:
+            with tarfile.open(archive) as tar:
+                member = tar.extractfile(MANIFEST_NAME)
+                manifests.append(json.load(member) if member is not None else {})
+        except (OSError, KeyError, tarfile.TarError, ValueError):
+            continue
+    default, growth = server_settings(manifests)
+    if (default, growth) == (SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES):
+        return default, growth, ""
+    return default, growth, (f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size="
+                             f"{growth} (what the archives need, as `conch deploy` sets it on SageMaker)")

@@ -88,11 +88,12 @@ def replay_archives(
     report = ReplayReport()
     own = server is None
     if server is None:
-        default, growth = archives_shm(archives)
+        from conch.builder.shm import archives_settings
+
+        default, growth, said = archives_settings(archives)
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
-        if progress and (default, growth) != (16 * 1024 * 1024, 1024 * 1024):
-            progress(f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size={growth} "
-                     "(what the archives need, as `conch deploy` sets it on SageMaker)")
+        if progress and said:
+            progress(said)
     triton = server
     try:
         if own:
@@ -104,24 +105,6 @@ def replay_archives(
         if own:
             triton.stop()
     return report
-
-
-def archives_shm(archives: Sequence[Path]) -> tuple[int, int]:
-    """The Python backend's shm default and growth sizes for these archives, as `conch deploy` sets them."""
-    import json
-    import tarfile
-
-    from conch.builder.shm import server_settings
-
-    manifests = []
-    for archive in archives:
-        try:
-            with tarfile.open(archive) as tar:
-                member = tar.extractfile(MANIFEST_NAME)
-                manifests.append(json.load(member) if member is not None else {})
-        except (OSError, KeyError, tarfile.TarError, ValueError):
-            continue  # the replay reports the archive itself
-    return server_settings(manifests)
 
 
 def _replay_one(
