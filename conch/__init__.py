@@ -22,8 +22,10 @@ from conch.errors import (
     DeployError,
     PackError,
     ReplayMismatch,
+    RunError,
     ServeError,
 )
+from conch.run import Executor, RunResult, run
 
 __all__ = [
     "DEFAULT_RELEASE",
@@ -35,6 +37,7 @@ __all__ = [
     "DeployError",
     "DynamicBatching",
     "Ensemble",
+    "Executor",
     "InstanceGroup",
     "OnnxStep",
     "PackError",
@@ -42,6 +45,8 @@ __all__ = [
     "PythonStep",
     "Release",
     "ReplayMismatch",
+    "RunError",
+    "RunResult",
     "ServeError",
     "Target",
     "Tensor",
@@ -52,4 +57,5 @@ __all__ = [
     "TorchScriptStep",
     "VersionPolicy",
     "Warmup",
+    "run",
 ]

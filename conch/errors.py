@@ -37,3 +37,7 @@ class DeployError(ConchError):
 
 class BenchError(ConchError):
     """A load test, models-per-instance probe or capacity plan cannot run as asked."""
+
+
+class RunError(ConchError):
+    """Running an ensemble in-process failed, or a step produced what its declaration does not say."""

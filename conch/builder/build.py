@@ -20,8 +20,10 @@ from conch.builder.buildcache import (
 )
 from conch.builder.envs import EnvLayout
 from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
+from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
+from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.samples import Sample, encode_array
 from conch.ensembles.step import FileSource, Step, StepLayout
@@ -56,6 +58,7 @@ def render_repository(
     steps: list[dict[str, Any]] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress, refresh)
+    observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
@@ -67,12 +70,16 @@ def render_repository(
             raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
+        spec = observed.warmup.attach(model, spec, files)
         files[f"{model}/config.pbtxt"] = render_config(spec).encode()
         for rel, source in layout.files.items():
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
         steps.append({**step.describe(), "model_name": model, "served_as": served})
+    python_models = [s["model_name"] for s in steps if s["served_as"] == "python"]
+    shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
+    notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
@@ -91,6 +98,8 @@ def render_repository(
         "notes": notes,
         "environments": envs.manifest,
         "files": hashes,
+        "warmup": observed.warmup.manifest(),
+        "shm": shm.manifest(),
     }
     # the files' digests cover every config, model and code file of the archive
     manifest["samples"] = _samples(ensemble, key_of([target.value, str(release), hashes]), refresh)

@@ -59,15 +59,19 @@ def _version_policy(policy: VersionPolicy | None) -> str | None:
 def _warmups(spec: ModelSpec) -> list[dict[str, Any]]:
     out = []
     for w in spec.settings.warmups:
-        inputs = []
-        for t in spec.inputs:
+        inputs: list[dict[str, Any]] = []
+        if w.inputs:  # read from files in warmup/: the tensors this step receives for the warmup payload
+            inputs = [{"name": i.name, "data_type": i.dtype.triton, "dims": list(i.dims), "file": i.data_file}
+                      for i in w.inputs]
+        for t in () if w.inputs else spec.inputs:
             if any(d < 0 for d in t.dims):
                 raise BuildError(
                     f"model {spec.name!r}: warmup {w.name!r} needs concrete dims, but input {t.name!r} has "
                     f"dims {list(t.dims)}; declare fixed dims or drop the warmup"
                 )
             fill = "random_data" if w.random_data and t.dtype.wire != "BYTES" else "zero_data"
-            inputs.append({"name": t.name, "data_type": t.dtype.triton, "dims": list(t.dims), "fill": fill})
+            inputs.append({"name": t.name, "data_type": t.dtype.triton, "dims": list(t.dims), "fill": fill,
+                           "file": None})
         out.append({"name": w.name, "batch_size": w.batch_size, "count": w.count, "inputs": inputs})
     return out
 

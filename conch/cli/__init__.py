@@ -1,5 +1,5 @@
-"""`conch build | replay | serve | graph | inspect | check | deploy | invoke | undeploy | bench | plan`: the
-command line over the library. Each module of this package registers its own subcommands."""
+"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan`:
+the command line over the library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import signal
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, local
+from conch.cli import bench, check, deploy, endpoint, local, run
 from conch.cli.console import say
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, endpoint, check, deploy, bench)
+COMMANDS = (local, endpoint, check, run, deploy, bench)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -20,21 +20,31 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
     from conch.sagemaker.s3 import ModelLocation
+    from conch.sagemaker.shm import shm_environment
 
     archives = _archives(args.archives)
     check_archives(archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    if args.dry_run:
+        from conch.sagemaker.dry_run import DryRunAws
+
+        aws = DryRunAws(aws.region, aws.endpoint_url)
     location = ModelLocation(args.bucket, args.prefix)
+    environment, said = shm_environment(archives, _pairs(args.env or []))
     spec = EndpointSpec(
         args.endpoint, args.role, location.model_data_url, triton_image(release, aws.region, args.image),
-        args.instance_type, args.instance_count, args.variant, _pairs(args.env or []),
+        args.instance_type, args.instance_count, args.variant, environment,
     )
     scaling = _scaling(args, spec.instance_type)
     for warning in spec.warnings:
         say(f"conch: warning: {warning}")
     done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
-                  progress=say, checked=True)
+                  progress=None if args.dry_run else say, checked=True)
+    if args.dry_run:
+        print("\n".join(f"shared memory: {line}" for line in said))
+        print(aws.report())  # type: ignore[attr-defined]
+        return 0
     for warning in done.warnings:
         say(f"conch: warning: {warning}")
     result = done.endpoint
@@ -44,6 +54,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}")
     for removed in result.removed:
         print(f"  removed   {removed}")
+    for line in said:
+        print(f"  shared memory: {line}")
     if scaling is not None:
         metric = "GPUUtilization %" if scaling.metric == "gpu" else "invocations per instance per minute"
         print(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
@@ -171,6 +183,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--scale-in-cooldown", type=int, default=600, help="seconds (default 600)")
     d.add_argument("--scale-out-cooldown", type=int, default=200, help="seconds (default 200)")
     d.add_argument("--no-wait", action="store_true", help="return once SageMaker accepted the change")
+    d.add_argument("--dry-run", action="store_true",
+                   help="print every AWS call the deploy would make, with its arguments, and make none")
     d.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT_S,
                    help=f"seconds to wait for InService (default {DEFAULT_WAIT_TIMEOUT_S:.0f})")
     d.set_defaults(func=cmd_deploy)

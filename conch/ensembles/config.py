@@ -9,6 +9,7 @@ from typing import Literal, TypedDict
 
 from typing_extensions import Unpack
 
+from conch.ensembles.dtypes import DType
 from conch.ensembles.tensors import Tensor, whole
 from conch.errors import DeclarationError
 
@@ -71,13 +72,26 @@ class DynamicBatching:
 
 
 @dataclass(frozen=True)
+class WarmupInput:
+    """One input of a warmup request read from a file in the model's ``warmup/`` folder (raw row-major
+    bytes; BYTES elements as a 4-byte little-endian length, then the bytes)."""
+
+    name: str
+    dtype: DType
+    dims: tuple[int, ...]
+    data_file: str
+
+
+@dataclass(frozen=True)
 class Warmup:
-    """A warmup request Triton sends at load: every input filled with zeros or random data."""
+    """A warmup request Triton sends at load: every input filled with zeros or random data, or, when
+    ``inputs`` are given (conch derives them from the ensemble's warmup payload), read from files."""
 
     name: str
     batch_size: int = 1
     count: int = 1
     random_data: bool = False
+    inputs: tuple[WarmupInput, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", pbtxt_text(self.name, "model_warmup name"))

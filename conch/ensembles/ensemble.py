@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,7 +15,11 @@ from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
 from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible, whole
+from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
+
+if TYPE_CHECKING:
+    from conch.run import RunResult
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
@@ -74,6 +78,7 @@ class Ensemble:
         self.calls: list[StepCall] = []
         self.discarded: set[int] = set()
         self.samples: list[Sample] = []
+        self.warmup_request: WarmupRequest | None = None
 
     def __repr__(self) -> str:
         return f"<Ensemble {self.name!r}: {len(self.calls)} steps>"
@@ -147,6 +152,10 @@ class Ensemble:
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
+        self.samples.append(Sample(name, self.payload(inputs, what), expected, tolerance or Tolerance()))
+
+    def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
+        """A request's inputs as arrays of the declared dtypes, checked against the declared dims."""
         arrays: dict[str, np.ndarray] = {}
         for key, value in inputs.items():
             if key not in self.inputs:
@@ -167,7 +176,19 @@ class Ensemble:
         missing = [k for k, s in self._input_specs.items() if k not in arrays and not s.optional]
         if missing:
             raise DeclarationError(f"{what}: no value for required input(s) {missing}")
-        self.samples.append(Sample(name, arrays, expected, tolerance or Tolerance()))
+        return arrays
+
+    def warmup(self, payload: Mapping[str, Any] | str, *, count: int = 1) -> None:
+        """Warm every step at load with this payload (or the inputs of the sample of that name): the build
+        runs it through the DAG in this process and gives each step a ``model_warmup`` holding exactly
+        the tensors that step receives."""
+        self.warmup_request = WarmupRequest.declare(self, payload, count)
+
+    def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
+        """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
+        from conch.run import run
+
+        return run(self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (called by Step.__call__) ----------------------------------------------------------
 

@@ -115,7 +115,14 @@ def replay_archives(
             raise ConchError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
     report = ReplayReport()
     own = server is None
-    triton = server or LocalTriton()
+    if server is None:
+        from conch.builder.shm import archives_settings
+
+        default, growth, said = archives_settings(archives)
+        server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+        if progress and said:
+            progress(said)
+    triton = server
     try:
         if own:
             triton.start()

@@ -117,6 +117,8 @@ class LocalTriton:
         startup_timeout: float = STARTUP_TIMEOUT_S,
         model_namespacing: bool = False,
         extra_args: tuple[str, ...] = (),
+        shm_default_byte_size: int = 16 * 1024 * 1024,  # SageMaker's Triton image, unless its env says otherwise
+        shm_growth_byte_size: int = 1024 * 1024,
     ) -> None:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="conch-triton-"))
@@ -124,6 +126,7 @@ class LocalTriton:
         self.startup_timeout = startup_timeout
         self.model_namespacing = model_namespacing
         self.extra_args = extra_args
+        self.shm = (shm_default_byte_size, shm_growth_byte_size)
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.sagemaker_port = 0
         self.log_path = self.workdir / "tritonserver.log"
@@ -159,8 +162,8 @@ class LocalTriton:
             f"--model-namespacing={'true' if self.model_namespacing else 'false'}",
             f"--log-verbose={self.log_verbose}",
             "--exit-timeout-secs=5",
-            "--backend-config=python,shm-default-byte-size=16777216",
-            "--backend-config=python,shm-growth-byte-size=1048576",
+            f"--backend-config=python,shm-default-byte-size={self.shm[0]}",
+            f"--backend-config=python,shm-growth-byte-size={self.shm[1]}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             *self.extra_args,
         ]

@@ -1,0 +1,203 @@
+"""Shared memory for the Python backend, sized from the ensemble: every Python-backend model instance
+passes a batch's input and output tensors through its own shared-memory region, which starts at the
+server's ``shm-default-byte-size`` and grows by ``shm-growth-byte-size``. SageMaker's Triton image sets
+16 MB + 1 MB unless ``SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE`` / ``..._GROWTH_BYTE_SIZE`` say otherwise
+(sagemaker-examples#3506: large tensors fail there). A tensor's size comes from its declared dims and the
+step's max_batch_size; a variable dim or a BYTES tensor is sized from the largest the samples produce."""
+
+from __future__ import annotations
+
+import json
+import math
+import tarfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conch.builder.manifest import MANIFEST_NAME
+from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.step import Step
+from conch.ensembles.target import Target
+from conch.ensembles.tensors import Tensor
+from conch.run import RunResult
+
+MIB = 1024 * 1024
+SAGEMAKER_DEFAULT_BYTES = 16 * MIB  # docker/sagemaker/serve in triton-inference-server/server
+SAGEMAKER_GROWTH_BYTES = 1 * MIB
+MARGIN_BYTES = 1 * MIB  # the region also holds the request/response objects and an allocator's headers
+ENV_DEFAULT = "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE"
+ENV_GROWTH = "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE"
+
+# model name -> "input x" / "output y" -> largest bytes per batch row (whole tensor for non-batching steps)
+RowBytes = dict[str, dict[str, int]]
+
+
+def _keyed(step: Step) -> list[tuple[str, Tensor]]:
+    return [(f"input {t.name}", t) for t in step.inputs] + [(f"output {t.name}", t) for t in step.outputs]
+
+
+def _sized_by_declaration(t: Tensor) -> bool:
+    return t.dtype.wire != "BYTES" and all(d > 0 for d in t.dims)
+
+
+def may_serve_python(step: Step, target: Target) -> bool:
+    """Whether a step runs on the Python backend in this target (every step is a stand-in locally)."""
+    return target is Target.LOCAL or step.kind == "python"
+
+
+def needs_samples(ensemble: Ensemble, target: Target) -> bool:
+    """Whether a Python-backend step has a tensor whose size only a run can tell."""
+    return any(not _sized_by_declaration(t) for c in ensemble.calls if may_serve_python(c.step, target)
+               for _, t in _keyed(c.step))
+
+
+def row_bytes(array: np.ndarray, batching: bool) -> int:
+    """Bytes of one batch row (the whole tensor without batching) as the Python backend stores it:
+    BYTES elements with their 4-byte length."""
+    if array.dtype == object:
+        total = sum(4 + len(v if isinstance(v, bytes) else str(v).encode()) for v in array.ravel())
+    else:
+        total = int(array.nbytes)
+    rows = array.shape[0] if batching and array.ndim else 1
+    return math.ceil(total / max(rows, 1))
+
+
+def observe_row_bytes(ensemble: Ensemble, runs: Sequence[RunResult]) -> RowBytes:
+    """The largest bytes per row of every step tensor over in-process runs of the samples."""
+    seen: RowBytes = {}
+    for run in runs:
+        for call, trace in zip(ensemble.calls, run.steps, strict=True):
+            batching = call.step.max_batch_size > 0
+            sizes = seen.setdefault(trace.model_name, {})
+            for kind, arrays in (("input", trace.inputs), ("output", trace.outputs)):
+                for name, array in arrays.items():
+                    key = f"{kind} {name}"
+                    sizes[key] = max(sizes.get(key, 0), row_bytes(array, batching))
+    return seen
+
+
+@dataclass
+class ShmPlan:
+    """What each Python-backend model needs per batch, and the server settings that hold it."""
+
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    unmeasured: str | None = None
+
+    @property
+    def need_bytes(self) -> int:
+        """The largest region one Python-backend instance needs for a full batch (0: no Python steps)."""
+        return max((s["bytes"] for s in self.steps.values()), default=0)
+
+    @property
+    def default_byte_size(self) -> int:
+        """shm-default-byte-size: a full batch fits without growing; never below SageMaker's default."""
+        return max(SAGEMAKER_DEFAULT_BYTES, math.ceil(self.need_bytes / MIB) * MIB)
+
+    @property
+    def growth_byte_size(self) -> int:
+        return SAGEMAKER_GROWTH_BYTES
+
+    def exceeds_sagemaker_default(self) -> bool:
+        return self.need_bytes > SAGEMAKER_DEFAULT_BYTES
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "need_bytes": self.need_bytes,
+            "default_byte_size": self.default_byte_size,
+            "growth_byte_size": self.growth_byte_size,
+            "instances_bytes": sum(s["instances"] * self.default_byte_size for s in self.steps.values()),
+            "steps": self.steps,
+            "unknown": self.unknown,
+            "unmeasured": self.unmeasured,
+        }
+
+    def warn(self, ensemble: str, progress: Callable[[str], None] | None) -> list[str]:
+        """The warnings, each also shown through ``progress`` (the build's messages)."""
+        found = self.warnings(ensemble)
+        for warning in found if progress else ():
+            progress(f"warning: {warning}")  # type: ignore[misc]
+        return found
+
+    def warnings(self, ensemble: str) -> list[str]:
+        out = []
+        if self.exceeds_sagemaker_default():
+            model, step = max(self.steps.items(), key=lambda kv: kv[1]["bytes"])
+            out.append(
+                f"ensemble {ensemble!r}: Python-backend model {model!r} passes up to {_mb(step['bytes'])} through "
+                f"shared memory per batch (max_batch_size {step['batch']}), more than the "
+                f"{_mb(SAGEMAKER_DEFAULT_BYTES)} SageMaker's Triton image gives each Python model instance; "
+                f"`conch deploy` sets {ENV_DEFAULT}={self.default_byte_size} (or lower max_batch_size)"
+            )
+        if self.unknown:
+            why = self.unmeasured or "no sample to measure them; declare a sample with ensemble.sample()"
+            out.append(
+                f"ensemble {ensemble!r}: shared memory not sized for {', '.join(self.unknown)} (variable dims or "
+                f"BYTES): {why}"
+            )
+        return out
+
+
+def plan_shm(
+    ensemble: Ensemble, python_models: Iterable[str], seen: Mapping[str, Mapping[str, int]], unmeasured: str | None
+) -> ShmPlan:
+    """The shared memory each Python-backend model of the build needs for a batch of max_batch_size rows
+    (for a step that does not batch: its largest tensors in the samples)."""
+    plan = ShmPlan(unmeasured=unmeasured)
+    served = set(python_models)
+    for call in ensemble.calls:
+        model = ensemble.model_name(call.step)
+        if model not in served:
+            continue
+        step = call.step
+        batch = step.max_batch_size or 1
+        observed = seen.get(model, {})
+        total = 0
+        for key, t in _keyed(step):
+            if _sized_by_declaration(t):
+                per_row = math.prod(t.dims) * t.dtype.numpy.itemsize
+            elif key in observed:
+                per_row = observed[key]
+            else:
+                plan.unknown.append(f"{model} {key}")
+                continue
+            total += per_row * batch
+        groups = step.settings.instance_groups
+        instances = sum(g.count for g in groups) if groups else 1
+        plan.steps[model] = {"batch": batch, "bytes": total + MARGIN_BYTES, "instances": instances}
+    return plan
+
+
+def _mb(n: int) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+def server_settings(manifests: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(shm-default-byte-size, shm-growth-byte-size) that hold every archive's Python-backend steps:
+    SageMaker's defaults unless an archive needs more."""
+    sized = [m.get("shm") or {} for m in manifests]
+    default = max([SAGEMAKER_DEFAULT_BYTES, *(int(s.get("default_byte_size", 0)) for s in sized)])
+    growth = max([SAGEMAKER_GROWTH_BYTES, *(int(s.get("growth_byte_size", 0)) for s in sized)])
+    return default, growth
+
+
+def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
+    """Default and growth sizes for a local server holding these archives, as `conch deploy` sets them on
+    SageMaker, and a line saying so when they differ from the image's (unreadable archives are skipped:
+    whoever loads them reports them)."""
+    manifests = []
+    for archive in archives:
+        try:
+            with tarfile.open(archive) as tar:
+                member = tar.extractfile(MANIFEST_NAME)
+                manifests.append(json.load(member) if member is not None else {})
+        except (OSError, KeyError, tarfile.TarError, ValueError):
+            continue
+    default, growth = server_settings(manifests)
+    if (default, growth) == (SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES):
+        return default, growth, ""
+    return default, growth, (f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size="
+                             f"{growth} (what the archives need, as `conch deploy` sets it on SageMaker)")

@@ -1,0 +1,303 @@
+"""Run an ensemble's DAG inside this process, no server: every step runs the code its local stand-in runs
+in Triton (the generated Python-backend ``model.py`` of the local target, imported here), in wiring order,
+and every tensor is kept for inspection and checked against what the declaration says."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from conch.ensembles.dtypes import DType
+from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
+from conch.ensembles.tensors import Tensor, dims_compatible
+from conch.errors import ConchError, DeclarationError, RunError
+
+if TYPE_CHECKING:
+    from conch.ensembles.ensemble import Ensemble, StepCall
+
+PB_UTILS = "triton_python_backend_utils"
+
+
+@dataclass
+class StepTrace:
+    """One step's execution: what the ensemble routed to it and what it gave (by the step's own tensor
+    names, shaped as in its config), and where that disagrees with its declaration."""
+
+    step: str
+    kind: str
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    millis: float
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    """The ensemble's outputs, every tensor by its ensemble-scope name (with ``intermediates=True``),
+    and one trace per step in the order they ran."""
+
+    ensemble: str
+    outputs: dict[str, np.ndarray]
+    tensors: dict[str, np.ndarray]
+    steps: list[StepTrace]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+    @property
+    def problems(self) -> list[str]:
+        return [p for s in self.steps for p in s.problems]
+
+
+class Executor:
+    """Loads each step once (its ``initialize``/``setup`` runs on first use) and runs payloads through
+    the DAG; ``close()`` calls every step's ``finalize``/``teardown``. Python steps run in this
+    interpreter, whatever environment they declare for Triton.
+
+    Args:
+        ensemble: the declared ensemble (validated here, as a build would).
+        release: the release the steps are checked against (it does not change what runs here).
+    """
+
+    def __init__(self, ensemble: Ensemble, *, release: Release | str = DEFAULT_RELEASE) -> None:
+        ensemble.validate()
+        self.ensemble = ensemble
+        self.release = Release.of(release)
+        self._workdir = Path(tempfile.mkdtemp(prefix="conch-run-"))
+        self._models: dict[str, Any] = {}
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        models, self._models = self._models, {}
+        try:
+            for model in models.values():
+                model.finalize()
+        finally:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def run(
+        self,
+        inputs: Mapping[str, Any],
+        *,
+        intermediates: bool = False,
+        strict: bool = True,
+        on_step: Callable[[StepTrace], None] | None = None,
+    ) -> RunResult:
+        """Run one request (arrays include the batch dimension when the ensemble batches).
+
+        With ``strict`` a step whose outputs disagree with its declared dtype or dims raises RunError;
+        otherwise the disagreement is recorded in the step's trace and the run goes on. ``on_step`` sees
+        each step's trace as soon as the step has run.
+        """
+        ens = self.ensemble
+        tensors: dict[int, np.ndarray] = {}
+        payload = ens.payload(inputs, f"ensemble {ens.name!r} run")
+        for name, handle in ens.inputs.items():
+            if name in payload:
+                tensors[id(handle)] = payload[name]
+        traces = []
+        for call in ens.calls:
+            trace = self._run_step(call, tensors)
+            traces.append(trace)
+            if on_step is not None:
+                on_step(trace)
+            if strict and trace.problems:
+                raise RunError("; ".join(trace.problems))
+            if not intermediates:
+                trace.inputs, trace.outputs = {}, {}
+        outputs = {name: tensors[id(h)] for name, h in ens.outputs.items()}
+        named: dict[str, np.ndarray] = {}
+        if intermediates:
+            handles = [*ens.inputs.values(), *(h for c in ens.calls for h in c.outputs.values())]
+            named = {ens.tensor_name(h): tensors[id(h)] for h in handles if id(h) in tensors}
+        return RunResult(ens.name, outputs, named, traces)
+
+    def _run_step(self, call: StepCall, tensors: dict[int, np.ndarray]) -> StepTrace:
+        step = call.step
+        where = f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind})"
+        model = self._model(call)
+        routed = {name: tensors[id(h)] for name, h in call.inputs.items() if id(h) in tensors}
+        arrays = {name: _delivered(array, _spec(step.inputs, name)) for name, array in routed.items()}
+        batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
+        start = time.perf_counter()
+        try:
+            produced = model._run(arrays, batch)  # the generated model.py's per-batch call, as execute() makes it
+        except Exception as exc:
+            raise RunError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        millis = (time.perf_counter() - start) * 1000
+        outputs: dict[str, np.ndarray] = {}
+        problems: list[str] = []
+        for spec in step.outputs:
+            array, problem = _presented(produced[spec.name], spec, step.max_batch_size > 0)
+            outputs[spec.name] = array
+            if problem:
+                problems.append(f"{where}: output {spec.name!r} {problem}")
+            handle = call.outputs.get(spec.name)
+            if handle is not None:
+                tensors[id(handle)] = array
+        return StepTrace(step.name, step.kind, self.ensemble.model_name(step), routed, outputs, millis, problems)
+
+    def _model(self, call: StepCall) -> Any:
+        """The step's generated model.py, laid out as the local target lays it out, imported and initialized."""
+        step = call.step
+        name = self.ensemble.model_name(step)
+        if name in self._models:
+            return self._models[name]
+        from conch.builder.render import render_config
+
+        try:
+            step.check(self.release)
+            layout = step.layout(name, Target.LOCAL, self.release, self.ensemble.name)
+            config = render_config(layout.spec)
+        except ConchError as exc:
+            raise type(exc)(f"ensemble {self.ensemble.name!r}: {exc}") from exc
+        if layout.spec.backend != "python":
+            raise RunError(
+                f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): has no CPU path to run in "
+                "this process (its local layout is not a Python-backend model)"
+            )
+        folder = self._workdir / name
+        for rel, source in layout.files.items():
+            _place(folder / rel, source)
+        before = list(sys.path)  # model.py puts its version folder first on sys.path, as in the stub
+        try:
+            module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
+            instance = module.TritonPythonModel()
+            instance.initialize({
+                "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
+                "model_instance_device_id": "0", "model_repository": str(folder), "model_version": "1",
+                "model_config": json.dumps(_config_json(config)),
+            })
+        except ConchError:
+            raise
+        except Exception as exc:
+            raise RunError(
+                f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            sys.path[:] = before
+        self._models[name] = instance
+        return instance
+
+
+def run(
+    ensemble: Ensemble,
+    inputs: Mapping[str, Any],
+    *,
+    intermediates: bool = False,
+    strict: bool = True,
+    release: Release | str = DEFAULT_RELEASE,
+) -> RunResult:
+    """Run one request through an ensemble in this process (loads every step, runs, unloads them);
+    use an :class:`Executor` to run many requests with the steps loaded once."""
+    with Executor(ensemble, release=release) as executor:
+        return executor.run(inputs, intermediates=intermediates, strict=strict)
+
+
+def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:
+    """The inputs of one of the ensemble's samples, by name."""
+    for sample in ensemble.samples:
+        if sample.name == name:
+            return sample.inputs
+    names = ", ".join(repr(s.name) for s in ensemble.samples) or "none"
+    raise DeclarationError(f"ensemble {ensemble.name!r} has no sample {name!r}; its samples are {names}")
+
+
+def _spec(specs: tuple[Tensor, ...], name: str) -> Tensor:
+    return next(t for t in specs if t.name == name)
+
+
+def _delivered(array: np.ndarray, spec: Tensor) -> np.ndarray:
+    """What Triton hands a model: its own copy, reshaped when the config says ``reshape``."""
+    array = np.array(array, copy=True)
+    if spec.reshape is not None and array.ndim:
+        lead = array.shape[: array.ndim - len(spec.dims)]
+        array = array.reshape(*lead, *spec.reshape)
+    return array
+
+
+def _presented(array: np.ndarray, spec: Tensor, batching: bool) -> tuple[np.ndarray, str | None]:
+    """A produced output as the next model sees it, and how it disagrees with its declaration, if it does."""
+    array = np.asarray(array)
+    if array.dtype.kind in ("O", "S", "U"):  # Triton serializes BYTES; consumers get bytes objects
+        array = np.vectorize(lambda v: v.encode() if isinstance(v, str) else bytes(v), otypes=[object])(array)
+    lead = (-1,) if batching else ()
+    if spec.reshape is not None and dims_compatible(lead + spec.reshape, array.shape):
+        array = array.reshape(*array.shape[: len(lead)], *spec.dims)
+    try:
+        produced = DType.of(array.dtype)
+    except DeclarationError:
+        return array, f"is declared {spec.dtype.wire} but the step produced numpy {array.dtype}, no Triton dtype"
+    if produced is not spec.dtype:
+        return array, f"is declared {spec.dtype.wire} but the step produced {produced.wire}; fix the declaration"
+    if not dims_compatible(lead + spec.dims, array.shape):
+        full = list(lead + spec.dims)
+        return array, (f"is declared with shape {full} (dims {list(spec.dims)}) but the step produced shape "
+                       f"{list(array.shape)}; fix the declared dims (-1 for a size that varies)")
+    return array, None
+
+
+def _place(path: Path, source: bytes | Path) -> None:
+    if str(path).endswith("/"):
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(source, bytes):
+        path.write_bytes(source)
+    else:
+        path.symlink_to(Path(source).resolve())
+
+
+def _config_json(config_text: str) -> dict[str, Any]:
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    message = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return data
+
+
+def _import_model(path: Path, module_name: str) -> ModuleType:
+    """Import a generated model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
+    _ensure_pb_utils()
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise RunError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ensure_pb_utils() -> None:
+    if PB_UTILS in sys.modules:
+        return
+    from conch.harness.server import pytriton_paths
+
+    server_dir, _ = pytriton_paths()
+    path = server_dir / "backends" / "python" / f"{PB_UTILS}.py"
+    spec = importlib.util.spec_from_file_location(PB_UTILS, path)
+    if spec is None or spec.loader is None:
+        raise RunError(f"cannot import {path}; reinstall nvidia-pytriton")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[PB_UTILS] = module
