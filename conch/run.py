@@ -140,7 +140,7 @@ class Executor:
         batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
         start = time.perf_counter()
         try:
-            produced = model._run(arrays, batch)  # the generated model.py's per-batch call, as execute() makes it
+            produced = model._run(arrays, batch, False)  # model.py's per-batch call; dims are checked below, our way
         except Exception as exc:
             raise RunError(f"{where} raised {type(exc).__name__}: {exc}") from exc
         millis = (time.perf_counter() - start) * 1000
@@ -300,4 +300,7 @@ def _ensure_pb_utils() -> None:
         raise RunError(f"cannot import {path}; reinstall nvidia-pytriton")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    for name in ("Tensor", "InferenceResponse", "TritonError"):  # the stub adds these from C++; `_run` needs none
+        if not hasattr(module, name):
+            setattr(module, name, None)
     sys.modules[PB_UTILS] = module
