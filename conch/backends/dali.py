@@ -233,6 +233,9 @@ class DaliStep(Step):
         if self.probe:
             self._probe()
 
+    def check_settings(self) -> dict[str, object]:
+        return {"probe": self.probe}
+
     def _probe(self) -> None:
         """Run the pipeline once on the CPU, so outputs of another dtype or dims fail the build, not the replay."""
         try:

@@ -121,8 +121,8 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
     except OSError as exc:
         step.check(release)
         raise BuildError(f"step {step.name!r}: cannot read a file it lays out: {exc}") from exc
-    material = [type(step).__module__, type(step).__qualname__, step.describe(), repr(layout.spec), str(release),
-                contents]
+    material = [type(step).__module__, type(step).__qualname__, step.describe(), step.check_settings(),
+                repr(layout.spec), str(release), contents]
     if not passed_before(material):
         step.check(release)
         remember_passed(material)

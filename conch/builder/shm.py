@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import tarfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +195,7 @@ def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
             with tarfile.open(archive) as tar:
                 member = tar.extractfile(MANIFEST_NAME)
                 manifests.append(json.load(member) if member is not None else {})
-        except (OSError, KeyError, tarfile.TarError, ValueError):
+        except (OSError, EOFError, zlib.error, KeyError, tarfile.TarError, ValueError):  # e.g. truncated
             continue
     default, growth = server_settings(manifests)
     if (default, growth) == (SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES):

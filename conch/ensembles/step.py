@@ -154,6 +154,11 @@ class Step(abc.ABC):
                 files[t.label_filename] = ("\n".join(t.labels) + "\n").encode()
         return files
 
+    def check_settings(self) -> dict[str, object]:
+        """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
+        build remembers that the checks passed (so a weaker check never vouches for a stronger one)."""
+        return {}
+
     def describe(self) -> dict[str, object]:
         """A JSON-safe summary for the manifest."""
         return {

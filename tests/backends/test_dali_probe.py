@@ -43,3 +43,14 @@ def test_a_matching_declaration_builds_and_probe_false_skips_the_run(tmp_path: P
     unchecked = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
                          [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4, probe=False)
     assert build(tmp_path / "b", unchecked, "UINT8", [-1]).is_file()
+
+
+def test_a_build_without_the_probe_does_not_vouch_for_one_with_it(tmp_path: Path) -> None:
+    """Builds remember checks that passed; a check run with probe=False must not count for probe=True."""
+    def step(probe: bool) -> DaliStep:
+        return DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
+                        [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4, probe=probe)
+
+    assert build(tmp_path / "unprobed", step(False), "UINT8", [-1]).is_file()
+    with pytest.raises(BuildError, match=r"is declared with dims \[299, 299, 3\] but the pipeline returns"):
+        build(tmp_path / "probed", step(True), "UINT8", [-1])
