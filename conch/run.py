@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from conch.builder.scratch import scratch_dir
 from conch.ensembles.dtypes import DType
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
@@ -75,7 +76,7 @@ class Executor:
         ensemble.validate()
         self.ensemble = ensemble
         self.release = Release.of(release)
-        self._workdir = Path(tempfile.mkdtemp(prefix="conch-run-"))
+        self._workdir = Path(tempfile.mkdtemp(prefix="conch-run-", dir=scratch_dir()))
         self._models: dict[str, Any] = {}
 
     def __enter__(self) -> Executor:

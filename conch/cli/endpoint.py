@@ -9,10 +9,10 @@ import logging
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from conch.builder.scratch import scratch_temp
 from conch.cli.console import say
 from conch.ensembles.target import DEFAULT_RELEASE
 
@@ -61,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          "call) or ensemble files/archives to load up front, not both")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="conch serve: %(message)s")
     logging.getLogger("conch.endpoint").setLevel(logging.INFO)  # loads and unloads, one line each
-    with tempfile.TemporaryDirectory(prefix="conch-serve-") as tmp:
+    with scratch_temp("conch-serve-") as tmp:
         source = args.mme or _source_folder(args, Path(tmp))
         mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
                        disk_budget=args.disk_budget, cache_dir=args.cache_dir, host=args.host, port=args.port,

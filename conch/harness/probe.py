@@ -4,7 +4,6 @@ MME until a threshold of a memory budget is used; how many fit, memory and load 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -13,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_requests
 from conch.sagemaker.invoke import archive_manifest
@@ -101,7 +101,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
 
     body = base64.b64decode(request.body)
     stem = archive.name.removesuffix(".tar.gz")
-    with tempfile.TemporaryDirectory(prefix="conch-probe-") as tmp, \
+    with scratch_temp("conch-probe-") as tmp, \
             LocalMME(Path(tmp), load_timeout=load_timeout) as mme, httpx.Client(timeout=load_timeout + 60) as http:
         result = ProbeResult(manifest["ensemble"], archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))

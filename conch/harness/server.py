@@ -26,6 +26,7 @@ from types import TracebackType
 
 import requests
 
+from conch.builder.scratch import scratch_dir
 from conch.cache import cache_dir
 from conch.errors import ServeError
 from conch.harness import shm_regions
@@ -121,7 +122,7 @@ class LocalTriton:
         shm_growth_byte_size: int = 1024 * 1024,
     ) -> None:
         self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="conch-triton-"))
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="conch-triton-", dir=scratch_dir()))
         self.log_verbose = log_verbose
         self.startup_timeout = startup_timeout
         self.model_namespacing = model_namespacing

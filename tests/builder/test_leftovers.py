@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,26 @@ def test_no_build_machine_path_in_an_archive_with_an_environment(tmp_path: Path,
     for host in {sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parent), str(Path.cwd()),
                  str(Path.home()), str(tmp_path)}:
         assert host.encode() not in content, host
+
+
+@pytest.mark.integration
+def test_killed_replay_leaves_no_server_and_its_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("import time; from conch.harness.server import LocalTriton\n"
+            "t = LocalTriton().start(); print(t.workdir, t.process.pid, flush=True); time.sleep(120)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    workdir, pid = child.stdout.readline().split()
+    assert Path(workdir).is_dir() and Path(workdir).is_relative_to(tmp_path / "cache" / "scratch")
+    child.kill()  # SIGKILL: no finally, no atexit
+    child.wait()
+    for _ in range(100):  # the kernel kills the server with its parent (PR_SET_PDEATHSIG)
+        if not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text():
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"tritonserver {pid} outlived the conch process that started it")
+    assert Path(workdir).is_dir()  # what a SIGKILL leaves ...
+    subprocess.run([sys.executable, "-c", "from conch.builder.scratch import scratch_dir; scratch_dir()"], env=env,
+                   check=True)
+    assert not Path(workdir).exists()  # ... the next run removes

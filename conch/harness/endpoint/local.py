@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from conch.builder.scratch import scratch_dir
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import ServeError
 from conch.harness.endpoint.app import create_app
@@ -70,7 +71,7 @@ class LocalMME:
         self.budgets = Budgets(max_loaded, memory_budget, disk_budget, load_timeout)
         self.host, self.port = host, port
         self._own_cache = cache_dir is None
-        self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-"))
+        self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-", dir=scratch_dir()))
         self.triton = LocalTriton(model_namespacing=namespacing_for(release))
         self.metrics = Metrics()
         self._server: uvicorn.Server | None = None

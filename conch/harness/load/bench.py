@@ -4,13 +4,13 @@ Locust processes, and its report written as JSON and PNG."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch.builder.scratch import scratch_temp
 from conch.harness.load.plots import plot_run
 from conch.harness.load.report import summarise, write_json
 from conch.harness.load.runner import Progress, run_load
@@ -49,7 +49,7 @@ def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any
     ``LocalMME``); yields the running LocalMME."""
     from conch.harness.endpoint import LocalMME
 
-    with tempfile.TemporaryDirectory(prefix="conch-bench-") as tmp:
+    with scratch_temp("conch-bench-") as tmp:
         for archive, name in named:
             os.symlink(archive.resolve(), Path(tmp) / name)
         with LocalMME(Path(tmp), **options) as mme:

@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import LoadSpec
 from conch.harness.server import free_port
@@ -44,7 +44,7 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
              port: int | None = None, progress: Progress | None = None) -> RunResult:
     """Run the stages against the target; ``workers`` > 0 runs a master plus that many worker processes
     here, and waits for ``remote_workers`` more started elsewhere with ``conch bench --worker``."""
-    with tempfile.TemporaryDirectory(prefix="conch-load-") as tmp:
+    with scratch_temp("conch-load-") as tmp:
         work = Path(tmp)
         (work / "spec.json").write_text(json.dumps(spec.to_json()))
         out = work / "result.json"
