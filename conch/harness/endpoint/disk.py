@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 
 from conch.builder.archive import safe_extract
+from conch.builder.check import check_folder
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource
@@ -77,3 +78,6 @@ def unpack(target_model: str, archive: Path, dest: Path) -> None:
         ) from None
     if not any(p.is_dir() for p in dest.iterdir()):
         raise ValidationError(f"TargetModel {target_model!r}: the archive holds no model folder at its root")
+    report = check_folder(dest, target_model)  # e.g. folder names that would reach the stub's shell
+    if not report.ok:
+        raise ValidationError(f"TargetModel {report.summary()}")

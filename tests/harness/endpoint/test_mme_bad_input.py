@@ -132,3 +132,16 @@ def test_a_load_that_hangs_times_out_and_the_others_keep_loading_and_answering(m
     rt = runtime(mme.url)  # a first load of another archive while the hung one still loads inside Triton
     np.testing.assert_array_equal(invoke_linear(rt, "fresh.tar.gz", X + 1), (X + 1) * 2 + 1)
     assert mme.metrics_json()["ModelLoads"]["cold"] == before + 1
+
+
+def test_an_archive_that_fails_conch_check_is_refused_before_triton_sees_it(mme: LocalMME, folder: Path) -> None:
+    """A folder name reaches a shell when Triton starts a Python stub: the local MME checks every archive."""
+    name = "evil$(touch pwned)"
+    config = f'name: "{name}"\nplatform: "ensemble"\n'.encode()
+    dir_info = tarfile.TarInfo(name)
+    dir_info.type = tarfile.DIRTYPE
+    tar_with([(dir_info, None), (tarfile.TarInfo(f"{name}/config.pbtxt"), config)], folder / "shell.tar.gz")
+    error = error_of(mme, "shell.tar.gz")
+    assert error["code"] == "ValidationError"
+    assert "TargetModel shell.tar.gz fails `conch check`" in str(error["message"]), error["message"]
+    others_keep_answering(mme)
