@@ -19,10 +19,6 @@ from conch.harness.replay import replay_archives
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 FILES = ("image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py", "bert_torchscript.py")
 
-pytest.importorskip("nvidia.dali")
-pytest.importorskip("tensorflow")
-pytest.importorskip("torch")
-pytest.importorskip("PIL")
 
 
 def example(file: str):  # type: ignore[no-untyped-def]
@@ -51,6 +47,7 @@ def test_image_classifier_production_layout() -> None:
     assert schema["outputs"] == [{"name": "OUTPUT", "datatype": "FP32", "dims": [1001], "shape": [-1, 1001]}]
 
 
+@pytest.mark.integration  # packs the bert tokenizer's environment: resolves against the package index
 def test_torchscript_examples_production_layout() -> None:
     resnet = render_repository(example("resnet_pytorch.py"), "production", "24.10")
     config = text(resnet, "resnet_pytorch__resnet/config.pbtxt")

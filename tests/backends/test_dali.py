@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dali_pipelines
 import numpy as np
+import nvidia.dali  # noqa: F401 - a missing or broken DALI fails the run, never skips it
 import pytest
 
 from conch import BuildError, DaliStep, DeclarationError, DType, Ensemble, Release, Tensor
@@ -20,7 +21,6 @@ from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.builder.build import render_repository
 
-dali = pytest.importorskip("nvidia.dali")
 FIXTURES = Path(dali_pipelines.__file__).parent
 
 
@@ -115,7 +115,6 @@ def jpeg(height: int, width: int, seed: int) -> bytes:
 
 
 def test_standin_runner_decodes_a_zero_padded_batch(tmp_path: Path) -> None:
-    pytest.importorskip("PIL")
     standin = decode().standin()
     for name, source in standin.files.items():
         (tmp_path / name).write_bytes(source if isinstance(source, bytes) else source.read_bytes())

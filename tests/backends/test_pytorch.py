@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import torch_modules
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TorchScriptStep
@@ -17,7 +18,6 @@ from conch.backends.pytorch import bind_inputs, bind_outputs, named_index, torch
 from conch.builder.build import build_ensemble, render_repository
 from conch.harness.replay import replay_archives
 
-torch = pytest.importorskip("torch")
 RELEASE = Release.of("24.10")
 
 

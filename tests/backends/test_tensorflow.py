@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 import tf_graphs
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TensorFlowStep
 from conch.builder.build import build_ensemble, render_repository
-
-tf = pytest.importorskip("tensorflow")
 
 
 def affine_ensemble(step: TensorFlowStep) -> Ensemble:

@@ -12,9 +12,9 @@ import env_steps
 import numpy as np
 import pytest
 
-from conch import Ensemble, PackError, PythonEnv, PythonStep, Tensor
+from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.build import build_ensemble, render_repository
-from conch.builder.envs import local_python
+from conch.builder.envs import local_home, local_python
 from conch.builder.pack import pack, resolve
 from conch.harness.mme import MultiModelClient
 from conch.harness.replay import stage
@@ -151,3 +151,48 @@ def test_conda_env_of_another_python_is_refused_before_packing(tmp_path: Path) -
 def test_not_a_conda_env(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="is not a conda environment"):
         pack(PythonEnv(conda_prefix=tmp_path), "3.10")
+
+
+def _tar_gz(path: Path, members: dict[str, bytes]) -> Path:
+    import io
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_adopted_archive_needs_the_env_root_at_its_root(tmp_path: Path) -> None:
+    wrapped = _tar_gz(tmp_path / "wrapped.tar.gz", {"env/bin/activate": b"", "env/lib/python3.10/site-packages/x": b""})
+    with pytest.raises(PackError, match=r"wrapped.tar.gz: no bin/activate at the environment root; Triton needs the "
+                                        r"environment's bin/ and lib/ at the archive root"):
+        pack(PythonEnv(archive=wrapped), "3.10")
+
+
+def test_an_adopted_archive_of_another_python_is_refused(tmp_path: Path) -> None:
+    old = _tar_gz(tmp_path / "old.tar.gz", {"bin/activate": b"", "lib/python3.8/site-packages/x": b""})
+    with pytest.raises(PackError, match=r"old.tar.gz holds Python 3.8, but the target's stub runs Python 3.10"):
+        pack(PythonEnv(archive=old), "3.10")
+    with pytest.raises(PackError, match=r"packed environment .*absent.tar.gz does not exist"):
+        pack(PythonEnv(archive=tmp_path / "absent.tar.gz"), "3.10")
+
+
+@pytest.mark.parametrize("as_folder", [False, True], ids=["tar.gz", "folder"])
+def test_an_adopted_archive_loads_and_answers(as_folder: bool, tmp_path: Path, triton: LocalTriton) -> None:
+    packed = pack(TABULATE, local_python(), home=local_home())  # packed "elsewhere": handed over as a file or folder
+    env = PythonEnv(archive=packed.folder if as_folder else packed.archive)
+    archive = build_ensemble(where_ensemble(f"adopted_{int(as_folder)}", env), tmp_path, "local")
+    tabulate_file, prefix, _ = load_and_ask(triton, archive)
+    assert tabulate_file.startswith(prefix) and "python_env_" in prefix
+    assert f"lib/python{local_python()}/site-packages/tabulate" in tabulate_file
+
+
+def test_an_unpacked_environment_needs_release_23_07() -> None:
+    env = PythonEnv(requirements=("tabulate==0.9.0",), unpacked=True)
+    with pytest.raises(BuildError, match=r"model 'early__where0': an unpacked environment needs release 23.07 or "
+                                         r"later \(target is 23.05\); use unpacked=False"):
+        render_repository(where_ensemble("early", env), "production", "23.05")
+    repo = render_repository(where_ensemble("early", env), "production", "23.07")
+    assert any(n.startswith("conch-envs/env-") and not n.endswith(".tar.gz") for n in repo.files)
