@@ -51,12 +51,12 @@ def test_invoke_sends_the_target_model_and_the_kserve_body(moto: Moto) -> None:
     assert json.loads(received["Body"]) == {
         "inputs": [{"name": "X", "shape": [2, 4], "datatype": "FP32", "data": X.ravel().tolist()}]
     }
-    assert answer == b"body"  # moto's canned answer, whatever was sent
+    assert isinstance(answer, bytes)  # what comes back is moto's, not Triton's: the request is what is proven
 
 
 def test_an_answer_that_is_not_a_triton_response_is_reported(moto: Moto, tmp_path: Path) -> None:
     with pytest.raises(DeployError, match=r"'linear_a.tar.gz' on endpoint 'text-mme': the answer is not a KServe v2 "
-                       r"JSON inference response .*'body'"):
+                       r"JSON inference response"):
         invoke(moto.aws, "text-mme", "linear_a.tar.gz", {"X": X})
     archive = build_ensemble(linear_ensemble("linear_a"), tmp_path, "production")
     report = replay_endpoint(moto.aws, "text-mme", archive, bodies=("json",))
