@@ -160,3 +160,24 @@ def test_non_utf8_bytes_fail_only_the_json_endpoint(tmp_path: Path, triton: Loca
     assert verdicts["kserve"].passed and verdicts["sagemaker-binary"].passed, report.table()
     assert not verdicts["sagemaker-json"].passed
     assert "input 'TEXT' holds non-UTF-8 bytes, which a JSON body cannot carry" in verdicts["sagemaker-json"].detail
+
+
+def test_an_unknown_endpoint_is_refused_before_a_server_starts() -> None:
+    from conch import ConchError
+
+    with pytest.raises(ConchError, match=r"unknown endpoint 'grpc': use kserve, sagemaker-json, sagemaker-binary"):
+        replay_archives([], endpoints=["grpc"])
+
+
+def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton: LocalTriton) -> None:
+    import tarfile
+
+    archive = build_ensemble(linear_ensemble("no_manifest"), tmp_path / "dist", "local")
+    bare = tmp_path / "no_manifest.tar.gz"
+    with tarfile.open(archive) as src, tarfile.open(bare, "w:gz") as dst:
+        for member in src.getmembers():
+            if member.name.lstrip("./") != "conch-manifest.json":
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    (row,) = replay_archives([bare], server=triton).rows
+    assert not row.passed and row.endpoint == "load"
+    assert "no_manifest.tar.gz has no conch-manifest.json; build it with `conch build`" in row.detail

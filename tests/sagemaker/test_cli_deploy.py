@@ -174,3 +174,35 @@ def test_two_archives_with_one_target_model_are_refused(moto: Moto, bucket: str,
     assert "two archives are named linear_a.tar.gz; under one prefix the file name is the TargetModel" in \
         capsys.readouterr().err
     assert not moto.called("PutObject") and not moto.called("CreateModel")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_aws_errors_without_region_credentials_or_connection(
+    moto: Moto, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    undeploy = ["undeploy", "--endpoint", "text-mme", "--endpoint-url", moto.url]
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name)
+    assert main(undeploy) == 2
+    assert capsys.readouterr().err == ("conch: error: no AWS region: pass --region (e.g. us-east-1) or set "
+                                       "AWS_REGION / a profile's region\n")
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    assert main([*undeploy, "--region", "us-east-1"]) == 2
+    assert capsys.readouterr().err.startswith("conch: error: describing endpoint 'text-mme': no AWS credentials "
+                                              "found; configure them")
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    assert main(["undeploy", "--endpoint", "text-mme", "--region", "us-east-1", "--endpoint-url", closed]) == 2
+    assert capsys.readouterr().err.startswith(f"conch: error: describing endpoint 'text-mme': Could not connect to "
+                                              f'the endpoint URL: "{closed}/"')

@@ -144,3 +144,13 @@ def test_a_real_triton_answer_relayed_by_the_server_replays_green(
     report = replay_endpoint(moto.aws, "text-mme", archive, bodies=("json",))
     assert report.passed, report.table()
     assert moto.called("InvokeEndpoint")[0]["TargetModel"] == "sm_relay.tar.gz"
+
+
+def test_unknown_body_kinds_and_files_that_are_not_archives_are_refused(tmp_path: Path) -> None:
+    from conch.sagemaker.invoke import archive_manifest
+
+    with pytest.raises(DeployError, match=r"body 'xml': use json or binary"):
+        request_body({"X": X}, "xml")
+    (tmp_path / "notes.tar.gz").write_bytes(b"plain text, not gzip")
+    with pytest.raises(DeployError, match=r"notes.tar.gz: not an archive with a conch-manifest.json; build it with"):
+        archive_manifest(tmp_path / "notes.tar.gz")
