@@ -92,3 +92,16 @@ def test_the_four_examples_replay_green(tmp_path: Path, triton) -> None:  # type
     report = replay_archives(archives, server=triton)
     assert report.passed, report.table()
     assert {r.ensemble for r in report.rows} == {f.replace(".py", ".tar.gz") for f in FILES}
+
+
+def test_torch_tf_and_dali_archives_are_byte_identical_across_processes_and_caches(tmp_path: Path) -> None:
+    """A `conch build` process with an empty cache exports the TorchScript and GraphDef models and
+    serializes the DALI pipeline itself: its production archives are the bytes this process builds."""
+    files = ("resnet_pytorch.py", "image_classifier.py")
+    here = [build_ensemble(example(f), tmp_path / "here", "production", "24.10") for f in files]
+    env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cold-cache")}
+    result = subprocess.run([sys.executable, "-m", "conch.cli", "build", *(str(EXAMPLES / f) for f in files),
+                             "--out", str(tmp_path / "there")], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr
+    for archive in here:
+        assert archive.read_bytes() == (tmp_path / "there" / archive.name).read_bytes(), archive.name

@@ -3,6 +3,7 @@ tritonserver: the step imports a package the server's own Python does not have."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -196,3 +197,42 @@ def test_an_unpacked_environment_needs_release_23_07() -> None:
         render_repository(where_ensemble("early", env), "production", "23.05")
     repo = render_repository(where_ensemble("early", env), "production", "23.07")
     assert any(n.startswith("conch-envs/env-") and not n.endswith(".tar.gz") for n in repo.files)
+
+
+ENVS_FILE = """
+from pathlib import Path
+
+import env_steps
+
+from conch import Ensemble, PythonEnv, PythonStep, Tensor
+
+
+def where(name, env):
+    ens = Ensemble(name, max_batch_size=4)
+    step = PythonStep("where0", env_steps.where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])],
+                      max_batch_size=4, env=env)
+    ens.output("WHERE0", step(ens.input("X", "FP32", [1])))
+    return ens
+
+
+conda_where = where("conda_where", PythonEnv(conda_prefix=Path({prefix!r})))
+pip_where = where("pip_where", PythonEnv(requirements=("tabulate==0.9.0",)))
+"""
+
+
+@pytest.mark.slow  # ~2 min: two cold packs of each environment
+def test_packed_environments_are_byte_identical_across_processes_with_cold_caches(tmp_path: Path) -> None:
+    """conda-pack's output and a conda-free environment, each packed by its own `conch build` process from
+    an empty cache: the archives (and the environments inside) are the same bytes."""
+    prefix = make_conda_prefix(tmp_path / "condaenv", "3.10")
+    (tmp_path / "envs.py").write_text(ENVS_FILE.format(prefix=str(prefix)))
+    fixtures = Path(env_steps.__file__).parent
+    for run in ("a", "b"):
+        env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / f"cache-{run}"),
+               "PYTHONPATH": os.pathsep.join([str(fixtures), os.environ.get("PYTHONPATH", "")])}
+        result = subprocess.run([sys.executable, "-m", "conch.cli", "build", str(tmp_path / "envs.py"), "--out",
+                                 str(tmp_path / run)], capture_output=True, text=True, timeout=600, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "packing conda environment" in result.stderr and "resolving" in result.stderr  # cold, both
+    for name in ("conda_where.tar.gz", "pip_where.tar.gz"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
