@@ -94,4 +94,4 @@ def test_local_standin_answers_in_tritonserver(case: BackendCase, tmp_path: Path
     archive = build_ensemble(ens, tmp_path, Target.LOCAL, "24.10")
     report = replay_archives([archive], server=triton, endpoints=["kserve", "sagemaker-binary"])
     assert report.passed, report.table()
-    assert np.isfinite([r.millis for r in report.rows]).all()
+    assert {r.endpoint for r in report.rows} == {"load", "kserve", "sagemaker-binary"}  # each one answered

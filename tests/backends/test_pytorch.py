@@ -75,7 +75,8 @@ def test_probe_reports_a_missing_output_element() -> None:
 def test_probe_false_skips_the_run_on_zeros() -> None:
     step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "INT64", [4])],
                            [Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=4, probe=False)
-    step.check(RELEASE)  # names still bind; dtypes are not checked without the probe
+    step.check(RELEASE)  # dtypes are not checked without the probe (INT64 into a Linear layer would fail) ...
+    assert step.binding().inputs == ("x",)  # ... but names still bind
 
 
 def test_eager_modules_and_bytes_tensors_are_refused() -> None:
@@ -132,3 +133,36 @@ def test_argument_names_reach_the_right_forward_positions_in_tritonserver(tmp_pa
     archive = build_ensemble(ens, tmp_path, "local", RELEASE)
     report = replay_archives([archive], server=triton, endpoints=["kserve"])
     assert report.passed, report.table()
+
+
+def test_production_wiring_means_what_torch_computes_for_each_forward_argument() -> None:
+    """Without conch's stand-in: Triton's libtorch backend binds a model input to the forward() argument
+    of the same name and OUTPUT__n to element n of the result. Read the production configs, take forward()'s
+    arguments from torch's own schema, run the module with torch directly, and check that every ensemble
+    tensor is wired to what it means."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    ens = Ensemble("torch_prod", max_batch_size=4)
+    a, b = ens.input("A", "FP32", [3]), ens.input("B", "FP32", [3])
+    diff, total = difference_step(["b", "a"])(b=b, a=a)  # declared in the other order than forward(a, b)
+    ens.output("DIFF", diff)
+    ens.output("TOTAL", total)
+    repo = render_repository(ens, "production", RELEASE)
+
+    def config(name: str) -> model_config_pb2.ModelConfig:
+        return text_format.Parse(repo.files[f"{name}/config.pbtxt"].decode(), model_config_pb2.ModelConfig())  # type: ignore[union-attr]
+
+    module = torch.jit.load(io.BytesIO(repo.files["torch_prod__difference/1/model.pt"]))  # type: ignore[arg-type]
+    arguments = [arg.name for arg in module.forward.schema.arguments][1:]  # torch's view; drop self
+    step = config("torch_prod__difference")
+    assert step.platform == "pytorch_libtorch"
+    assert sorted(i.name for i in step.input) == sorted(arguments)  # every input names a forward() argument
+    (call,) = config("torch_prod").ensemble_scheduling.step
+    feeds = {model_input: ensemble_tensor for model_input, ensemble_tensor in call.input_map.items()}
+    fetches = {ensemble_tensor: model_output for model_output, ensemble_tensor in call.output_map.items()}
+    values = {"A": torch.tensor([[5.0, 6, 7]]), "B": torch.tensor([[1.0, 2, 3]])}
+    result = module(**{arg: values[feeds[arg]] for arg in arguments})
+    by_output = {f"OUTPUT__{i}": r for i, r in enumerate(result)}
+    assert torch.equal(by_output[fetches["DIFF"]], values["A"] - values["B"])
+    assert torch.equal(by_output[fetches["TOTAL"]], values["A"] + values["B"])

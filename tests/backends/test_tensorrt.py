@@ -62,7 +62,9 @@ def test_compiling_without_a_gpu_fails_saying_how_to_proceed(tmp_path: Path, no_
     assert "Build on a GPU host" in message and "nvcr.io/nvidia/tritonserver:24.10-py3" in message
     assert "pass plan= with a model.plan prebuilt there" in message
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
-    build_ensemble(one_step(step), tmp_path / "local", "local", "24.10")  # the ONNX stand-in needs no GPU
+    local = render_repository(one_step(step), "local", "24.10")  # the ONNX stand-in needs no GPU
+    assert "trt__resnet/1/files/model.onnx" in local.files and "trt__resnet/1/model.plan" not in local.files
+    assert 'backend: "python"' in local.files["trt__resnet/config.pbtxt"].decode()  # type: ignore[union-attr]
 
 
 def test_a_plan_without_onnx_source_has_no_cpu_standin(tmp_path: Path) -> None:
