@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from cases import CASES, BackendCase
 from google.protobuf import text_format
