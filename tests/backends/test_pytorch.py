@@ -7,6 +7,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -166,3 +167,44 @@ def test_production_wiring_means_what_torch_computes_for_each_forward_argument()
     by_output = {f"OUTPUT__{i}": r for i, r in enumerate(result)}
     assert torch.equal(by_output[fetches["DIFF"]], values["A"] - values["B"])
     assert torch.equal(by_output[fetches["TOTAL"]], values["A"] + values["B"])
+
+
+class _Counted(torch.nn.Module):
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n
+
+
+class _Named(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": x}
+
+
+class _Total(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum()
+
+
+def _one_input(module: Any, outputs: list[Tensor] | None = None) -> TorchScriptStep:
+    return TorchScriptStep("m", module, [Tensor("x", "FP32", [4])], outputs or [Tensor("OUTPUT__0", "FP32", [4])],
+                           max_batch_size=4)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: _one_input(torch.jit.script(_Counted())), r"forward\(\) in model.pt takes n: int; conch binds tensor "
+                                                       r"arguments only"),
+    (lambda: _one_input(b"not torchscript"), r"model.pt is not a TorchScript file torch can load: RuntimeError"),
+    (lambda: _one_input(torch.jit.script(_Named())), r"forward\(\) returned dict; the libtorch backend needs a "
+                                                     r"tensor or a tuple of tensors"),
+    (lambda: _one_input(torch.jit.script(_Total())), r"output 'OUTPUT__0' has shape \[\] for a batch of \d+; with "
+                                                     r"max_batch_size > 0 outputs keep the batch dimension first"),
+    (lambda: _one_input(torch_modules.affine(), [Tensor("OUTPUT__0", "FP32", [5])]),
+     r"output 'OUTPUT__0' is declared with dims \[5\] but model.pt returns \[4\]"),
+], ids=["int-argument", "not-torchscript", "dict-result", "no-batch-axis", "wrong-dims"])
+def test_modules_the_libtorch_backend_cannot_serve_as_declared_are_refused(make: Any, message: str) -> None:
+    with pytest.raises(BuildError, match=rf"pytorch step 'm': {message}"):
+        make().check(RELEASE)
+
+
+def test_two_inputs_naming_one_forward_position_are_refused() -> None:
+    with pytest.raises(BuildError, match=r"inputs 'INPUT__0' and 'INPUT__00' both name forward\(\) argument 0"):
+        bind_inputs("s", ["INPUT__0", "INPUT__00"], ["a", "b"])

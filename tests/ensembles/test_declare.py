@@ -445,3 +445,26 @@ def test_a_requirements_file_including_itself_is_refused(tmp_path: Path) -> None
     (tmp_path / "requirements.txt").write_text("tabulate\n-r requirements.txt\n")
     with pytest.raises(DeclarationError, match=r"requirements file .*requirements.txt includes itself"):
         PythonEnv.from_requirements_file(tmp_path / "requirements.txt")
+
+
+def _function_in(path: Path, source: str) -> object:
+    """``f`` as defined by the file ``path`` (whose whole text is ``source``), without running its imports."""
+    path.write_text(source)
+    namespace: dict[str, object] = {"__name__": path.stem}
+    exec(compile("def f(x):\n    return {'y': x}\n", str(path), "exec"), namespace)
+    return namespace["f"]
+
+
+@pytest.mark.parametrize(("file", "source", "message"), [
+    ("model.py", "def f(x):\n    return {'y': x}\n", r"its code lives in model.py, a name the Python backend reserves"),
+    ("rel_steps.py", "from . import helpers\n\n\ndef f(x):\n    return {'y': x}\n",
+     r"rel_steps.py uses a relative import; step modules are copied alone into the model folder"),
+])
+def test_step_modules_triton_cannot_import_are_refused(tmp_path: Path, file: str, source: str, message: str) -> None:
+    with pytest.raises(DeclarationError, match=rf"python step 's': {message}"):
+        step(code=_function_in(tmp_path / file, source))
+
+
+def test_code_without_a_source_file_is_refused() -> None:
+    with pytest.raises(DeclarationError, match=r"python step 's': cannot find the source file of len"):
+        step(code=len)
