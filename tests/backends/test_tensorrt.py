@@ -253,3 +253,10 @@ def test_a_prebuilt_plan_is_checked_against_the_declaration(tmp_path: Path, monk
                         outputs=[Tensor("logits", "FP32", [4])], max_batch_size=8)
     repo = render_repository(one_step(bf16), "production", "24.10")  # BF16 has no numpy (nor Triton) type: unchecked
     assert repo.manifest["steps"][0]["tensorrt"]["inspected"] is True
+
+
+def test_onnx_source_must_be_a_file(tmp_path: Path) -> None:
+    step = TensorRTStep("resnet", onnx=lambda: onnx_models.affine(tmp_path / "a.onnx").read_bytes(),
+                        inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
+    with pytest.raises(BuildError, match=r"tensorrt step 'resnet': pass onnx= as a file path, not bytes"):
+        render_repository(one_step(step), "local", "24.10")

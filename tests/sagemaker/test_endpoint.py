@@ -230,3 +230,11 @@ def test_no_wait_returns_before_the_endpoint_is_in_service_and_removes_nothing(m
     assert updated.action == "updated" and updated.status == "Updating" and updated.removed == []
     configs = moto.client("sagemaker").list_endpoint_configs()["EndpointConfigs"]
     assert first.config_name in [c["EndpointConfigName"] for c in configs]  # cleanup waits for the new config
+
+
+def test_waiting_on_an_endpoint_that_is_gone_or_out_of_service(moto: Moto) -> None:
+    with pytest.raises(DeployError, match=r"endpoint 'gone' disappeared while waiting for it \(deleted elsewhere\?\)"):
+        wait_in_service(moto.aws.client("sagemaker"), "gone", poll=0)
+    out = {"EndpointStatus": "OutOfService", "EndpointConfigName": "c1"}
+    with pytest.raises(DeployError, match=r"endpoint 'e' is OutOfService, not coming into service \(container logs"):
+        wait_in_service(ScriptedSageMaker(out), "e", poll=0)
