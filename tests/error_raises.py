@@ -29,7 +29,22 @@ DECLARATION_API = "conch/ensembles/"
 SIMPLE_STATEMENTS = (ast.Raise, ast.Return, ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
 
 # Raises no test here can trigger, by file and the start of their message, with the reason.
-WHY_NOT: dict[tuple[str, str], str] = {}
+_INSTALLED = "the test environment installs every extra ('.[dev]'), and a missing one must fail the run"
+WHY_NOT: dict[tuple[str, str], str] = {
+    ("conch/harness/server.py", "the nvidia-pytriton wheel is not installed"):
+        "nvidia-pytriton is a core dependency: every test environment has it",
+    ("conch/harness/server.py", "no tritonserver binary in"): "needs a damaged nvidia-pytriton installation",
+    ("conch/backends/dali.py", "dali step {step}: serializing or running a DALI pipeline needs DALI"): _INSTALLED,
+    ("conch/backends/pytorch.py", "pytorch step {self.name}: reading {FILENAME} needs torch"): _INSTALLED,
+    ("conch/backends/tensorflow.py", "tensorflow step {step}: reading a GraphDef needs TensorFlow"): _INSTALLED,
+    ("conch/builder/pack.py", "packing a conda environment needs conda-pack"): _INSTALLED,
+    ("conch/sagemaker/aws.py", "{doing}: no AWS region; pass --region"):
+        "botocore's NoRegionError cannot happen: every client is made with AwsTarget's region",
+    ("conch/builder/build.py", "step {step.name} laid out model"):
+        "an internal invariant against a backend bug; no backend lays out another model's name",
+    ("conch/builder/discover.py", "{path}: cannot be imported"):
+        "importlib finds a loader for every .py path discover passes on",
+}
 
 
 @dataclass(frozen=True)
