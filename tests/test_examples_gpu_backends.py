@@ -104,4 +104,15 @@ def test_torch_tf_and_dali_archives_are_byte_identical_across_processes_and_cach
                              "--out", str(tmp_path / "there")], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr
     for archive in here:
+        assert members(archive) == members(tmp_path / "there" / archive.name), archive.name
         assert archive.read_bytes() == (tmp_path / "there" / archive.name).read_bytes(), archive.name
+
+
+def members(archive: Path) -> dict[str, str]:
+    """sha256 of every member of an archive, so a difference names the file that differs."""
+    import hashlib
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        return {m.name: hashlib.sha256(tar.extractfile(m).read()).hexdigest()  # type: ignore[union-attr]
+                for m in tar.getmembers() if m.isfile()}
