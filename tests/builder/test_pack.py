@@ -15,8 +15,8 @@ import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.build import build_ensemble, render_repository
-from conch.builder.envs import local_home, local_python
-from conch.builder.pack import pack, resolve
+from conch.builder.envs import local_python
+from conch.builder.pack import LOCAL_HOME, pack, resolve
 from conch.harness.mme import MultiModelClient
 from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
@@ -184,7 +184,7 @@ def test_an_adopted_archive_of_another_python_is_refused(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("as_folder", [False, True], ids=["tar.gz", "folder"])
 def test_an_adopted_archive_loads_and_answers(as_folder: bool, tmp_path: Path, triton: LocalTriton) -> None:
-    packed = pack(TABULATE, local_python(), home=local_home())  # packed "elsewhere": handed over as a file or folder
+    packed = pack(TABULATE, local_python(), home=LOCAL_HOME)  # packed "elsewhere": handed over as a file or folder
     env = PythonEnv(archive=packed.folder if as_folder else packed.archive)
     archive = build_ensemble(where_ensemble(f"adopted_{int(as_folder)}", env), tmp_path, "local")
     tabulate_file, prefix, _ = load_and_ask(triton, archive)
