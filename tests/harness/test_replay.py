@@ -179,5 +179,6 @@ def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton
             if member.name.lstrip("./") != "conch-manifest.json":
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
     (row,) = replay_archives([bare], server=triton).rows
-    assert not row.passed and row.endpoint == "load"
-    assert "no_manifest.tar.gz has no conch-manifest.json; build it with `conch build`" in row.detail
+    assert not row.passed and row.endpoint == "check"
+    assert "no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; build it with `conch build`" \
+        in row.detail
