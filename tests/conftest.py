@@ -1,21 +1,46 @@
-"""Shared fixtures: small declared ensembles, one real tritonserver and one moto server per test session."""
+"""Shared fixtures: small declared ensembles, one real tritonserver and one moto server per test session.
+
+The session uses a cache folder of its own (``$CONCH_CACHE_DIR``), set here before anything imports
+conch's cache and inherited by the CLI subprocesses; it is never the user's ``~/.cache/conch``. Set
+``CONCH_TEST_CACHE_DIR`` to keep one folder warm across sessions (exported models, packed envs)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+_SESSION_CACHE = "_CONCH_TEST_SESSION_CACHE"  # set once per session: this file is executed twice (see sagemaker/)
+if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != os.environ.get("CONCH_CACHE_DIR"):
+    _kept = os.environ.get("CONCH_TEST_CACHE_DIR")
+    os.environ["CONCH_CACHE_DIR"] = _kept or tempfile.mkdtemp(prefix="conch-test-cache-")
+    os.environ[_SESSION_CACHE] = os.environ["CONCH_CACHE_DIR"]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 if str(FIXTURES) not in sys.path:
     sys.path.insert(0, str(FIXTURES))
 
 import basic_steps  # noqa: E402
+import error_raises  # noqa: E402
 
 from conch import Ensemble, PythonStep, Tensor  # noqa: E402
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not os.environ.get("CONCH_TEST_CACHE_DIR"):
+        shutil.rmtree(os.environ[_SESSION_CACHE], ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """After coverage's report: every user-facing error raise in conch/ and whether a test triggered it."""
+    error_raises.terminal_summary(terminalreporter, config)
 
 
 def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:

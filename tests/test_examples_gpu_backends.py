@@ -19,10 +19,6 @@ from conch.harness.replay import replay_archives
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 FILES = ("image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py", "bert_torchscript.py")
 
-pytest.importorskip("nvidia.dali")
-pytest.importorskip("tensorflow")
-pytest.importorskip("torch")
-pytest.importorskip("PIL")
 
 
 def example(file: str):  # type: ignore[no-untyped-def]
@@ -51,6 +47,7 @@ def test_image_classifier_production_layout() -> None:
     assert schema["outputs"] == [{"name": "OUTPUT", "datatype": "FP32", "dims": [1001], "shape": [-1, 1001]}]
 
 
+@pytest.mark.integration  # packs the bert tokenizer's environment: resolves against the package index
 def test_torchscript_examples_production_layout() -> None:
     resnet = render_repository(example("resnet_pytorch.py"), "production", "24.10")
     config = text(resnet, "resnet_pytorch__resnet/config.pbtxt")
@@ -95,3 +92,41 @@ def test_the_four_examples_replay_green(tmp_path: Path, triton) -> None:  # type
     report = replay_archives(archives, server=triton)
     assert report.passed, report.table()
     assert {r.ensemble for r in report.rows} == {f.replace(".py", ".tar.gz") for f in FILES}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "found by this test: TorchScript names a traced module's types after what the process traced before "
+    "(Linear -> ___torch_mangle_N.Linear once another Linear was traced), so model.pt exported by a process "
+    "that traced other modules first (a test session; `conch build` of bert_torchscript before resnet_pytorch) "
+    "differs from a fresh process's; conch.backends.pytorch.torchscript_bytes does not normalise the mangling"))
+def test_torch_tf_and_dali_archives_are_byte_identical_across_processes_and_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `conch build` process with an empty cache exports the GraphDef and TorchScript models and
+    serializes the DALI pipeline itself: its production archives must be the bytes this process builds
+    from an empty cache of its own, after it has traced another module (as a build of several ensembles,
+    or a notebook, does)."""
+    import torch
+    import torch_modules
+
+    torch.jit.trace(torch_modules.affine(), torch.zeros(2, 4))  # any module with a Linear layer
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cold-cache-here"))
+    files = ("image_classifier.py", "resnet_pytorch.py")  # the TF/DALI archive is compared first
+    here = [build_ensemble(example(f), tmp_path / "here", "production", "24.10") for f in files]
+    env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cold-cache-there")}
+    result = subprocess.run([sys.executable, "-m", "conch.cli", "build", *(str(EXAMPLES / f) for f in files),
+                             "--out", str(tmp_path / "there")], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr
+    for archive in here:
+        assert members(archive) == members(tmp_path / "there" / archive.name), archive.name
+        assert archive.read_bytes() == (tmp_path / "there" / archive.name).read_bytes(), archive.name
+
+
+def members(archive: Path) -> dict[str, str]:
+    """sha256 of every member of an archive, so a difference names the file that differs."""
+    import hashlib
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        return {m.name: hashlib.sha256(tar.extractfile(m).read()).hexdigest()  # type: ignore[union-attr]
+                for m in tar.getmembers() if m.isfile()}

@@ -54,33 +54,73 @@ class EngineTensor:
     max_batch: int | None
 
 
-def inspect_plan(plan: bytes) -> list[EngineTensor] | None:
-    """The I/O of a plan, or None where it cannot be read: without tensorrt or a GPU (as on the build
-    machines conch is tested on) an engine cannot be deserialized, so a prebuilt plan's names, dtypes
-    and batch size are then taken from the declaration unchecked."""
-    trt, _ = _tensorrt()
+def tensorrt_major(release: Release) -> int:
+    """The TensorRT major version in a release's container: 8.5/8.6 up to 24.04, 10.x from 24.05. A plan
+    runs only on the TensorRT that built it."""
+    return 8 if release < Release(24, 5) else 10
+
+
+def check_version(version: str, step: str, release: Release) -> int:
+    """The major version of this host's TensorRT, if it is the one the release's Triton runs."""
+    major = int(version.split(".")[0])
+    if major != tensorrt_major(release):
+        raise BuildError(
+            f"tensorrt step {step!r}: this host has TensorRT {version}, but Triton {release} runs TensorRT "
+            f"{tensorrt_major(release)}.x, which cannot load a plan built by another version. Compile in "
+            f"nvcr.io/nvidia/tritonserver:{release}-py3, or build for a release whose TensorRT is {major}.x"
+        )
+    return major
+
+
+def _collecting_logger(trt: Any) -> Any:
+    """A TensorRT logger that keeps warnings and errors, so a failure can say what TensorRT said."""
+
+    class Collecting(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.messages: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if int(severity) <= int(trt.ILogger.Severity.WARNING):
+                self.messages.append(str(msg))
+
+    return Collecting()
+
+
+def _said(logger: Any) -> str:
+    messages = getattr(logger, "messages", [])
+    return f": {'; '.join(messages)}" if messages else ""
+
+
+def inspect_plan(plan: bytes) -> tuple[list[EngineTensor] | None, str]:
+    """The I/O of a plan, or None and why it cannot be read: without tensorrt or a GPU (as on the build
+    machines conch is tested on) an engine cannot be deserialized, nor one built by another TensorRT
+    version or for another GPU; a prebuilt plan's names, dtypes and batch size are then taken from the
+    declaration unchecked."""
+    trt, reason = _tensorrt()
     if trt is None:
-        return None
+        return None, f"TensorRT cannot run here ({reason})"
+    logger = _collecting_logger(trt)
     try:
-        engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(plan)
-    except Exception:
-        return None
+        engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+    except Exception as exc:  # no CUDA device or driver
+        return None, f"TensorRT {trt.__version__} cannot run here ({type(exc).__name__}: {exc})"
     if engine is None:
-        return None
+        return None, f"TensorRT {trt.__version__} here cannot read it{_said(logger)}"
     found = []
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)
         is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
         try:
             dtype: DType | None = DType.of(trt.nptype(engine.get_tensor_dtype(name)))
-        except (ConchError, TypeError):
+        except (ConchError, TypeError):  # BF16, FP8: no numpy type, so Triton has no TYPE_ for them either
             dtype = None
         shape = tuple(int(d) for d in engine.get_tensor_shape(name))
         max_batch = None
         if is_input and shape and shape[0] == -1:
             max_batch = int(engine.get_tensor_profile_shape(name, 0)[2][0])
         found.append(EngineTensor(name, is_input, dtype, shape, max_batch))
-    return found
+    return found, ""
 
 
 def profile_shapes(
@@ -122,7 +162,7 @@ def compile_plan(
     builder = logger = None
     if trt is not None:
         try:
-            logger = trt.Logger(trt.Logger.WARNING)
+            logger = _collecting_logger(trt)
             builder = trt.Builder(logger)
         except Exception as exc:  # no CUDA device or driver
             reason = f"TensorRT cannot start a builder: {type(exc).__name__}: {exc}"
@@ -136,8 +176,9 @@ def compile_plan(
             "The local target needs no plan: it runs the ONNX source under ONNX Runtime"
         )
     version = str(trt.__version__)
-    # TensorRT 10 networks are always explicit-batch; 8.x needs the flag.
-    flags = 0 if int(version.split(".")[0]) >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    major = check_version(version, step, release)
+    # TensorRT 10 networks are always explicit-batch (the flag is deprecated and ignored); 8.x needs it.
+    flags = 0 if major >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx):
@@ -156,7 +197,9 @@ def compile_plan(
     config.add_optimization_profile(profile)
     plan = builder.build_serialized_network(network, config)
     if plan is None:
-        raise BuildError(f"tensorrt step {step!r}: TensorRT {version} could not build an engine from model.onnx")
+        raise BuildError(
+            f"tensorrt step {step!r}: TensorRT {version} could not build an engine from model.onnx{_said(logger)}"
+        )
     return bytes(plan), version
 
 
@@ -246,14 +289,14 @@ class TensorRTStep(Step):
             plan_file, version = self._compiled(release)
             plan = plan_file.read_bytes()
             self._built = {"plan": "compiled from onnx", "tensorrt_version": version}
-        engine = inspect_plan(plan)
+        engine, why = inspect_plan(plan)
         if engine is None:
             notes.append(
-                f"{model_name}: {FILENAME} was not inspected (TensorRT cannot run here); its tensor names, "
+                f"{model_name}: {FILENAME} was not inspected ({why}); its tensor names, "
                 "dtypes and max batch size are taken from the declaration"
             )
         else:
-            self._check_engine(engine)
+            self._check_engine(engine, release)
         self._built["inspected"] = engine is not None
         return StepLayout(spec, {f"1/{FILENAME}": plan_file, **self.label_files()}, tuple(notes))
 
@@ -265,6 +308,8 @@ class TensorRTStep(Step):
         onnx = self.onnx.data()
         shapes = profile_shapes(self.name, self.inputs, self.max_batch_size, self.max_dims)
         trt, _ = _tensorrt()
+        if trt is not None:  # a cached plan of another TensorRT is as wrong as a fresh one
+            check_version(str(trt.__version__), self.name, release)
         options = json.dumps({"shapes": shapes, "fp16": self.fp16, "trt": getattr(trt, "__version__", None)},
                              sort_keys=True)
         key = hashlib.sha256(onnx + options.encode()).hexdigest()[:24]
@@ -278,7 +323,7 @@ class TensorRTStep(Step):
         path = cached_file("tensorrt-plans", key, FILENAME, produce)
         return path, versions[0] if versions else str(getattr(trt, "__version__", "unknown"))
 
-    def _check_engine(self, engine: list[EngineTensor]) -> None:
+    def _check_engine(self, engine: list[EngineTensor], release: Release) -> None:
         """Declared names and dtypes against the engine, and max_batch_size against its profile."""
         for what, declared, is_input in (("input", self.inputs, True), ("output", self.outputs, False)):
             found = {e.name: e for e in engine if e.is_input is is_input}
@@ -288,6 +333,12 @@ class TensorRTStep(Step):
                     raise BuildError(
                         f"tensorrt step {self.name!r}: {what} {t.name!r} is not in {FILENAME}, whose {what}s are "
                         f"{', '.join(repr(n) for n in found)}"
+                    )
+                if actual.dtype is DType.INT32 and t.dtype is DType.INT64 and tensorrt_major(release) < 10:
+                    raise BuildError(
+                        f"tensorrt step {self.name!r}: {what} {t.name!r} is INT64, which TensorRT 8 (Triton "
+                        f"{release}) does not have: {FILENAME} takes it as INT32. Export the ONNX model with INT32 "
+                        "I/O (and declare it INT32), or target release 24.05 or later (TensorRT 10)"
                     )
                 if actual.dtype is not None and actual.dtype is not t.dtype:
                     raise BuildError(

@@ -142,8 +142,8 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> list[dict[st
         def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
             try:
                 expected = sample.expected_arrays()
-            except ConchError:
-                raise
+            except ConchError as exc:
+                raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
             except Exception as exc:
                 raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
             unknown = sorted(set(expected) - set(outputs))

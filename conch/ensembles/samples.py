@@ -116,11 +116,24 @@ class Sample:
     expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
     tolerance: Tolerance
 
+    def __post_init__(self) -> None:
+        if not callable(self.expected):
+            self._checked(self.expected)
+
     def expected_arrays(self) -> Arrays:
-        value = self.expected() if callable(self.expected) else self.expected
+        value = self._checked(self.expected() if callable(self.expected) else self.expected)
+        return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v for k, v in value.items()}
+
+    def _checked(self, value: Any) -> Mapping[str, Any]:
+        """A sample with nothing to compare would replay green against any answer, so it is refused."""
         if not isinstance(value, Mapping):
             raise DeclarationError(f"sample {self.name!r}: expected outputs must be a mapping name -> array")
-        return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v for k, v in value.items()}
+        if not value:
+            raise DeclarationError(
+                f"sample {self.name!r}: no expected outputs, so its replay would pass whatever the ensemble "
+                "answers; give the expected value of at least one output"
+            )
+        return value
 
 
 def encode_array(array: np.ndarray, dtype: DType) -> dict[str, Any]:

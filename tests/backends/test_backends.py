@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from cases import CASES, BackendCase
 from google.protobuf import text_format
@@ -94,4 +93,4 @@ def test_local_standin_answers_in_tritonserver(case: BackendCase, tmp_path: Path
     archive = build_ensemble(ens, tmp_path, Target.LOCAL, "24.10")
     report = replay_archives([archive], server=triton, endpoints=["kserve", "sagemaker-binary"])
     assert report.passed, report.table()
-    assert np.isfinite([r.millis for r in report.rows]).all()
+    assert {r.endpoint for r in report.rows} == {"load", "kserve", "sagemaker-binary"}  # each one answered

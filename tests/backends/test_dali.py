@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dali_pipelines
 import numpy as np
+import nvidia.dali  # noqa: F401 - a missing or broken DALI fails the run, never skips it
 import pytest
 
 from conch import BuildError, DaliStep, DeclarationError, DType, Ensemble, Release, Tensor
@@ -20,7 +21,6 @@ from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.builder.build import render_repository
 
-dali = pytest.importorskip("nvidia.dali")
 FIXTURES = Path(dali_pipelines.__file__).parent
 
 
@@ -115,7 +115,6 @@ def jpeg(height: int, width: int, seed: int) -> bytes:
 
 
 def test_standin_runner_decodes_a_zero_padded_batch(tmp_path: Path) -> None:
-    pytest.importorskip("PIL")
     standin = decode().standin()
     for name, source in standin.files.items():
         (tmp_path / name).write_bytes(source if isinstance(source, bytes) else source.read_bytes())
@@ -182,3 +181,65 @@ def test_refusals_at_declaration() -> None:
     with pytest.raises(BuildError, match=r"dali step 'x': model.dali is not a serialized DALI pipeline"):
         DaliStep("x", b"\xff\xfe junk", [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("Y", "FP32", [4])],
                  max_batch_size=2).check(Release.of("24.10"))
+
+
+def two_sources():  # type: ignore[no-untyped-def]
+    import nvidia.dali.fn as fn
+
+    return fn.external_source(name="A", device="cpu") + fn.external_source(name="B", device="cpu")
+
+
+def broken():  # type: ignore[no-untyped-def]
+    raise ValueError("no such operator argument")
+
+
+def _function_in(path: Path, source: str):  # type: ignore[no-untyped-def]
+    """``pipeline`` as defined by the file ``path`` (whose whole text is ``source``), without running it."""
+    path.write_text(source)
+    namespace: dict[str, object] = {"__name__": path.stem}
+    exec(compile("def pipeline():\n    pass\n", str(path), "exec"), namespace)
+    return namespace["pipeline"]
+
+
+def _declared(pipeline, inputs, outputs, **kw) -> DaliStep:  # type: ignore[no-untyped-def]
+    return DaliStep("x", pipeline, inputs, outputs, max_batch_size=4, **kw)
+
+
+@pytest.mark.parametrize(("make", "error", "message"), [
+    (lambda: affine(num_threads=0), DeclarationError, r"dali step 'affine': num_threads must be >= 1, got 0"),
+    (lambda: _declared(42, [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]), DeclarationError,
+     r"dali step 'x': pipeline must be a pipeline function or a serialized pipeline \(bytes or a path\), got int"),
+    (lambda: _declared(two_sources, [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]), BuildError,
+     r"dali step 'x': the pipeline's external_source 'B' has no declared input; DALI's backend feeds every"),
+    (lambda: _declared(broken, [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]), BuildError,
+     r"dali step 'x': building the pipeline from broken failed: ValueError: no such operator argument"),
+    (lambda: DaliStep("decode", decode().serialized(), [Tensor("IMAGES", "UINT8", [-1])],
+                      [Tensor("PIXELS", "INT32", [32, 32, 3])], max_batch_size=4), BuildError,
+     r"output 'PIXELS' \(pipeline output 0\) is declared INT32 but the pipeline declares FP32"),
+    (lambda: DaliStep("decode", decode().serialized(), [Tensor("IMAGES", "UINT8", [-1])],
+                      [Tensor("PIXELS", "FP32", [1024])], max_batch_size=4), BuildError,
+     r"output 'PIXELS' \(pipeline output 0\) is declared with dims \[1024\] but the pipeline declares ndim=3"),
+], ids=["num-threads", "not-a-pipeline", "unfed-source", "pipeline-raises", "output-dtype", "output-ndim"])
+def test_pipelines_dali_cannot_serve_as_declared_are_refused(make, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=message):
+        make().check(Release.of("24.10"))
+
+
+@pytest.mark.parametrize(("file", "source", "message"), [
+    ("dali.py", "def pipeline():\n    pass\n", r"the pipeline lives in dali.py, a name the generated files use"),
+    ("conch_pipes.py", "import conch\n\n\ndef pipeline():\n    pass\n",
+     r"conch_pipes.py imports conch, but with autoserialize=True it is imported by DALI inside Triton"),
+], ids=["reserved-name", "imports-conch"])
+def test_autoserialized_pipelines_triton_cannot_import_are_refused(tmp_path: Path, file: str, source: str,
+                                                                   message: str) -> None:
+    with pytest.raises(DeclarationError, match=rf"dali step 'x': {message}"):
+        _declared(_function_in(tmp_path / file, source), [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+                  autoserialize=True)
+    with pytest.raises(DeclarationError, match=r"with autoserialize=True the pipeline function must be defined at "
+                                               r"the top level of a module"):
+        _declared(lambda: None, [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])], autoserialize=True)
+
+
+def test_an_empty_serialized_pipeline_is_refused() -> None:
+    with pytest.raises(BuildError, match=r"dali step 'x': model.dali holds no operators; is it a serialized DALI"):
+        _declared(b"", [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]).check(Release.of("24.10"))

@@ -7,9 +7,11 @@ import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import torch_modules
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TorchScriptStep
@@ -17,7 +19,6 @@ from conch.backends.pytorch import bind_inputs, bind_outputs, named_index, torch
 from conch.builder.build import build_ensemble, render_repository
 from conch.harness.replay import replay_archives
 
-torch = pytest.importorskip("torch")
 RELEASE = Release.of("24.10")
 
 
@@ -75,7 +76,8 @@ def test_probe_reports_a_missing_output_element() -> None:
 def test_probe_false_skips_the_run_on_zeros() -> None:
     step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "INT64", [4])],
                            [Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=4, probe=False)
-    step.check(RELEASE)  # names still bind; dtypes are not checked without the probe
+    step.check(RELEASE)  # dtypes are not checked without the probe (INT64 into a Linear layer would fail) ...
+    assert step.binding().inputs == ("x",)  # ... but names still bind
 
 
 def test_eager_modules_and_bytes_tensors_are_refused() -> None:
@@ -132,3 +134,77 @@ def test_argument_names_reach_the_right_forward_positions_in_tritonserver(tmp_pa
     archive = build_ensemble(ens, tmp_path, "local", RELEASE)
     report = replay_archives([archive], server=triton, endpoints=["kserve"])
     assert report.passed, report.table()
+
+
+def test_production_wiring_means_what_torch_computes_for_each_forward_argument() -> None:
+    """Without conch's stand-in: Triton's libtorch backend binds a model input to the forward() argument
+    of the same name and OUTPUT__n to element n of the result. Read the production configs, take forward()'s
+    arguments from torch's own schema, run the module with torch directly, and check that every ensemble
+    tensor is wired to what it means."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    ens = Ensemble("torch_prod", max_batch_size=4)
+    a, b = ens.input("A", "FP32", [3]), ens.input("B", "FP32", [3])
+    diff, total = difference_step(["b", "a"])(b=b, a=a)  # declared in the other order than forward(a, b)
+    ens.output("DIFF", diff)
+    ens.output("TOTAL", total)
+    repo = render_repository(ens, "production", RELEASE)
+
+    def config(name: str) -> model_config_pb2.ModelConfig:
+        return text_format.Parse(repo.files[f"{name}/config.pbtxt"].decode(), model_config_pb2.ModelConfig())  # type: ignore[union-attr]
+
+    module = torch.jit.load(io.BytesIO(repo.files["torch_prod__difference/1/model.pt"]))  # type: ignore[arg-type]
+    arguments = [arg.name for arg in module.forward.schema.arguments][1:]  # torch's view; drop self
+    step = config("torch_prod__difference")
+    assert step.platform == "pytorch_libtorch"
+    assert sorted(i.name for i in step.input) == sorted(arguments)  # every input names a forward() argument
+    (call,) = config("torch_prod").ensemble_scheduling.step
+    feeds = {model_input: ensemble_tensor for model_input, ensemble_tensor in call.input_map.items()}
+    fetches = {ensemble_tensor: model_output for model_output, ensemble_tensor in call.output_map.items()}
+    values = {"A": torch.tensor([[5.0, 6, 7]]), "B": torch.tensor([[1.0, 2, 3]])}
+    result = module(**{arg: values[feeds[arg]] for arg in arguments})
+    by_output = {f"OUTPUT__{i}": r for i, r in enumerate(result)}
+    assert torch.equal(by_output[fetches["DIFF"]], values["A"] - values["B"])
+    assert torch.equal(by_output[fetches["TOTAL"]], values["A"] + values["B"])
+
+
+class _Counted(torch.nn.Module):
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n
+
+
+class _Named(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": x}
+
+
+class _Total(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum()
+
+
+def _one_input(module: Any, outputs: list[Tensor] | None = None) -> TorchScriptStep:
+    return TorchScriptStep("m", module, [Tensor("x", "FP32", [4])], outputs or [Tensor("OUTPUT__0", "FP32", [4])],
+                           max_batch_size=4)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: _one_input(torch.jit.script(_Counted())), r"forward\(\) in model.pt takes n: int; conch binds tensor "
+                                                       r"arguments only"),
+    (lambda: _one_input(b"not torchscript"), r"model.pt is not a TorchScript file torch can load: RuntimeError"),
+    (lambda: _one_input(torch.jit.script(_Named())), r"forward\(\) returned dict; the libtorch backend needs a "
+                                                     r"tensor or a tuple of tensors"),
+    (lambda: _one_input(torch.jit.script(_Total())), r"output 'OUTPUT__0' has shape \[\] for a batch of \d+; with "
+                                                     r"max_batch_size > 0 outputs keep the batch dimension first"),
+    (lambda: _one_input(torch_modules.affine(), [Tensor("OUTPUT__0", "FP32", [5])]),
+     r"output 'OUTPUT__0' is declared with dims \[5\] but model.pt returns \[4\]"),
+], ids=["int-argument", "not-torchscript", "dict-result", "no-batch-axis", "wrong-dims"])
+def test_modules_the_libtorch_backend_cannot_serve_as_declared_are_refused(make: Any, message: str) -> None:
+    with pytest.raises(BuildError, match=rf"pytorch step 'm': {message}"):
+        make().check(RELEASE)
+
+
+def test_two_inputs_naming_one_forward_position_are_refused() -> None:
+    with pytest.raises(BuildError, match=r"inputs 'INPUT__0' and 'INPUT__00' both name forward\(\) argument 0"):
+        bind_inputs("s", ["INPUT__0", "INPUT__00"], ["a", "b"])

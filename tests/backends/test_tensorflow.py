@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 import tf_graphs
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TensorFlowStep
 from conch.builder.build import build_ensemble, render_repository
-
-tf = pytest.importorskip("tensorflow")
 
 
 def affine_ensemble(step: TensorFlowStep) -> Ensemble:
@@ -81,3 +80,26 @@ def test_classification_outputs_get_their_label_file() -> None:
 def test_not_a_graphdef_is_reported() -> None:
     with pytest.raises(BuildError, match=r"tensorflow step 'junk': model.graphdef is not a GraphDef"):
         TensorFlowStep("junk", b"\x00not a graph", max_batch_size=8)
+
+
+def _graph(placeholder_dtype, shape) -> bytes:  # type: ignore[no-untyped-def]
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(placeholder_dtype, shape, name="x")
+        tf.identity(x, name="y")
+    data: bytes = graph.as_graph_def().SerializeToString(deterministic=True)
+    return data
+
+
+def test_a_tensor_of_a_type_triton_lacks_is_refused() -> None:
+    with pytest.raises(BuildError, match=r"tensorflow step 'c': tensor 'x' is complex64, which Triton has no type for"):
+        TensorFlowStep("c", _graph(tf.complex64, [None, 2]), max_batch_size=4)
+
+
+def test_a_tensor_of_unknown_rank_needs_declared_dims() -> None:
+    with pytest.raises(BuildError, match=r"tensorflow step 'r': the graph does not know the rank of input 'x'; "
+                                         r"declare inputs= with their dims"):
+        TensorFlowStep("r", _graph(tf.float32, None), max_batch_size=4)
+    declared = TensorFlowStep("r", _graph(tf.float32, None), max_batch_size=4, inputs=[Tensor("x", "FP32", [4])],
+                              outputs=[Tensor("y", "FP32", [4])])
+    assert [t.dims for t in declared.inputs] == [(4,)]

@@ -150,3 +150,38 @@ class TestRelease:
         assert Release.of("24.10").sagemaker_image("785573368785", "us-east-1") == (
             "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.10-py3"
         )
+
+
+def test_a_file_that_vanishes_before_the_archive_is_written_is_named(tmp_path: Path) -> None:
+    import io
+
+    from conch.builder.archive import write_tar
+
+    with pytest.raises(BuildError, match=r"file .*gone.bin \(for m/1/files/gone.bin\) does not exist"):
+        write_tar({"m/1/files/gone.bin": tmp_path / "gone.bin"}, io.BytesIO())
+
+
+def test_an_execution_env_path_parameter_beside_env_is_refused() -> None:
+    from conch import PythonEnv
+
+    ens = Ensemble("env_param", max_batch_size=4)
+    s = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4,
+                   env=PythonEnv(requirements=("tabulate==0.9.0",)),
+                   parameters={"EXECUTION_ENV_PATH": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"})
+    ens.output("Y", s(ens.input("X", "FP32", [4])))
+    with pytest.raises(BuildError, match=r"model 'env_param__s': set its environment with env=, not an "
+                                         r"EXECUTION_ENV_PATH parameter"):
+        render_repository(ens, "production", "24.10")
+
+
+def test_discovery_refuses_what_it_cannot_import_as_ensembles(tmp_path: Path) -> None:
+    from conch import ConchError
+    from conch.builder.discover import discover
+
+    (tmp_path / "notes.txt").write_text("not python")
+    with pytest.raises(ConchError, match=r"notes.txt: expected a .py file or a folder of them"):
+        discover([tmp_path / "notes.txt"])
+    (tmp_path / "json.py").write_text("x = 1\n")  # shadows a module this process imported already
+    with pytest.raises(ConchError, match=r"json.py: a different module named 'json' is already imported .*rename "
+                                         r"the file"):
+        discover([tmp_path / "json.py"])

@@ -3,6 +3,7 @@ tritonserver: the step imports a package the server's own Python does not have."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -12,10 +13,10 @@ import env_steps
 import numpy as np
 import pytest
 
-from conch import Ensemble, PackError, PythonEnv, PythonStep, Tensor
+from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.envs import local_python
-from conch.builder.pack import pack, resolve
+from conch.builder.pack import LOCAL_HOME, pack, resolve
 from conch.harness.mme import MultiModelClient
 from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
@@ -101,7 +102,9 @@ def test_sdist_only_package_is_refused_with_the_reason() -> None:
 
 
 def test_unknown_package_is_refused() -> None:
-    with pytest.raises(PackError, match="conch-no-such-package-xyz"):
+    assert "tabulate==0.9.0" in resolve(("tabulate==0.9.0",), "3.10")  # the index answers: "unknown" means unknown
+    with pytest.raises(PackError, match=r"no release of conch-no-such-package-xyz==1.0 exists for CPython 3.10 on "
+                                        r"Linux x86-64"):
         resolve(("conch-no-such-package-xyz==1.0",), "3.10")
 
 
@@ -151,3 +154,87 @@ def test_conda_env_of_another_python_is_refused_before_packing(tmp_path: Path) -
 def test_not_a_conda_env(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="is not a conda environment"):
         pack(PythonEnv(conda_prefix=tmp_path), "3.10")
+
+
+def _tar_gz(path: Path, members: dict[str, bytes]) -> Path:
+    import io
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_adopted_archive_needs_the_env_root_at_its_root(tmp_path: Path) -> None:
+    wrapped = _tar_gz(tmp_path / "wrapped.tar.gz", {"env/bin/activate": b"", "env/lib/python3.10/site-packages/x": b""})
+    with pytest.raises(PackError, match=r"wrapped.tar.gz: no bin/activate at the environment root; Triton needs the "
+                                        r"environment's bin/ and lib/ at the archive root"):
+        pack(PythonEnv(archive=wrapped), "3.10")
+
+
+def test_an_adopted_archive_of_another_python_is_refused(tmp_path: Path) -> None:
+    old = _tar_gz(tmp_path / "old.tar.gz", {"bin/activate": b"", "lib/python3.8/site-packages/x": b""})
+    with pytest.raises(PackError, match=r"old.tar.gz holds Python 3.8, but the target's stub runs Python 3.10"):
+        pack(PythonEnv(archive=old), "3.10")
+    with pytest.raises(PackError, match=r"packed environment .*absent.tar.gz does not exist"):
+        pack(PythonEnv(archive=tmp_path / "absent.tar.gz"), "3.10")
+
+
+@pytest.mark.parametrize("as_folder", [False, True], ids=["tar.gz", "folder"])
+def test_an_adopted_archive_loads_and_answers(as_folder: bool, tmp_path: Path, triton: LocalTriton) -> None:
+    packed = pack(TABULATE, local_python(), home=LOCAL_HOME)  # packed "elsewhere": handed over as a file or folder
+    env = PythonEnv(archive=packed.folder if as_folder else packed.archive)
+    archive = build_ensemble(where_ensemble(f"adopted_{int(as_folder)}", env), tmp_path, "local")
+    tabulate_file, prefix, _ = load_and_ask(triton, archive)
+    assert tabulate_file.startswith(prefix) and "python_env_" in prefix
+    assert f"lib/python{local_python()}/site-packages/tabulate" in tabulate_file
+
+
+def test_an_unpacked_environment_needs_release_23_07() -> None:
+    env = PythonEnv(requirements=("tabulate==0.9.0",), unpacked=True)
+    with pytest.raises(BuildError, match=r"model 'early__where0': an unpacked environment needs release 23.07 or "
+                                         r"later \(target is 23.05\); use unpacked=False"):
+        render_repository(where_ensemble("early", env), "production", "23.05")
+    repo = render_repository(where_ensemble("early", env), "production", "23.07")
+    assert any(n.startswith("conch-envs/env-") and not n.endswith(".tar.gz") for n in repo.files)
+
+
+ENVS_FILE = """
+from pathlib import Path
+
+import env_steps
+
+from conch import Ensemble, PythonEnv, PythonStep, Tensor
+
+
+def where(name, env):
+    ens = Ensemble(name, max_batch_size=4)
+    step = PythonStep("where0", env_steps.where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])],
+                      max_batch_size=4, env=env)
+    ens.output("WHERE0", step(ens.input("X", "FP32", [1])))
+    return ens
+
+
+conda_where = where("conda_where", PythonEnv(conda_prefix=Path({prefix!r})))
+pip_where = where("pip_where", PythonEnv(requirements=("tabulate==0.9.0",)))
+"""
+
+
+@pytest.mark.slow  # ~2 min: two cold packs of each environment
+def test_packed_environments_are_byte_identical_across_processes_with_cold_caches(tmp_path: Path) -> None:
+    """conda-pack's output and a conda-free environment, each packed by its own `conch build` process from
+    an empty cache: the archives (and the environments inside) are the same bytes."""
+    prefix = make_conda_prefix(tmp_path / "condaenv", "3.10")
+    (tmp_path / "envs.py").write_text(ENVS_FILE.format(prefix=str(prefix)))
+    fixtures = Path(env_steps.__file__).parent
+    for run in ("a", "b"):
+        env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / f"cache-{run}"),
+               "PYTHONPATH": os.pathsep.join([str(fixtures), os.environ.get("PYTHONPATH", "")])}
+        result = subprocess.run([sys.executable, "-m", "conch.cli", "build", str(tmp_path / "envs.py"), "--out",
+                                 str(tmp_path / run)], capture_output=True, text=True, timeout=600, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "packing conda environment" in result.stderr and "resolving" in result.stderr  # cold, both
+    for name in ("conda_where.tar.gz", "pip_where.tar.gz"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import basic_steps
 import numpy as np
 import pytest
 
-from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
+from conch import (
+    BuildError,
+    DeclarationError,
+    DynamicBatching,
+    Ensemble,
+    InstanceGroup,
+    PythonEnv,
+    PythonStep,
+    Release,
+    Tensor,
+    Warmup,
+)
+from conch.ensembles.config import VersionPolicy
+from conch.ensembles.target import Target
 
 
 def step(name: str = "s", inputs=None, outputs=None, code=basic_steps.double, **kw) -> PythonStep:  # type: ignore[no-untyped-def]
@@ -331,3 +346,125 @@ def test_label_file_name_of_a_tensor_name_with_slashes_stays_one_file() -> None:
 def test_unknown_step_setting_is_named() -> None:
     with pytest.raises(TypeError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
         step(instance_groups=[InstanceGroup("KIND_CPU")])
+
+
+def _wired() -> tuple[Ensemble, object]:
+    ens = ensemble()
+    return ens, step()(ens.input("X", "FP32", [4]))
+
+
+def _output_of_another_ensemble() -> None:
+    _, foreign = _wired()
+    ensemble("other").output("Y", foreign)  # type: ignore[arg-type]
+
+
+def _output_twice() -> None:
+    ens, y = _wired()
+    ens.output("Y", y)  # type: ignore[arg-type]
+    ens.output("Y", y)  # type: ignore[arg-type]
+
+
+def _sample_twice() -> None:
+    ens, y = _wired()
+    ens.output("Y", y)  # type: ignore[arg-type]
+    ens.sample("s", {"X": np.zeros((1, 4), np.float32)}, {"Y": np.zeros((1, 4), np.float32)})
+    ens.sample("s", {"X": np.zeros((1, 4), np.float32)}, {"Y": np.zeros((1, 4), np.float32)})
+
+
+def _step_named_like_its_ensemble() -> None:
+    ens = Ensemble("a__s", max_batch_size=8, step_prefix="a")  # step 's' would be model 'a__s' too
+    ens.output("Y", step("s")(ens.input("X", "FP32", [4])))
+    ens.validate()
+
+
+def _no_handles() -> None:
+    step(inputs=[Tensor("x", "FP32", [4], optional=True)])()
+
+
+def _outputs_by_unknown_name() -> None:
+    ens = ensemble()
+    two = step(outputs=[Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])], code=basic_steps.Prefixer)
+    two(ens.input("X", "FP32", [4]))["c"]
+
+
+def _unpack_one_handle() -> None:
+    _, y = _wired()
+    _a, _b = y  # type: ignore[misc]
+
+
+REFUSED = [  # (what a user writes, the error, its message)
+    (lambda: InstanceGroup("KIND_CPU", count=0), DeclarationError, r"instance_group count 0: must be at least 1"),
+    (lambda: InstanceGroup("KIND_CPU", gpus=(0,)), DeclarationError,
+     r"gpus \[0\] only apply to KIND_GPU, not KIND_CPU"),
+    (lambda: DynamicBatching((0, 4)), DeclarationError, r"dynamic_batching preferred sizes \(0, 4\) must be >= 1"),
+    (lambda: DynamicBatching((4,), -1), DeclarationError, r"max_queue_delay_microseconds must be >= 0"),
+    (lambda: Warmup("w", batch_size=0), DeclarationError, r"model_warmup 'w': batch_size and count must be >= 1"),
+    (lambda: VersionPolicy(), DeclarationError, r"version_policy: give exactly one of latest=N, all=True"),
+    (lambda: VersionPolicy(latest=0), DeclarationError, r"version_policy latest must be >= 1"),
+    (lambda: step(max_batch_size=0, warmup=Warmup("w", batch_size=4)), DeclarationError,
+     r"python step 's': warmup 'w' batch_size must be 1 without batching"),
+    (lambda: Ensemble("e", instance_groups=[]), TypeError, r"Ensemble\(\) got an unexpected keyword argument"),
+    (lambda: Ensemble("e", max_batch_size=-1), DeclarationError, r"ensemble 'e': max_batch_size must be >= 0, got -1"),
+    (lambda: Ensemble("e", env="tokenizers"), DeclarationError, r"ensemble 'e': env must be a conch.PythonEnv"),
+    (lambda: step(env="tokenizers"), DeclarationError, r"python step 's': env must be a conch.PythonEnv"),
+    (lambda: ensemble().output("Y", "x"), DeclarationError,  # type: ignore[arg-type]
+     r"ensemble 'e' output 'Y': pass the tensor handle a step returned, got str"),
+    (_output_of_another_ensemble, DeclarationError, r"output 'y' of step 's' belongs to ensemble 'e'"),
+    (_output_twice, DeclarationError, r"ensemble 'e' output 'Y': tensor 'Y' is already declared"),
+    (lambda: ensemble().discard(ensemble().input("X", "FP32", [4])), DeclarationError,
+     r"ensemble 'e': only step outputs can be discarded"),
+    (_sample_twice, DeclarationError, r"ensemble 'e' sample 's': a sample of that name exists already"),
+    (_step_named_like_its_ensemble, DeclarationError, r"a step's model name equals the ensemble's; change step_prefix"),
+    (lambda: ensemble().input("", "FP32", [4]), DeclarationError, r"a tensor name must be a non-empty string"),
+    (lambda: PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], []), DeclarationError,
+     r"step 's': declare at least one output"),
+    (lambda: step(inputs=["x"]), DeclarationError, r"step 's': inputs must be conch.Tensor, got 'x'"),
+    (lambda: step(inputs=[Tensor("x", "FP32", [2], labels=["a", "b"])]), DeclarationError,
+     r"step 's': labels belong on outputs, not input 'x'"),
+    (_no_handles, DeclarationError, r"step 's': call it with at least one tensor handle"),
+    (_outputs_by_unknown_name, KeyError, r"no output 'c'; this step has 'a', 'b'"),
+    (_unpack_one_handle, TypeError, r"output 'y' of step 's' is a single tensor handle; .* do not unpack it"),
+    (lambda: PythonEnv(requirements=("a",), name="my env"), DeclarationError,
+     r"PythonEnv name 'my env': use letters, digits, '_' and '-'"),
+    (lambda: PythonEnv(archive="env.zip"), DeclarationError,
+     r"PythonEnv archive env.zip: use a .tar.gz, .tgz or .tar file, or an unpacked folder"),
+    (lambda: Target.of("staging"), BuildError, r"unknown target 'staging': use 'production' or 'local'"),
+    (lambda: Release.of("22.12"), BuildError, r"release 22.12: conch targets 23.02 and later"),
+    (lambda: PythonStep("s", 42, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])]),  # type: ignore[arg-type]
+     DeclarationError, r"python step 's': code must be a function or a class, got 42"),
+]
+
+
+@pytest.mark.parametrize(("declare", "error", "message"), REFUSED, ids=[m[:40] for _, _, m in REFUSED])
+def test_each_refusal_names_what_is_wrong(declare, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=message):
+        declare()
+
+
+def test_a_requirements_file_including_itself_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("tabulate\n-r requirements.txt\n")
+    with pytest.raises(DeclarationError, match=r"requirements file .*requirements.txt includes itself"):
+        PythonEnv.from_requirements_file(tmp_path / "requirements.txt")
+
+
+def _function_in(path: Path, source: str) -> object:
+    """``f`` as defined by the file ``path`` (whose whole text is ``source``), without running its imports."""
+    path.write_text(source)
+    namespace: dict[str, object] = {"__name__": path.stem}
+    exec(compile("def f(x):\n    return {'y': x}\n", str(path), "exec"), namespace)
+    return namespace["f"]
+
+
+@pytest.mark.parametrize(("file", "source", "message"), [
+    ("model.py", "def f(x):\n    return {'y': x}\n", r"its code lives in model.py, a name the Python backend reserves"),
+    ("rel_steps.py", "from . import helpers\n\n\ndef f(x):\n    return {'y': x}\n",
+     r"rel_steps.py uses a relative import; step modules are copied alone into the model folder"),
+])
+def test_step_modules_triton_cannot_import_are_refused(tmp_path: Path, file: str, source: str, message: str) -> None:
+    with pytest.raises(DeclarationError, match=rf"python step 's': {message}"):
+        step(code=_function_in(tmp_path / file, source))
+
+
+def test_code_without_a_source_file_is_refused() -> None:
+    with pytest.raises(DeclarationError, match=r"python step 's': cannot find the source file of len"):
+        step(code=len)

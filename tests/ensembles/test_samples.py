@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from conch import DType, Tolerance
+from conch import BuildError, DeclarationError, DType, Tolerance
+from conch.builder.build import build_ensemble
 from conch.ensembles.samples import compare, decode_array, encode_array
 
 
@@ -60,3 +63,41 @@ def test_bytes_encoding_round_trips_binary_and_unicode() -> None:
 def test_tolerance_json_round_trip() -> None:
     for tol in (Tolerance(), Tolerance(cosine=0.99), Tolerance(argmax=True, atol=1e-3)):
         assert Tolerance.from_json(tol.to_json()) == tol
+
+
+def test_a_sample_without_expected_outputs_is_refused_where_it_is_declared() -> None:
+    from conftest import linear_ensemble
+
+    ens = linear_ensemble()
+    with pytest.raises(DeclarationError, match=r"sample 'empty': no expected outputs, so its replay would pass "
+                                               r"whatever the ensemble answers"):
+        ens.sample("empty", {"X": np.zeros((1, 4), np.float32)}, {})
+    assert [s.name for s in ens.samples] == ["two rows"]
+
+
+def test_expected_outputs_computed_as_nothing_fail_the_build(tmp_path: Path) -> None:
+    from conftest import linear_ensemble
+
+    ens = linear_ensemble()
+    ens.sample("lazy", {"X": np.zeros((1, 4), np.float32)}, dict)
+    with pytest.raises(DeclarationError, match=r"ensemble 'linear'.*sample 'lazy': no expected outputs"):
+        build_ensemble(ens, tmp_path)
+    assert not list(tmp_path.iterdir())
+    not_a_mapping = linear_ensemble()
+    not_a_mapping.sample("list", {"X": np.zeros((1, 4), np.float32)}, lambda: [1.0])  # type: ignore[arg-type,return-value]
+    with pytest.raises(DeclarationError, match=r"sample 'list': expected outputs must be a mapping name -> array"):
+        build_ensemble(not_a_mapping, tmp_path)
+
+
+def test_samples_naming_unknown_outputs_are_refused(tmp_path: Path) -> None:
+    from conftest import linear_ensemble
+
+    declared = linear_ensemble()
+    declared.sample("typo", {"X": np.zeros((1, 4), np.float32)}, {"z": np.ones((1, 4), np.float32)})
+    with pytest.raises(DeclarationError, match=r"ensemble 'linear'.*sample 'typo' expects unknown outputs \['z'\]"):
+        build_ensemble(declared, tmp_path)
+    computed = linear_ensemble()
+    computed.sample("typo", {"X": np.zeros((1, 4), np.float32)}, lambda: {"z": np.ones((1, 4), np.float32)})
+    with pytest.raises(BuildError, match=r"sample 'typo': expects outputs \['z'\], but the ensemble outputs \['Z'\]"):
+        build_ensemble(computed, tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import basic_steps
@@ -66,9 +65,7 @@ def test_class_step_with_file_and_bytes_of_different_lengths(tmp_path: Path, tri
 
 def test_exception_in_user_code_names_the_step_and_shows_the_error(tmp_path: Path, triton: LocalTriton) -> None:
     archive = build_ensemble(one_step("broken_code", basic_steps.broken), tmp_path, "local")
-    start = time.monotonic()
     report = replay_archives([archive], server=triton)
-    assert time.monotonic() - start < 60
     assert not report.passed
     failures = [r for r in report.rows if not r.passed]
     assert len(failures) == len(ENDPOINTS)
@@ -101,10 +98,8 @@ def test_a_hanging_load_times_out_with_the_server_log(tmp_path: Path) -> None:
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("s", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
     archive = build_ensemble(ens, tmp_path, "local")
-    start = time.monotonic()
     with LocalTriton() as server:  # its own server: the hung load keeps a stub busy
         report = replay_archives([archive], server=server, load_timeout=3)
-    assert time.monotonic() - start < 40
     (row,) = report.rows
     assert not row.passed and row.endpoint == "load"
     assert "did not finish within 3 s" in row.detail
@@ -137,3 +132,53 @@ def test_production_archive_with_backends_the_server_lacks_is_explained(tmp_path
     assert not row.passed
     assert "prod_onnx__affine (onnxruntime_onnx) need backends the local server lacks" in row.detail
     assert "--target local" in row.detail
+
+
+def test_unload_removes_the_archive_and_a_second_unload_fails(tmp_path: Path, triton: LocalTriton) -> None:
+    from conch.harness.replay import stage
+
+    archive = build_ensemble(linear_ensemble("unload_me"), tmp_path, "local")
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    client.load(archive.name, stage(archive, triton), timeout=120)
+    assert client.describe(archive.name) is not None
+    client.unload(archive.name)
+    assert client.describe(archive.name) is None
+    with pytest.raises(InvokeError):
+        client.invoke_json(archive.name, {"X": np.ones((1, 4), np.float32)})
+    with pytest.raises(ServeError, match=r"unloading 'unload_me.tar.gz' failed \(HTTP \d+\)"):
+        client.unload(archive.name)
+
+
+def test_non_utf8_bytes_fail_only_the_json_endpoint(tmp_path: Path, triton: LocalTriton) -> None:
+    ens = Ensemble("raw_bytes", max_batch_size=4)
+    step = PythonStep("echo", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+                      files={"prefix.txt": b""}, max_batch_size=4)
+    ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
+    ens.sample("latin-1", {"TEXT": [[b"caf\xe9"]]}, {"OUT": [[b"caf\xe9"]]})
+    report = replay_archives([build_ensemble(ens, tmp_path, "local")], server=triton)
+    verdicts = {r.endpoint: r for r in report.rows if r.endpoint in ENDPOINTS}
+    assert verdicts["kserve"].passed and verdicts["sagemaker-binary"].passed, report.table()
+    assert not verdicts["sagemaker-json"].passed
+    assert "input 'TEXT' holds non-UTF-8 bytes, which a JSON body cannot carry" in verdicts["sagemaker-json"].detail
+
+
+def test_an_unknown_endpoint_is_refused_before_a_server_starts() -> None:
+    from conch import ConchError
+
+    with pytest.raises(ConchError, match=r"unknown endpoint 'grpc': use kserve, sagemaker-json, sagemaker-binary"):
+        replay_archives([], endpoints=["grpc"])
+
+
+def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton: LocalTriton) -> None:
+    import tarfile
+
+    archive = build_ensemble(linear_ensemble("no_manifest"), tmp_path / "dist", "local")
+    bare = tmp_path / "no_manifest.tar.gz"
+    with tarfile.open(archive) as src, tarfile.open(bare, "w:gz") as dst:
+        for member in src.getmembers():
+            if member.name.lstrip("./") != "conch-manifest.json":
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    (row,) = replay_archives([bare], server=triton).rows
+    assert not row.passed and row.endpoint == "check"
+    assert "no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; build it with `conch build`" \
+        in row.detail

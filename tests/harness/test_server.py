@@ -73,3 +73,15 @@ def test_a_port_taken_between_choosing_and_binding_it_is_retried(tmp_path: Path,
 def test_namespacing_follows_the_sagemaker_image_of_the_release() -> None:
     assert not namespacing_for("23.03")
     assert namespacing_for("23.04") and namespacing_for("24.10")
+
+
+def test_a_python_without_a_stub_in_the_wheel_is_named() -> None:
+    with pytest.raises(ServeError, match=r"nvidia-pytriton has no Python-backend stub for Python 3.14"):
+        python_backend_dir("3.14")
+
+
+def test_a_server_not_ready_in_time_is_stopped_and_reported(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w", startup_timeout=0)
+    with pytest.raises(ServeError, match=r"tritonserver was not ready within 0 s"):
+        server.start()
+    assert not server.running()

@@ -93,6 +93,7 @@ def test_undeploy_removes_the_autoscaling_too(moto: Moto, endpoint: str) -> None
     ({"max_instances": 1, "min_instances": 2}, "max instances 1 is below min instances 2"),
     ({"max_instances": 4, "target_value": 120}, "a percentage up to 100"),
     ({"max_instances": 4, "metric": "cpu"}, "scale-on 'cpu': use invocations or gpu"),
+    ({"max_instances": 4, "scale_in_cooldown": -1}, "cooldowns are seconds and cannot be negative"),
 ])
 def test_scaling_settings_aws_would_refuse_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(DeployError, match=message):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import INSTANCE, ROLE, Moto, linear_ensemble
@@ -53,7 +54,7 @@ def test_deploy_invoke_undeploy(moto: Moto, bucket: str, archives: list[Path], t
     assert again.stdout.count("unchanged s3://conch-models/mme/") == 2
 
     invoked = conch("invoke", "--archive", str(archives[0]), "--body", "json", *aws_args(moto))
-    # moto answers every invocation with the same canned text, not Triton's answer: the replay fails, visibly
+    # moto's answer is not Triton's: what is proven here is the request; the replay row fails, exit code 1
     assert invoked.returncode == 1 and "FAIL" in invoked.stdout and "not a KServe v2" in invoked.stdout
     (received,) = _received_by_moto()
     assert {k.lower(): v for k, v in received.items()}["x-amzn-sagemaker-target-model"] == "linear_a.tar.gz"
@@ -130,3 +131,81 @@ def test_invoke_mistakes(moto: Moto, archives: list[Path], capsys: pytest.Captur
     assert main(["invoke", "--archive", str(archives[0]), "--sample", "nope", *aws_args(moto)]) == 2
     assert "linear_a.tar.gz has no sample 'nope'; its samples: two rows" in capsys.readouterr().err
     assert not moto.called("InvokeEndpoint")
+
+
+@pytest.fixture
+def endpoints_stay_creating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto puts a new endpoint InService at once; a real one is Creating for minutes. Hold it there."""
+    from moto.sagemaker.models import SageMakerModelBackend
+
+    create = SageMakerModelBackend.create_endpoint
+
+    def creating(self: Any, *args: Any, **kwargs: Any) -> Any:
+        endpoint = create(self, *args, **kwargs)
+        endpoint.endpoint_status = "Creating"
+        return endpoint
+
+    monkeypatch.setattr(SageMakerModelBackend, "create_endpoint", creating)
+
+
+def test_no_wait_wait_timeout_and_image(moto: Moto, bucket: str, archives: list[Path], endpoints_stay_creating: None,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-triton:24.10-custom"
+    deploy = ["deploy", *map(str, archives), "--bucket", bucket, "--role", ROLE, "--instance-type", INSTANCE,
+              "--image", image, *aws_args(moto)]
+    assert main([*deploy, "--wait-timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "conch: error: endpoint 'text-mme' is still Creating after 0 s" in err
+    assert "or wait longer with --wait-timeout" in err
+    assert main([*deploy, "--no-wait"]) == 0
+    assert "endpoint text-mme unchanged (Creating) in us-east-1" in capsys.readouterr().out
+    sm = moto.client("sagemaker")
+    config = sm.describe_endpoint_config(EndpointConfigName=sm.describe_endpoint(EndpointName="text-mme")[
+        "EndpointConfigName"])
+    container = sm.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])["PrimaryContainer"]
+    assert container["Image"] == image
+
+
+def test_two_archives_with_one_target_model_are_refused(moto: Moto, bucket: str, archives: list[Path],
+                                                        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = build_ensemble(linear_ensemble("linear_a"), tmp_path / "other", "production")
+    assert other.name == archives[0].name and other != archives[0]
+    assert main(["deploy", str(archives[0]), str(other), "--bucket", bucket, "--role", ROLE, *aws_args(moto)]) == 2
+    assert "two archives are named linear_a.tar.gz; under one prefix the file name is the TargetModel" in \
+        capsys.readouterr().err
+    assert not moto.called("PutObject") and not moto.called("CreateModel")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_aws_errors_without_region_credentials_or_connection(
+    moto: Moto, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    from conch import DeployError
+    from conch.sagemaker.aws import aws_errors
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name)
+    assert main(["undeploy", "--endpoint", "text-mme"]) == 2  # for AWS itself (a loopback server needs no region)
+    assert capsys.readouterr().err == ("conch: error: no AWS region: pass --region (e.g. us-east-1) or set "
+                                       "AWS_REGION / a profile's region\n")
+
+    # Only AWS itself needs credentials (a loopback server gets a signature from stand-in ones), and no test
+    # may reach AWS: botocore's own exception, as signing raises it, is what conch must explain.
+    doing = "describing endpoint 'text-mme'"
+    with pytest.raises(DeployError, match=rf"{doing}: no AWS credentials found; configure them \(aws configure"), \
+            aws_errors(doing):
+        raise NoCredentialsError()
+
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    assert main(["undeploy", "--endpoint", "text-mme", "--region", "us-east-1", "--endpoint-url", closed]) == 2
+    assert capsys.readouterr().err.startswith(f"conch: error: describing endpoint 'text-mme': Could not connect to "
+                                              f'the endpoint URL: "{closed}/"')

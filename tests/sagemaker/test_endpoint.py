@@ -172,3 +172,69 @@ def test_the_image_comes_from_the_regions_registry_or_an_override() -> None:
     with pytest.raises(DeployError, match="does not know the SageMaker Triton image registry of region 'mars-1'"):
         triton_image("24.10", "mars-1")
     assert triton_image("24.10", "mars-1", "my.registry/triton:custom") == "my.registry/triton:custom"
+
+
+@pytest.fixture
+def moto_updates(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Moto:
+    """moto 5.2 answers UpdateEndpoint with 500. Its server runs in this process, so give it the operation as
+    SageMaker documents it: the config must exist, and the endpoint then runs it (here at once, InService)."""
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def update_endpoint(self: Any) -> ActionResult:
+        backend = self.sagemaker_backend
+        endpoint = backend.endpoints[self._get_param("EndpointName")]
+        config_name = self._get_param("EndpointConfigName")
+        if config_name not in backend.endpoint_configs:
+            raise ValidationError(message=f"Could not find endpoint configuration '{config_name}'.")
+        config = backend.describe_endpoint_config(config_name)
+        endpoint.endpoint_config_name = config_name
+        endpoint.production_variants = endpoint._process_production_variants(config["ProductionVariants"])
+        return ActionResult({"EndpointArn": endpoint.arn})
+
+    monkeypatch.setattr(SageMakerResponse, "update_endpoint", update_endpoint, raising=False)
+    return moto
+
+
+def test_an_update_deregisters_autoscaling_first_and_removes_what_the_old_endpoint_used(moto_updates: Moto) -> None:
+    from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling, scalable_target
+
+    moto = moto_updates
+    first = deploy_endpoint(spec(), moto.aws, poll=0.01)
+    apply_autoscaling(moto.aws, "text-mme", "AllTraffic", Autoscaling(max_instances=3))
+    moto.calls.clear()
+
+    bigger = spec(instance_type="ml.p3.2xlarge")  # a new instance type: autoscaling must let go of the variant
+    updated = deploy_endpoint(bigger, moto.aws, poll=0.01)
+    assert updated.action == "updated" and updated.status == "InService"
+    operations = [op for _, op, _ in moto.calls]
+    assert operations.index("DeregisterScalableTarget") < operations.index("UpdateEndpoint")
+    assert any("removed the autoscaling of text-mme/AllTraffic" in n for n in updated.notes)
+    assert scalable_target(moto.aws, "text-mme", "AllTraffic") is None
+    assert updated.removed == [f"endpoint config {first.config_name}"]  # the model (same image) is still used
+    sm = moto.client("sagemaker")
+    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == [bigger.config_name]
+
+    image = spec(instance_type="ml.p3.2xlarge", image=triton_image("24.05", REGION))
+    moved = deploy_endpoint(image, moto.aws, poll=0.01)
+    assert sorted(moved.removed) == sorted([f"endpoint config {bigger.config_name}", f"model {first.model_name}"])
+    assert [m["ModelName"] for m in sm.list_models()["Models"]] == [image.model_name]
+    assert sm.describe_endpoint(EndpointName="text-mme")["EndpointConfigName"] == image.config_name
+
+
+def test_no_wait_returns_before_the_endpoint_is_in_service_and_removes_nothing(moto_updates: Moto) -> None:
+    moto = moto_updates
+    first = deploy_endpoint(spec(), moto.aws, poll=0.01)
+    updated = deploy_endpoint(spec(instance_count=2), moto.aws, wait=False)
+    assert updated.action == "updated" and updated.status == "Updating" and updated.removed == []
+    configs = moto.client("sagemaker").list_endpoint_configs()["EndpointConfigs"]
+    assert first.config_name in [c["EndpointConfigName"] for c in configs]  # cleanup waits for the new config
+
+
+def test_waiting_on_an_endpoint_that_is_gone_or_out_of_service(moto: Moto) -> None:
+    with pytest.raises(DeployError, match=r"endpoint 'gone' disappeared while waiting for it \(deleted elsewhere\?\)"):
+        wait_in_service(moto.aws.client("sagemaker"), "gone", poll=0)
+    out = {"EndpointStatus": "OutOfService", "EndpointConfigName": "c1"}
+    with pytest.raises(DeployError, match=r"endpoint 'e' is OutOfService, not coming into service \(container logs"):
+        wait_in_service(ScriptedSageMaker(out), "e", poll=0)

@@ -51,12 +51,12 @@ def test_invoke_sends_the_target_model_and_the_kserve_body(moto: Moto) -> None:
     assert json.loads(received["Body"]) == {
         "inputs": [{"name": "X", "shape": [2, 4], "datatype": "FP32", "data": X.ravel().tolist()}]
     }
-    assert answer == b"body"  # moto's canned answer, whatever was sent
+    assert isinstance(answer, bytes)  # what comes back is moto's, not Triton's: the request is what is proven
 
 
 def test_an_answer_that_is_not_a_triton_response_is_reported(moto: Moto, tmp_path: Path) -> None:
     with pytest.raises(DeployError, match=r"'linear_a.tar.gz' on endpoint 'text-mme': the answer is not a KServe v2 "
-                       r"JSON inference response .*'body'"):
+                       r"JSON inference response"):
         invoke(moto.aws, "text-mme", "linear_a.tar.gz", {"X": X})
     archive = build_ensemble(linear_ensemble("linear_a"), tmp_path, "production")
     report = replay_endpoint(moto.aws, "text-mme", archive, bodies=("json",))
@@ -144,3 +144,13 @@ def test_a_real_triton_answer_relayed_by_the_server_replays_green(
     report = replay_endpoint(moto.aws, "text-mme", archive, bodies=("json",))
     assert report.passed, report.table()
     assert moto.called("InvokeEndpoint")[0]["TargetModel"] == "sm_relay.tar.gz"
+
+
+def test_unknown_body_kinds_and_files_that_are_not_archives_are_refused(tmp_path: Path) -> None:
+    from conch.sagemaker.invoke import archive_manifest
+
+    with pytest.raises(DeployError, match=r"body 'xml': use json or binary"):
+        request_body({"X": X}, "xml")
+    (tmp_path / "notes.tar.gz").write_bytes(b"plain text, not gzip")
+    with pytest.raises(DeployError, match=r"notes.tar.gz: not an archive with a conch-manifest.json; build it with"):
+        archive_manifest(tmp_path / "notes.tar.gz")

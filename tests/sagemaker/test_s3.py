@@ -184,3 +184,10 @@ def test_a_failed_upload_leaves_the_previous_archive_and_no_parts(
     assert moto.called("AbortMultipartUpload")
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     assert s3.get_object(Bucket=bucket, Key="mme/grows.tar.gz")["Body"].read() == small.read_bytes()
+
+
+def test_a_prefix_with_an_empty_folder_and_missing_archives_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DeployError, match=r"prefix 'a//b' has an empty folder \('//'\); SageMaker would not find"):
+        ModelLocation("conch-models", "/a//b/")
+    with pytest.raises(DeployError, match=r"absent.tar.gz: no such archive"):
+        upload_archives([tmp_path / "absent.tar.gz"], ModelLocation("conch-models", "mme"), AwsTarget(REGION))
