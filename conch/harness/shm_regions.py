@@ -18,6 +18,8 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
+from conch.builder.scratch import alive
+
 SHM_DIR = Path("/dev/shm")
 _OURS = re.compile(r"^conch_(\d+)_[0-9a-f]+_")
 
@@ -36,7 +38,7 @@ def sweep_orphans() -> int:
     """Remove the regions of conch processes that no longer run; how many were removed."""
     def orphaned(path: Path) -> bool:
         match = _OURS.match(path.name)
-        return match is not None and not _alive(int(match.group(1)))
+        return match is not None and not alive(int(match.group(1)))
 
     return _unlink(p for p in _listing() if orphaned(p))
 
@@ -46,16 +48,6 @@ def _listing() -> list[Path]:
         return list(SHM_DIR.iterdir())
     except OSError:  # no /dev/shm: nothing to clean
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _unlink(paths: Iterable[Path]) -> int:
