@@ -192,9 +192,7 @@ def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
     manifests = []
     for archive in archives:
         try:
-            with tarfile.open(archive) as tar:
-                member = tar.extractfile(MANIFEST_NAME)
-                manifests.append(json.load(member) if member is not None else {})
+            manifests.append(_streamed_manifest(archive))
         except (OSError, EOFError, zlib.error, KeyError, tarfile.TarError, ValueError):  # e.g. truncated
             continue
     default, growth = server_settings(manifests)
@@ -202,3 +200,14 @@ def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
         return default, growth, ""
     return default, growth, (f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size="
                              f"{growth} (what the archives need, as `conch deploy` sets it on SageMaker)")
+
+
+def _streamed_manifest(archive: Path) -> dict[str, Any]:
+    """The archive's manifest, read in one pass that stops at it (random access would inflate the whole
+    archive once more before replay unpacks it); {} when it has none."""
+    with tarfile.open(archive, "r|*") as tar:
+        for member in tar:
+            if member.name.removeprefix("./") == MANIFEST_NAME and member.isreg():
+                data = tar.extractfile(member)
+                return dict(json.load(data)) if data is not None else {}
+    return {}
