@@ -5,11 +5,50 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from conch.ensembles.ensemble import Ensemble
-from conch.errors import ConchError, DeclarationError
+from conch.errors import ArchiveError, ConchError, DeclarationError
+
+
+@dataclass(frozen=True)
+class SortedPaths:
+    """What a command was given: built archives, and ensemble sources (.py files or folders of them)."""
+
+    archives: list[Path]
+    sources: list[Path]
+
+
+def sort_paths(paths: Sequence[Path], *, archives_for: str | None = None, must_exist: bool = False) -> SortedPaths:
+    """Sort paths into archives (``*.tar.gz``) and ensemble sources; a folder gives its archives, and is a
+    source when it holds ensemble files (not ``_private.py``).
+
+    Args:
+        archives_for: the command that takes built archives only (e.g. ``"deploy"``): a path that is not an
+            archive, or a folder without any, is an ArchiveError saying to build first.
+        must_exist: an archive path that does not exist is an ArchiveError (otherwise whoever reads it reports it).
+    """
+    archives: list[Path] = []
+    sources: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.glob("*.tar.gz"))
+            if archives_for and not found:
+                raise ArchiveError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
+            archives.extend(found)
+            if not archives_for and any(not p.name.startswith("_") for p in path.glob("*.py")):
+                sources.append(path)
+        elif path.name.endswith(".tar.gz"):
+            if must_exist and not path.is_file():
+                raise ArchiveError(f"{path}: no such archive; give archives built by `conch build`, or their folder")
+            archives.append(path)
+        elif archives_for:
+            raise ArchiveError(f"{archives_for} takes built archives (.tar.gz), not {path}: run `conch build` first")
+        else:
+            sources.append(path)
+    return SortedPaths(archives, sources)
 
 
 def python_files(paths: Iterable[Path]) -> list[Path]:

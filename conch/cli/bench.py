@@ -18,13 +18,9 @@ from conch.errors import BenchError
 
 
 def _archives(paths: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for path in paths:
-        found.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
-    missing = [p for p in found if not p.is_file()]
-    if missing:
-        raise BenchError(f"{missing[0]}: no such archive")
-    return found
+    from conch.builder.discover import sort_paths
+
+    return sort_paths(paths, archives_for="bench", must_exist=True).archives
 
 
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.builder.discover import sort_paths
     from conch.sagemaker.aws import AwsTarget
     from conch.sagemaker.deploy import archives_release, check_archives, deploy
     from conch.sagemaker.endpoint import EndpointSpec
@@ -22,7 +23,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.s3 import ModelLocation
     from conch.sagemaker.shm import shm_environment
 
-    archives = _archives(args.archives)
+    archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
     check_archives(archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
@@ -57,31 +58,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for line in said:
         print(f"  shared memory: {line}")
     if scaling is not None:
-        metric = "GPUUtilization %" if scaling.metric == "gpu" else "invocations per instance per minute"
         print(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
-              f"{scaling.target_value:g} {metric} ({done.policy_arn})")
+              f"{scaling.target_value:g} {scaling.target_unit} ({done.policy_arn})")
     print(f"  try: conch invoke --endpoint {result.name} --archive {done.uploads[0].archive} --region {aws.region}")
     return 0
-
-
-def _archives(paths: Sequence[Path]) -> list[Path]:
-    """The .tar.gz files named, and those in the folders named."""
-    from conch.errors import DeployError
-
-    archives: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(path.glob("*.tar.gz"))
-            if not found:
-                raise DeployError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
-            archives += found
-        elif path.name.endswith(".tar.gz"):
-            if not path.is_file():
-                raise DeployError(f"{path}: no such archive; give archives built by `conch build`, or their folder")
-            archives.append(path)
-        else:
-            raise DeployError(f"deploy takes built archives (.tar.gz), not {path}: run `conch build` first")
-    return archives
 
 
 def _pairs(items: Sequence[str]) -> dict[str, str]:
@@ -99,15 +79,13 @@ def _pairs(items: Sequence[str]) -> dict[str, str]:
 def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None:
     from conch.errors import DeployError
     from conch.sagemaker.autoscaling import Autoscaling
-    from conch.sagemaker.instances import gpus
 
     if args.max_instances is None:
         if args.scale_on or args.target_value is not None or args.min_instances is not None:
             raise DeployError("autoscaling needs --max-instances (with --min-instances, --scale-on, --target-value)")
         return None
-    metric = args.scale_on or ("gpu" if gpus(instance_type) else "invocations")
-    return Autoscaling(
-        max_instances=args.max_instances, metric=metric, target_value=args.target_value,
+    return Autoscaling.for_instance_type(
+        instance_type, args.max_instances, args.scale_on, target_value=args.target_value,
         min_instances=1 if args.min_instances is None else args.min_instances,
         scale_in_cooldown=args.scale_in_cooldown, scale_out_cooldown=args.scale_out_cooldown,
     )
@@ -116,18 +94,13 @@ def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None
 def cmd_invoke(args: argparse.Namespace) -> int:
     from conch.errors import DeployError
     from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.invoke import invoke_raw, replay_endpoint
+    from conch.sagemaker.invoke import invoke_raw, read_json_body, replay_endpoint
 
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     if args.json is not None:
         if not args.target_model:
             raise DeployError("--json needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
-        try:
-            body = args.json.read_bytes()
-            if "inputs" not in json.loads(body):
-                raise ValueError("no 'inputs'")
-        except (OSError, ValueError, TypeError) as exc:
-            raise DeployError(f"--json {args.json}: not a KServe v2 request body ({exc})") from None
+        body = read_json_body(args.json)
         content, content_type = invoke_raw(aws, args.endpoint, args.target_model, body, "application/json")
         try:
             print(json.dumps(json.loads(content), indent=1))

@@ -32,16 +32,14 @@ def size(text: str) -> int:
 def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     """The given archives and built ensembles gathered in one folder: TargetModel = archive name."""
     from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.cli.local import split_sources
+    from conch.builder.discover import discover, sort_paths
     from conch.errors import ServeError
 
-    archives, sources = split_sources(args.paths)
+    given = sort_paths(args.paths, must_exist=True)
+    archives, sources = given.archives, given.sources
     folder = tmp / "archives"
     folder.mkdir()
     for archive in archives:
-        if not archive.is_file():
-            raise ServeError(f"{archive}: no such archive")
         shutil.copyfile(archive, folder / archive.name)
     for ensemble in discover(sources) if sources else []:
         if not args.only or ensemble.name in args.only:

@@ -6,7 +6,7 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
@@ -16,22 +16,6 @@ from conch.errors import ConchError
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
-
-
-def split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """(archives, python sources) among the given paths; a folder contributes whichever it holds."""
-    archives: list[Path] = []
-    sources: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            archives.extend(sorted(path.glob("*.tar.gz")))
-            if any(not p.name.startswith("_") for p in path.glob("*.py")):
-                sources.append(path)
-        elif path.name.endswith(".tar.gz"):
-            archives.append(path)
-        else:
-            sources.append(path)
-    return archives, sources
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -99,9 +83,11 @@ def one_line(text: object) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble
+    from conch.builder.discover import sort_paths
     from conch.harness.replay import ReplayReport, ReplayRow, replay_archives
 
-    archives, sources = split_sources(args.paths)
+    given = sort_paths(args.paths)
+    archives, sources = given.archives, given.sources
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
@@ -143,54 +129,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    manifest, entries = read_archive_manifest(args.archive)
+    from conch.builder.inspection import inspect_archive
+
+    found = inspect_archive(args.archive)
     if args.json:
-        print(json.dumps(manifest, indent=1, sort_keys=True))
-        return 0
-    try:
-        lines = [f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
-                 f"(stub Python {manifest['stub_python']})"]
-        for io in ("inputs", "outputs"):
-            for t in manifest["schema"][io]:
-                lines.append(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
-        for step in manifest["steps"]:
-            lines.append(f"  step   {step['model_name']:24} {step['served_as']}")
-        lines.append(f"  {len(manifest['samples'])} samples, {entries} archive entries")
-    except (KeyError, TypeError, IndexError) as exc:
-        raise ConchError(f"{args.archive}: its manifest lacks {exc} or has it in another form; rebuild the archive "
-                         "with `conch build` (or `conch inspect --json` shows the manifest as it is)") from None
-    print("\n".join(lines))
-    return 0
-
-
-def read_archive_manifest(archive: Path) -> tuple[dict[str, Any], int]:
-    """The manifest of an archive and its number of entries; ArchiveError for a missing or unreadable one."""
-    import tarfile
-    import zlib
-
-    from conch.builder.manifest import MANIFEST_NAME
-    from conch.errors import ArchiveError
-
-    if not archive.is_file():
-        raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
-    try:
-        with tarfile.open(archive, "r|*") as tar:
-            manifest, entries = None, 0
-            for member in tar:
-                entries += 1
-                if member.name.removeprefix("./") == MANIFEST_NAME and member.isreg():
-                    data = tar.extractfile(member)
-                    manifest = json.loads(data.read()) if data is not None else None
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise ArchiveError(f"{archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: rebuild "
-                           "it with `conch build` or copy it again") from None
-    except ValueError as exc:
-        raise ArchiveError(f"{archive}: its {MANIFEST_NAME} is not JSON ({exc}); rebuild it with `conch build`"
-                           ) from None
-    if not isinstance(manifest, dict):
-        raise ArchiveError(f"{archive} has no {MANIFEST_NAME} (not built by conch?); `conch check` checks any "
-                           "archive, `conch inspect` needs one built by `conch build`")
-    return manifest, entries
+        print(json.dumps(found.to_json(), indent=1, sort_keys=True))
+    elif not args.quiet:
+        print("\n".join(found.lines()))
+    if not found.ok:
+        say(f"conch: {found.check.summary()}")
+    return 0 if found.ok else 1
 
 
 def common(sp: argparse.ArgumentParser) -> None:
@@ -223,7 +171,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common(g)
     g.set_defaults(func=cmd_graph)
 
-    i = sub.add_parser("inspect", help="summarise an archive's manifest")
+    i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
+                       "and its `conch check` (exit 1 when the check fails)")
     i.add_argument("archive", type=Path)
-    i.add_argument("--json", action="store_true")
+    out = i.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="everything as one JSON object (manifest included)")
+    out.add_argument("--quiet", "-q", action="store_true", help="print nothing; the exit code tells")
     i.set_defaults(func=cmd_inspect)

@@ -68,12 +68,14 @@ def run_samples(ensemble: Ensemble, names: list[str] | None, values: int, releas
             result = executor.run(inputs, intermediates=True, strict=False,
                                   on_step=lambda trace: print_step(trace, values))
             sample = next(s for s in ensemble.samples if s.name == name)
+            dtypes = {t.name: t.dtype for t in ensemble.output_specs()}
             for out, want in sample.expected_arrays().items():
-                verdict = compare(out, result.outputs[out], want, sample.tolerance)
+                check = sample.check_for(out, dtypes[out])
+                verdict = compare(out, result.outputs[out], want, check)
                 passed &= verdict.passed
                 print(f"  output {describe(out, result.outputs[out], values)}")
                 print(f"    expected: {'ok' if verdict.passed else 'MISMATCH'} {verdict.detail} "
-                      f"({sample.tolerance.describe()})")
+                      f"({check.describe()})")
             passed &= not result.problems
     return passed
 

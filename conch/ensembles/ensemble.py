@@ -12,7 +12,7 @@ from conch.ensembles.config import EnsembleStepSpec, ModelSpec, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.names import check_model_name, check_tensor_name
-from conch.ensembles.samples import Sample, Tolerance
+from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
 from conch.ensembles.step import Step
 from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
@@ -146,13 +146,18 @@ class Ensemble:
         name: str,
         inputs: Mapping[str, Any],
         expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
-        tolerance: Tolerance | None = None,
+        tolerance: ToleranceSpec | None = None,
     ) -> None:
-        """Add a sample payload (arrays include the batch dimension) and its expected outputs."""
+        """Add a sample payload (arrays include the batch dimension) and its expected outputs, compared with
+        ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check."""
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
-        self.samples.append(Sample(name, self.payload(inputs, what), expected, tolerance or Tolerance()))
+        sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance)
+        declared = {n: (h.dtype, h.dims) for n, h in self.outputs.items()}
+        if not isinstance(tolerance, Mapping) or set(tolerance) <= set(declared):  # outputs may come later
+            sample.check_outputs(declared, f"ensemble {self.name!r}")
+        self.samples.append(sample)
 
     def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
         """A request's inputs as arrays of the declared dtypes, checked against the declared dims."""
@@ -274,6 +279,7 @@ class Ensemble:
             unknown = set(sample.expected_arrays()) - set(self.outputs) if not callable(sample.expected) else set()
             if unknown:
                 raise DeclarationError(f"{where}: sample {sample.name!r} expects unknown outputs {sorted(unknown)}")
+            sample.check_outputs({n: (h.dtype, h.dims) for n, h in self.outputs.items()}, where)
 
     def _all_handles(self) -> list[TensorHandle]:
         handles = list(self.inputs.values())

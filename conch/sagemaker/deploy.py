@@ -54,12 +54,12 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
     built: dict[str, list[str]] = {}
     for archive in archives:
         manifest = archive_manifest(archive)
-        if manifest.get("target") != "production":
+        if manifest.target != "production":
             raise DeployError(
-                f"{archive.name} is a {manifest.get('target')!r} build (CPU stand-ins for the local server); build "
+                f"{archive.name} is a {manifest.target!r} build (CPU stand-ins for the local server); build "
                 "it for SageMaker with `conch build --target production`"
             )
-        built.setdefault(str(manifest["release"]), []).append(archive.name)
+        built.setdefault(manifest.release, []).append(archive.name)
     if release is not None:
         wanted = Release.of(release)
         others = {r: names for r, names in built.items() if Release.of(r) != wanted}
