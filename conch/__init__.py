@@ -12,7 +12,7 @@ from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.samples import Tolerance
+from conch.ensembles.samples import Exact, Tolerance, TopK
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, TensorHandle
 from conch.errors import (
@@ -37,6 +37,7 @@ __all__ = [
     "DeployError",
     "DynamicBatching",
     "Ensemble",
+    "Exact",
     "Executor",
     "InstanceGroup",
     "OnnxStep",
@@ -54,6 +55,7 @@ __all__ = [
     "TensorHandle",
     "TensorRTStep",
     "Tolerance",
+    "TopK",
     "TorchScriptStep",
     "VersionPolicy",
     "Warmup",

@@ -127,8 +127,6 @@ class Inspection:
         out += tree_lines(self.entries)
         out.append("models:")
         out += [line for model in self.models for line in model.lines()]
-        out.append("steps:")
-        out += [f"  step   {s.model_name:24} {s.served_as}" for s in m.steps]
         if self.environments:
             out.append("environments:")
             for path, nbytes in self.environments.items():
@@ -137,7 +135,7 @@ class Inspection:
                 out.append(f"  {path}: {size(nbytes)}{what}")
         out.append("warmup: " + _warmup_line(m))
         out.append("shared memory: " + _shm_line(m))
-        out.append(f"  {len(m.samples)} samples: " + ", ".join(s.name for s in m.samples))
+        out.append(f"samples ({len(m.samples)}): " + ", ".join(s.name for s in m.samples))
         out.append("check: " + ("ok" if self.check.ok else f"FAILED ({len(self.check.errors)} errors)"))
         out += [f"  {f.line(self.check.archive)}" for f in self.check.findings]
         return out

@@ -224,7 +224,7 @@ def judge(
             continue
         check = check_of(checks, out, want)
         c = compare(out, got[out], want, check)
-        shown = "" if c.detail == check.describe() else f" ({check.describe()})"
+        shown = "" if c.detail.startswith(check.describe()) else f" ({check.describe()})"
         verdicts.append((c.passed, f"{out}: {c.detail}{shown}"))
     passed = all(v[0] for v in verdicts)
     return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)
