@@ -89,3 +89,12 @@ def test_the_reader_stops_at_the_manifest(tmp_path: Path) -> None:
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(data[: len(data) // 2])  # the manifest sorts before the model folders
     assert read_manifest(truncated) == read_manifest(archive)
+
+
+def test_an_unknown_output_check_is_refused_naming_it(tmp_path: Path) -> None:
+    data = render_repository(linear_ensemble("odd_check"), "local", "24.10").manifest
+    data["samples"][0]["checks"]["Z"] = {"kind": "fuzzy"}
+    archive = _tar(tmp_path / "odd_check.tar.gz", {MANIFEST_NAME: json.dumps(data).encode()})
+    with pytest.raises(ArchiveError, match=r"odd_check.tar.gz: its manifest is not one conch wrote \(unknown output "
+                                           r"check 'fuzzy'\)"):
+        read_manifest(archive)
