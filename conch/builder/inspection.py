@@ -80,7 +80,7 @@ class ModelSummary:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inspection:
     """Everything `conch inspect` reports about one archive."""
 

@@ -1,5 +1,6 @@
-"""Sample payloads with expected outputs, the tolerance they are compared with, and a JSON encoding
-that survives inside an archive so the archive can be replayed on its own."""
+"""Sample payloads with expected outputs, how each output is compared (``Tolerance``, ``TopK``, ``Exact``,
+one for all outputs or one per output), and a JSON encoding that survives inside an archive so the
+archive can be replayed on its own."""
 
 from __future__ import annotations
 
