@@ -101,3 +101,8 @@ def test_an_archive_that_fails_check_exits_non_zero(built: Path, tmp_path: Path,
     assert "conch: inspected.tar.gz fails `conch check`" in captured.err
     assert main(["inspect", "--json", str(archive)]) == 1
     assert json.loads(capsys.readouterr().out)["check"]["ok"] is False
+
+
+def test_inspect_of_a_path_that_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(tmp_path / "gone.tar.gz")]) == 2
+    assert "gone.tar.gz: no such archive; give the path of a .tar.gz built by `conch build`" in capsys.readouterr().err
