@@ -91,7 +91,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     import psutil
 
     from conch.harness.endpoint import LocalMME
-    from conch.harness.mme import TARGET_HEADER
+    from conch.wire import TARGET_HEADER
 
     if not 0 < threshold <= 1:
         raise BenchError(f"threshold {threshold}: give a share of the budget between 0 and 1, e.g. 0.9")
