@@ -137,7 +137,7 @@ def to_mermaid(g: Graph) -> str:
     """A Mermaid flowchart (GitHub renders it in a ```mermaid block); node ids are generated, since step
     and tensor names may hold characters Mermaid's ids cannot."""
     ids = {node.id: f"n{i}" for i, node in enumerate(g.nodes)}
-    lines = [f"%% {g.title}", "flowchart LR"]
+    lines = ["flowchart LR", f"  %% {g.title}"]
     for node in g.nodes:
         name, *rest = (_mermaid_text(line) for line in node.lines)
         label = "<br/>".join([f"<b>{name}</b>" if node.shape == "step" else name, *rest])

@@ -64,7 +64,7 @@ def test_steps_show_backend_instances_and_batching_and_edges_their_tensors(pictu
 def test_mermaid_is_a_flowchart_github_renders(pictured: object) -> None:
     text = to_mermaid(pictured)  # type: ignore[arg-type]
     lines = text.splitlines()
-    assert lines[0].startswith("%% ") and lines[1] == "flowchart LR"
+    assert lines[0] == "flowchart LR" and lines[1] == "  %% ensemble pictured (max_batch_size 8)"
     defined = {}
     edges = []
     for line in lines[2:]:
@@ -129,6 +129,14 @@ def test_without_graphviz_svg_degrades_to_dot_with_one_warning_naming_the_instal
 def test_mermaid_files_and_quiet(tmp_path: Path) -> None:
     quiet = conch("graph", str(PICTURED), "--format", "mermaid", "--out", str(tmp_path), "--quiet")
     assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
-    assert (tmp_path / "pictured.mmd").read_text().splitlines()[1] == "flowchart LR"
+    assert (tmp_path / "pictured.mmd").read_text().splitlines()[0] == "flowchart LR"
     shown = conch("graph", str(PICTURED), "--format", "mermaid", "--json")
-    assert json.loads(shown.stdout)["graphs"][0]["text"].splitlines()[1] == "flowchart LR"
+    assert json.loads(shown.stdout)["graphs"][0]["text"].splitlines()[0] == "flowchart LR"
+
+
+def test_render_names_the_formats_it_draws(pictured: object) -> None:
+    from conch.errors import ConchError
+    from conch.graph import render
+
+    with pytest.raises(ConchError, match="cannot render 'pdf'; choose one of svg, png"):
+        render(to_dot(pictured), "pdf")  # type: ignore[arg-type]
