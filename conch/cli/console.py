@@ -68,8 +68,8 @@ def session(args: argparse.Namespace) -> Iterator[None]:
         _session.out = None
 
 
-def json_mode() -> bool:
-    return _session.json
+def quiet_mode() -> bool:
+    return _session.quiet
 
 
 def say(message: str) -> None:

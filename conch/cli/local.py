@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
-from conch.cli.console import document, error, progress_bar, result, say
+from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import ConchError
 
@@ -64,7 +64,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             else:
                 say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
 
-        outcomes = build_all(jobs, args.jobs, done, progress=bar.note) if jobs else []
+        # under --quiet no progress at all, so parallel workers print none either
+        outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
     failed += [o.ensemble for o in outcomes if o.error is not None]
     document({
         "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,

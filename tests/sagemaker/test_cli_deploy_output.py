@@ -4,12 +4,14 @@ needs next, `--quiet` prints nothing on success (against moto's server on 127.0.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import INSTANCE, ROLE, Moto
 from test_cli_deploy import aws_args, conch
+from test_cli_output import _on_a_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -84,3 +86,13 @@ def test_invoke_json_file_is_still_read_as_the_request(moto: Moto, tmp_path: Pat
     assert old.stderr.splitlines() == [
         f"conch: warning: `invoke --json {request}` is spelt `invoke --request {request} --json` now",
         f"conch: error: --request {request}: not a KServe v2 request body (no 'inputs')"]
+
+
+def test_uploads_draw_a_bar_of_bytes_on_a_terminal(moto: Moto, bucket: str, archives: list[Path]) -> None:
+    code, out, err = _on_a_terminal("deploy", *map(str, archives), "--bucket", bucket, "--role", ROLE,
+                                    "--instance-type", INSTANCE, *aws_args(moto), "--no-wait")
+    assert code == 0 and "endpoint text-mme created" in out
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+    size = sum(a.stat().st_size for a in archives) / 1000
+    assert re.search(rf"uploading ━+ {size:.1f}/{size:.1f} kB", plain), plain  # every byte counted once
+    assert "uploading /" in plain  # the ordinary lines, above the bar
