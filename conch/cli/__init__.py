@@ -35,10 +35,9 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    quiet_tensorflow()  # before any ensemble file or backend imports TensorFlow
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    with session(args):
+    with quiet_tensorflow(), session(args):  # before any ensemble file or backend imports TensorFlow
         return _run(args)
 
 

@@ -160,15 +160,23 @@ def progress_bar(description: str, total: float | None, *, bytes_: bool = False)
             _session.bar = None
 
 
-def quiet_tensorflow() -> None:
-    """Keep TensorFlow's C++ start-up lines (absl's pre-init warning, oneDNN, CPU features) out of conch's
-    output: set before TensorFlow is first imported, here and in every process started from here (build
-    workers, tritonserver and its Python stubs inherit the environment). A value the user set wins."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+@contextmanager
+def quiet_tensorflow() -> Iterator[None]:
+    """Keep TensorFlow's C++ start-up lines (absl's pre-init warning, oneDNN, CPU features) out of a command's
+    output: set before TensorFlow is first imported, here and in every process started meanwhile (build
+    workers, tritonserver and its Python stubs inherit the environment). A value the user set wins; what was
+    set here is unset afterwards, so a program calling ``main()`` keeps its own environment."""
     # TF 2.21 logs "oneDNN custom operations are on" through absl before any log level applies, unless
     # the variable is set; 0 keeps TensorFlow's results independent of the CPU's oneDNN code paths too.
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    wanted = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    added = [name for name in wanted if name not in os.environ]
+    os.environ.update({name: wanted[name] for name in added})
     import logging
 
     for name in ("tensorflow", "absl"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
