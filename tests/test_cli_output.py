@@ -179,6 +179,11 @@ def test_serve_quiet_prints_nothing() -> None:
     assert out == "" and err == ""
 
 
+def without_escapes(text: str) -> str:
+    """What a terminal shows of ``text``, less its redraws: the control sequences removed."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
 def _on_a_terminal(*args: str) -> tuple[int, str, str]:
     """`conch ARGS` with stderr on a pseudo-terminal (as in a person's shell) and stdout on a pipe."""
     master, slave = pty.openpty()
@@ -204,7 +209,7 @@ def _on_a_terminal(*args: str) -> tuple[int, str, str]:
 def test_progress_bars_on_a_terminal_only(tmp_path: Path) -> None:
     code, out, err = _on_a_terminal("build", str(PIPELINES), "--out", str(tmp_path / "tty"), "--target", "local")
     assert code == 0 and out == ""
-    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+    plain = without_escapes(err)
     assert ESCAPE in err and re.search(r"building ━+ 1/1", plain), err  # the bar, drawn and finished
     assert "[1/1] built" in err  # the ordinary line as well, above the bar
     piped = conch("build", str(PIPELINES), "--out", str(tmp_path / "pipe"), "--target", "local")
@@ -233,3 +238,12 @@ def test_a_build_with_a_tensorflow_step_prints_no_tensorflow_lines(tmp_path: Pat
     with tarfile.open(tmp_path / "dist" / "image_classifier.tar.gz") as tar:
         assert "image_classifier__inception_graphdef/1/model.graphdef" in tar.getnames()
     assert sorted(line.split(" ")[1] for line in result.stderr.splitlines()) == ["built", "built"]
+
+
+@pytest.mark.integration
+def test_replay_draws_its_bar_on_a_terminal(dist: Path) -> None:
+    code, out, err = _on_a_terminal("replay", str(dist), "--endpoint", "kserve")
+    assert code == 0 and "2 passed, 0 failed" in out
+    plain = without_escapes(err)
+    assert re.search(r"replaying ━+ 1/1", plain), err
+    assert "loading cli_linear.tar.gz" in plain  # the ordinary lines too

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import INSTANCE, ROLE, Moto
 from test_cli_deploy import aws_args, conch
-from test_cli_output import _on_a_terminal
+from test_cli_output import _on_a_terminal, without_escapes
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ def test_uploads_draw_a_bar_of_bytes_on_a_terminal(moto: Moto, bucket: str, arch
     code, out, err = _on_a_terminal("deploy", *map(str, archives), "--bucket", bucket, "--role", ROLE,
                                     "--instance-type", INSTANCE, *aws_args(moto), "--no-wait")
     assert code == 0 and "endpoint text-mme created" in out
-    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+    plain = without_escapes(err)
     size = sum(a.stat().st_size for a in archives) / 1000
     assert re.search(rf"uploading ━+ {size:.1f}/{size:.1f} kB", plain), plain  # every byte counted once
     assert "uploading /" in plain  # the ordinary lines, above the bar
