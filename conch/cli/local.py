@@ -1,4 +1,4 @@
-"""`conch build | replay | graph | inspect`: the commands that work on this machine alone."""
+"""`conch build | replay | inspect`: the commands that work on this machine alone."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
-from conch.cli.console import say
+from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import ConchError
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
+    from conch.harness.replay import ReplayReport
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -34,19 +35,28 @@ def cmd_build(args: argparse.Namespace) -> int:
             for file, e in found]
     finished: list[BuildOutcome] = []
 
-    def done(outcome: BuildOutcome) -> None:  # one ensemble that cannot build does not stop the others
-        finished.append(outcome)
-        count = f"[{len(finished)}/{len(jobs)}]"
-        if outcome.error is not None or outcome.archive is None:
-            say(f"conch: error: {outcome.error}")
-        elif outcome.written:
-            say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, {args.target}, "
-                f"release {args.release}, {outcome.seconds:.1f} s)")
-        else:
-            say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+    with progress_bar("building", len(jobs)) as bar:
+        def done(outcome: BuildOutcome) -> None:  # one ensemble that cannot build does not stop the others
+            finished.append(outcome)
+            bar.advance()
+            count = f"[{len(finished)}/{len(jobs)}]"
+            if outcome.error is not None or outcome.archive is None:
+                error(str(outcome.error))
+            elif outcome.written:
+                say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, "
+                    f"{args.target}, release {args.release}, {outcome.seconds:.1f} s)")
+            else:
+                say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
 
-    outcomes = build_all(jobs, args.jobs, done, progress=say) if jobs else []
+        # under --quiet no progress at all, so parallel workers print none either
+        outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
     failed += [o.ensemble for o in outcomes if o.error is not None]
+    document({
+        "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
+        "ensembles": [{"ensemble": o.ensemble, "archive": None if o.archive is None else str(o.archive),
+                       "written": o.written, "bytes": None if o.archive is None else o.archive.stat().st_size,
+                       "seconds": round(o.seconds, 3), "error": o.error} for o in outcomes],
+    })
     if failed:
         say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
@@ -104,28 +114,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not archives and not failures:
             say("conch: error: nothing to replay; give ensemble files, folders, or .tar.gz archives")
             return 2
-        report = replay_archives(
-            archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
-            load_timeout=args.load_timeout, progress=say,
-        ) if archives else None
+        with progress_bar("replaying", len(archives)) as bar:
+            report = replay_archives(
+                archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
+                load_timeout=args.load_timeout, progress=say, done=lambda _: bar.advance(),
+            ) if archives else None
     rows = failures + (report.rows if report else [])
     for row in rows:
         if row.endpoint == "check" and not row.passed:
             say(f"conch: error: {one_line(row.detail)}")
     full = ReplayReport(rows)
-    print(full.table())
+    result(full.table())
+    document(replay_document(full))
     if full.errors:
         return 2
     return 0 if full.passed else 1
 
 
-def cmd_graph(args: argparse.Namespace) -> int:
-    from conch.builder.discover import discover
-
-    for ensemble in discover(args.paths):
-        if not args.only or ensemble.name in args.only:
-            print(ensemble.graph_dot())
-    return 0
+def replay_document(report: ReplayReport) -> dict[str, Any]:
+    """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
+    passed = sum(r.passed for r in report.rows)
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed,
+            "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
+                      "millis": round(r.millis, 3), "detail": r.detail} for r in report.rows]}
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -165,11 +176,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
     common(r)
     r.set_defaults(func=cmd_replay)
-
-    g = sub.add_parser("graph", help="print each ensemble's DAG as Graphviz dot")
-    g.add_argument("paths", nargs="+", type=Path)
-    common(g)
-    g.set_defaults(func=cmd_graph)
 
     i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
                        "and its `conch check` (exit 1 when the check fails)")

@@ -102,8 +102,10 @@ def replay_archives(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
+    done: Callable[[Path], None] | None = None,
 ) -> ReplayReport:
-    """Load every archive into one server (as an MME does) and replay its samples on each endpoint."""
+    """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
+    ``done`` hears of each archive once its rows are in (for a progress bar)."""
     endpoints = tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
@@ -124,6 +126,8 @@ def replay_archives(
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
             _replay_one(archive, triton, client, endpoints, load_timeout, report, progress)
+            if done:
+                done(archive)
     finally:
         if own:
             triton.stop()

@@ -92,6 +92,7 @@ def deploy(
     multipart_threshold: int | None = None,
     progress: Callable[[str], None] | None = None,
     checked: bool = False,
+    sent: Callable[[int], None] | None = None,
 ) -> Deployment:
     """Upload ``archives`` to ``location`` and serve them all from the MME ``spec`` describes.
 
@@ -111,7 +112,7 @@ def deploy(
                               "invocations (--scale-on invocations --target-value N)")
     warnings: list[str] = []
     threshold = {"multipart_threshold": multipart_threshold} if multipart_threshold else {}
-    uploads = upload_archives(archives, location, aws, progress=progress, **threshold)
+    uploads = upload_archives(archives, location, aws, progress=progress, sent=sent, **threshold)
     for upload in uploads:
         if upload.action == "replaced":
             warnings.append(

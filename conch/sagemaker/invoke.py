@@ -33,7 +33,7 @@ def read_json_body(path: Path) -> bytes:
     try:
         return check_json_request(path.read_bytes())
     except (OSError, ValueError) as exc:
-        raise DeployError(f"--json {path}: not a KServe v2 request body ({exc}); write {{\"inputs\": [...]}}"
+        raise DeployError(f"--request {path}: not a KServe v2 request body ({exc}); write {{\"inputs\": [...]}}"
                           ) from None
 
 

@@ -163,7 +163,7 @@ def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp
     good.write_text('{"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [1.0]}]}')
     assert read_json_body(good) == good.read_bytes()
     (tmp_path / "rows.json").write_text('[{"X": 1}]')
-    with pytest.raises(DeployError, match=r"--json .*rows.json: not a KServe v2 request body \(no 'inputs' list\)"):
+    with pytest.raises(DeployError, match=r"--request .*rows.json: not a KServe v2 request body \(no 'inputs' list\)"):
         read_json_body(tmp_path / "rows.json")
-    with pytest.raises(DeployError, match=r"--json .*absent.json: not a KServe v2 request body"):
+    with pytest.raises(DeployError, match=r"--request .*absent.json: not a KServe v2 request body"):
         read_json_body(tmp_path / "absent.json")
