@@ -12,7 +12,10 @@ with the order taken from the model's structure instead of the process's history
 Python name keeps it bare, the next ones are mangled 0, 1, ... Each code file is then written again
 from its definitions in that order, so two types that moved between files land the same way too, and
 a scripted module's constants in sorted order (torch collects them in a set, whose order follows
-Python's per-process string hashing).
+Python's per-process string hashing), and unnamed temporaries numbered per definition (torch numbers them
+per file). Left as torch prints them: a local whose name collided with another in its method gets a
+suffix from a per-file counter too (``input0``); telling those from names that end in digits would be
+guesswork, and no model tested here has one that differs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import Iterable, Mapping
 CODE = "code/"
 MANGLE = "___torch_mangle_"
 _QUALIFIED = re.compile(r"__torch__(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_TEMPORARY = re.compile(r"(?<![\w.\"'])_\d+\b")
+_ATTRIBUTE = re.compile(r"  [A-Za-z_][A-Za-z0-9_]* : ")
 _CONSTANT = re.compile(r"  [A-Za-z_][A-Za-z0-9_]* : Final\[")
 _DEFINITION = re.compile(r"(?:class|def) ([A-Za-z_][A-Za-z0-9_]*)\b")
 
@@ -68,8 +73,21 @@ def _definitions(records: Mapping[str, bytes]) -> dict[str, str] | None:
             match = _DEFINITION.match(chunk)
             if match is None:
                 return None  # a statement outside any definition: not a layout this rewrites
-            found[f"{qualifier}.{match.group(1)}"] = _constants_sorted(chunk.rstrip("\n"))
+            found[f"{qualifier}.{match.group(1)}"] = _temporaries_renumbered(_constants_sorted(chunk.rstrip("\n")))
     return found
+
+
+def _temporaries_renumbered(definition: str) -> str:
+    """The printer's unnamed temporaries (``_0``, ``_1``, ...) numbered from 0 in order of appearance: torch
+    numbers them on through every definition of a code file, so they depended on which file a type landed in.
+    Attributes (``self._3``, ``"_3"``) and class-level declarations keep their names."""
+    numbers: dict[str, str] = {}
+
+    def one(match: re.Match[str]) -> str:
+        return numbers.setdefault(match.group(0), f"_{len(numbers)}")
+
+    lines = definition.split("\n")
+    return "\n".join(line if _ATTRIBUTE.match(line) else _TEMPORARY.sub(one, line) for line in lines)
 
 
 def _constants_sorted(definition: str) -> str:
