@@ -54,6 +54,17 @@ def test_a_conda_environment_conda_pack_refuses_passes_on_its_reason(tmp_path: P
         pack(PythonEnv(conda_prefix=prefix), "3.10")
 
 
+def test_a_conda_environment_with_a_damaged_package_record_is_a_pack_error(tmp_path: Path) -> None:
+    """A conda-meta record missing the fields conda-pack reads (here an empty object) is named, not a
+    KeyError traceback from inside conda-pack."""
+    prefix = tmp_path / "damaged"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "python-3.10.12-h0.json").write_text("{}")
+    with pytest.raises(PackError, match=r"conda-pack could not read the package records of .*damaged \(KeyError: "
+                                        r".*\); a conda-meta/\*\.json file is damaged: recreate the environment"):
+        pack(PythonEnv(conda_prefix=prefix), "3.10")
+
+
 def test_a_folder_given_as_an_archive_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "x.tar.gz"
     folder.mkdir()
