@@ -10,11 +10,11 @@ from conch.backends.tensorflow import TensorFlowStep
 from conch.backends.tensorrt import TensorRTStep
 from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.ensemble import Ensemble, TensorHandle
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.samples import Tolerance
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
-from conch.ensembles.tensors import Tensor, TensorHandle
+from conch.ensembles.tensors import Tensor
 from conch.errors import (
     BuildError,
     ConchError,

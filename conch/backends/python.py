@@ -11,8 +11,9 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from conch.ensembles.config import InstanceGroup, ModelSpec, SettingsArgs, StepSettings
+from conch.ensembles.config import InstanceGroup, SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
+from conch.ensembles.layout import ModelSpec
 from conch.ensembles.step import FileSource, Step, StepLayout
 from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor

@@ -25,8 +25,9 @@ from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.layout import FileSource, StepLayout
 from conch.ensembles.samples import Sample, encode_array
-from conch.ensembles.step import FileSource, Step, StepLayout
+from conch.ensembles.step import Step
 from conch.ensembles.target import Release, Target
 from conch.errors import BuildError, ConchError
 

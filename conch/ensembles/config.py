@@ -1,5 +1,4 @@
-"""Model-level config settings (instance groups, batching, warmup, versions) and the full model spec
-that the renderer turns into config.pbtxt."""
+"""Model-level config settings (instance groups, batching, warmup, versions) that every step may set."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import Literal, TypedDict
 from typing_extensions import Unpack
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.tensors import Tensor, whole
+from conch.ensembles.tensors import whole
 from conch.errors import DeclarationError
 
 
@@ -204,30 +203,3 @@ class StepSettings:
             warmup=self.warmups,
             version_policy=self.version_policy,
         )
-
-
-@dataclass(frozen=True)
-class EnsembleStepSpec:
-    """One entry of ``ensemble_scheduling.step``: model name and the two tensor maps."""
-
-    model_name: str
-    input_map: tuple[tuple[str, str], ...]
-    output_map: tuple[tuple[str, str], ...]
-    model_version: int = -1
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything a config.pbtxt says, computed in Python; the template only lays it out."""
-
-    name: str
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
-    platform: str | None = None
-    backend: str | None = None
-    settings: StepSettings = field(default_factory=StepSettings)
-    ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
-
-    @property
-    def max_batch_size(self) -> int:
-        return self.settings.max_batch_size

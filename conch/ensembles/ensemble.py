@@ -1,4 +1,5 @@
-"""The Ensemble: a DAG of steps declared by passing tensor handles, checked across steps."""
+"""The Ensemble: a DAG of steps declared by passing tensor handles, checked across steps; the handles,
+the step calls and the binding of handles to a step's inputs live here."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from conch.ensembles.config import EnsembleStepSpec, ModelSpec, StepSettings
+from conch.ensembles.config import StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
+from conch.ensembles.layout import EnsembleStepSpec, ModelSpec
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
-from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible, whole
+from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
 
@@ -24,6 +26,54 @@ if TYPE_CHECKING:
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
 
+class TensorHandle:
+    """A value flowing through an ensemble: an ensemble input or a step's output."""
+
+    def __init__(
+        self,
+        ensemble: Ensemble,
+        name: str,
+        dtype: DType,
+        dims: tuple[int, ...],
+        producer: StepCall | None = None,
+        output_name: str | None = None,
+    ) -> None:
+        self.ensemble = ensemble
+        self.name = name
+        self.dtype = dtype
+        self.dims = dims
+        self.producer = producer
+        self.output_name = output_name
+
+    def describe(self) -> str:
+        if self.producer is None:
+            return f"ensemble input {self.name!r}"
+        return f"output {self.output_name!r} of step {self.producer.step.name!r}"
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) for d in self.dims)
+        return f"<TensorHandle {self.describe()} {self.dtype.wire}[{dims}] in {self.ensemble.name!r}>"
+
+    def __iter__(self) -> Any:
+        raise DeclarationError(
+            f"{self.describe()} is a single tensor handle; a step with one output returns one handle, "
+            "so do not unpack it"
+        )
+
+
+class Outputs(tuple[TensorHandle, ...]):
+    """The handles a multi-output step returns: unpack them, or index them by output name."""
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        if isinstance(key, str):
+            for handle in self:
+                if handle.output_name == key:
+                    return handle
+            names = ", ".join(repr(h.output_name) for h in self)
+            raise KeyError(f"no output {key!r}; this step has {names}")
+        return super().__getitem__(key)
+
+
 @dataclass
 class StepCall:
     """A step placed in an ensemble, with the handles wired to its inputs and produced by its outputs."""
@@ -31,6 +81,43 @@ class StepCall:
     step: Step
     inputs: dict[str, TensorHandle]
     outputs: dict[str, TensorHandle]
+
+
+def bind(step: Step, args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, TensorHandle]:
+    """The handles of a step call by input name: positional ones in declared order, then keywords."""
+    if len(args) > len(step.inputs):
+        raise DeclarationError(
+            f"step {step.name!r} takes {len(step.inputs)} inputs "
+            f"({', '.join(t.name for t in step.inputs)}), got {len(args)} positional handles"
+        )
+    bound: dict[str, object] = {spec.name: value for spec, value in zip(step.inputs, args, strict=False)}
+    names = {t.name for t in step.inputs}
+    for key, value in kwargs.items():
+        if key not in names:
+            raise DeclarationError(
+                f"step {step.name!r} has no input {key!r}; its inputs are "
+                f"{', '.join(repr(t.name) for t in step.inputs)}"
+            )
+        if key in bound:
+            raise DeclarationError(f"step {step.name!r}: input {key!r} given both by position and by name")
+        bound[key] = value
+    for spec in step.inputs:
+        if spec.name not in bound and not spec.optional:
+            raise DeclarationError(
+                f"step {step.name!r}: required input {spec.name!r} is not connected; pass a tensor "
+                "handle for it (or declare it optional=True)"
+            )
+    if not bound:
+        raise DeclarationError(f"step {step.name!r}: call it with at least one tensor handle")
+    handles: dict[str, TensorHandle] = {}
+    for key, value in bound.items():
+        if not isinstance(value, TensorHandle):
+            raise DeclarationError(
+                f"step {step.name!r}: inputs must be tensor handles (from ensemble.input() or another "
+                f"step), got {type(value).__name__}"
+            )
+        handles[key] = value
+    return handles
 
 
 class Ensemble:
@@ -190,9 +277,18 @@ class Ensemble:
 
         return run(self, inputs, intermediates=intermediates, strict=strict)
 
-    # -- wiring (called by Step.__call__) ----------------------------------------------------------
+    # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
 
-    def _add_call(self, step: Step, bound: dict[str, TensorHandle]) -> list[TensorHandle]:
+    def call(self, step: Step, *args: object, **kwargs: object) -> TensorHandle | Outputs:
+        """Wire ``step`` into this ensemble with input handles given by position (declared order) or by
+        input name; return its output handle, or ``Outputs`` when it has several."""
+        bound = bind(step, args, kwargs)
+        for h in bound.values():
+            if h.ensemble is not self:
+                raise DeclarationError(
+                    f"step {step.name!r}: {h.describe()} belongs to ensemble {h.ensemble.name!r}, not "
+                    f"{self.name!r}; a step's inputs come from one ensemble"
+                )
         for call in self.calls:
             if call.step.name == step.name:
                 raise DeclarationError(
@@ -221,7 +317,8 @@ class Ensemble:
             handle = TensorHandle(self, f"{step.name}.{spec.name}", spec.dtype, dims, call, spec.name)
             call.outputs[spec.name] = handle
         self.calls.append(call)
-        return list(call.outputs.values())
+        outputs = list(call.outputs.values())
+        return outputs[0] if len(outputs) == 1 else Outputs(outputs)
 
     def _seen_dims(self, step: Step, spec: Tensor) -> tuple[int, ...]:
         """A step tensor's dims as the ensemble sees them: without batch if both batch, else full."""

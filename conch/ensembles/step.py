@@ -1,43 +1,18 @@
-"""The step interface every backend implements, and wiring: calling a step with tensor handles."""
+"""The step interface every backend implements; calling a step wires it into an ensemble (Ensemble.call)."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from conch.ensembles.config import ModelSpec, StepSettings
+from conch.ensembles.config import StepSettings
+from conch.ensembles.layout import FileSource, ModelSpec, StepLayout
 from conch.ensembles.names import check_model_name
 from conch.ensembles.target import Release, Target
-from conch.ensembles.tensors import Tensor, TensorHandle
+from conch.ensembles.tensors import Tensor
 from conch.errors import DeclarationError
-
-# A file in a model folder: its bytes, or a path on disk to copy.
-FileSource = bytes | Path
-
-
-@dataclass(frozen=True)
-class StepLayout:
-    """What one step puts in the repository: its config and its files (relative to the model folder)."""
-
-    spec: ModelSpec
-    files: Mapping[str, FileSource] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-
-
-class Outputs(tuple[TensorHandle, ...]):
-    """The handles a multi-output step returns: unpack them, or index them by output name."""
-
-    def __getitem__(self, key):  # type: ignore[no-untyped-def]
-        if isinstance(key, str):
-            for handle in self:
-                if handle.output_name == key:
-                    return handle
-            names = ", ".join(repr(h.output_name) for h in self)
-            raise KeyError(f"no output {key!r}; this step has {names}")
-        return super().__getitem__(key)
 
 
 class Step(abc.ABC):
@@ -78,51 +53,19 @@ class Step(abc.ABC):
     def max_batch_size(self) -> int:
         return self.settings.max_batch_size
 
-    def __call__(self, *args: TensorHandle, **kwargs: TensorHandle) -> TensorHandle | Outputs:
-        """Wire this step into the ensemble its input handles belong to; return its output handles."""
-        if len(args) > len(self.inputs):
-            raise DeclarationError(
-                f"step {self.name!r} takes {len(self.inputs)} inputs "
-                f"({', '.join(t.name for t in self.inputs)}), got {len(args)} positional handles"
-            )
-        bound: dict[str, TensorHandle] = {}
-        for spec, handle in zip(self.inputs, args, strict=False):
-            bound[spec.name] = handle
-        names = {t.name for t in self.inputs}
-        for key, handle in kwargs.items():
-            if key not in names:
-                raise DeclarationError(
-                    f"step {self.name!r} has no input {key!r}; its inputs are "
-                    f"{', '.join(repr(t.name) for t in self.inputs)}"
-                )
-            if key in bound:
-                raise DeclarationError(f"step {self.name!r}: input {key!r} given both by position and by name")
-            bound[key] = handle
-        for spec in self.inputs:
-            if spec.name not in bound and not spec.optional:
-                raise DeclarationError(
-                    f"step {self.name!r}: required input {spec.name!r} is not connected; pass a tensor "
-                    "handle for it (or declare it optional=True)"
-                )
-        handles = list(bound.values())
-        if not handles:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Wire this step into the ensemble its input handles belong to; return its output handle (or
+        ``Outputs`` for several). See ``Ensemble.call``."""
+        values = [*args, *kwargs.values()]
+        if not values:
             raise DeclarationError(f"step {self.name!r}: call it with at least one tensor handle")
-        for h in handles:
-            if not isinstance(h, TensorHandle):
-                raise DeclarationError(
-                    f"step {self.name!r}: inputs must be tensor handles (from ensemble.input() or another "
-                    f"step), got {type(h).__name__}"
-                )
-        ensemble = handles[0].ensemble
-        for h in handles[1:]:
-            if h.ensemble is not ensemble:
-                raise DeclarationError(
-                    f"step {self.name!r}: {h.describe()} belongs to ensemble {h.ensemble.name!r}, "
-                    f"but {handles[0].describe()} belongs to {ensemble.name!r}; a step's inputs come "
-                    "from one ensemble"
-                )
-        outputs = ensemble._add_call(self, bound)
-        return outputs[0] if len(outputs) == 1 else Outputs(outputs)
+        ensemble = getattr(values[0], "ensemble", None)
+        if ensemble is None:
+            raise DeclarationError(
+                f"step {self.name!r}: inputs must be tensor handles (from ensemble.input() or another "
+                f"step), got {type(values[0]).__name__}"
+            )
+        return ensemble.call(self, *args, **kwargs)
 
     def check(self, release: Release) -> None:  # noqa: B027 - optional hook
         """Build-time checks against artifacts and the release (raise BuildError); default: none."""

@@ -156,7 +156,7 @@ def test_one_step_may_serve_two_ensembles() -> None:
 def test_single_output_handle_cannot_be_unpacked() -> None:
     ens = ensemble()
     y = step()(ens.input("X", "FP32", [4]))
-    with pytest.raises(TypeError, match="single tensor handle"):
+    with pytest.raises(DeclarationError, match="single tensor handle"):
         _a, _b = y
 
 
@@ -423,7 +423,7 @@ REFUSED = [  # (what a user writes, the error, its message)
      r"step 's': labels belong on outputs, not input 'x'"),
     (_no_handles, DeclarationError, r"step 's': call it with at least one tensor handle"),
     (_outputs_by_unknown_name, KeyError, r"no output 'c'; this step has 'a', 'b'"),
-    (_unpack_one_handle, TypeError, r"output 'y' of step 's' is a single tensor handle; .* do not unpack it"),
+    (_unpack_one_handle, DeclarationError, r"output 'y' of step 's' is a single tensor handle; .* do not unpack it"),
     (lambda: PythonEnv(requirements=("a",), name="my env"), DeclarationError,
      r"PythonEnv name 'my env': use letters, digits, '_' and '-'"),
     (lambda: PythonEnv(archive="env.zip"), DeclarationError,
