@@ -26,8 +26,9 @@ from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import FileSource, Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible, whole
 from conch.errors import BuildError, ConchError, DeclarationError
 from conch.templates import render
@@ -109,6 +110,7 @@ class DaliStep(Step):
     """
 
     kind = "dali"
+    platform = Platform.DALI
 
     def __init__(
         self,
@@ -184,6 +186,7 @@ class DaliStep(Step):
         return dali_serialized.declare_outputs(self.raw_pipeline(), declared, self.name)
 
     def check(self, release: Release) -> None:
+        super().check(release)
         data = self.raw_pipeline()
         sources = {s.name: s for s in dali_serialized.external_sources(data, self.name)}
         names = ", ".join(repr(n) for n in sources) or "none"
@@ -278,31 +281,21 @@ class DaliStep(Step):
 
     # -- layout ------------------------------------------------------------------------------------
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            return self._local_layout(model_name, target, release, ensemble)
-        spec = self.spec(model_name, backend="dali")
-        files: dict[str, FileSource] = dict(self.label_files())
-        if self.autoserialize:
-            files["1/dali.py"] = render(
-                "dali_autoserialize.py.j2", step=self.name, module=self._module_name, attr=self._attr,
-                batch_size=self.max_batch_size, num_threads=self.num_threads,
-                output_dtypes=[dali_serialized.dtype_id(t.dtype) for t in self.outputs],
-                output_ndims=[len(t.dims) for t in self.outputs],
-            ).encode()
-            files[f"1/{self._module_name}.py"] = self._source
-        else:
-            files[f"1/{FILENAME}"] = self.serialized()
-        return StepLayout(spec, files)
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        if not self.autoserialize:
+            return BackendFiles({f"1/{FILENAME}": self.serialized()})
+        dali_py = render(
+            "dali_autoserialize.py.j2", step=self.name, module=self._module_name, attr=self._attr,
+            batch_size=self.max_batch_size, num_threads=self.num_threads,
+            output_dtypes=[dali_serialized.dtype_id(t.dtype) for t in self.outputs],
+            output_ndims=[len(t.dims) for t in self.outputs],
+        )
+        return BackendFiles({"1/dali.py": dali_py.encode(), f"1/{self._module_name}.py": self._source})
 
-    def _local_layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        cpu = dali_serialized.on_cpu(self.serialized(), self.name)
-        self._check_runs_on_cpu(cpu)
-        layout = self.standin(cpu).layout(model_name, target, release, ensemble)
+    def standin_note(self, model_name: str) -> str:
         moved = list(dict.fromkeys(dali_serialized.gpu_operators(self.raw_pipeline(), self.name)))
         how = f"GPU operators {', '.join(moved)} swapped for their CPU versions" if moved else "a CPU pipeline"
-        note = f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
-        return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+        return f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
 
     def _check_runs_on_cpu(self, cpu: bytes) -> None:
         """Build the CPU pipeline here, so an operator without a CPU version fails the build, not the load."""
@@ -316,9 +309,10 @@ class DaliStep(Step):
                 "replay it on a GPU host"
             ) from exc
 
-    def standin(self, cpu_pipeline: bytes | None = None) -> PythonStep:
+    def standin(self) -> PythonStep:
         """The pipeline on DALI's CPU operators, as a Python-backend model with the same I/O."""
-        cpu = cpu_pipeline if cpu_pipeline is not None else dali_serialized.on_cpu(self.serialized(), self.name)
+        cpu = dali_serialized.on_cpu(self.serialized(), self.name)
+        self._check_runs_on_cpu(cpu)
         spec = {
             "batch_size": self.max_batch_size,
             "num_threads": self.num_threads or 1,
@@ -326,7 +320,7 @@ class DaliStep(Step):
             "outputs": [t.name for t in self.outputs],
         }
         files = {FILENAME: cpu, "standin.json": json.dumps(spec, sort_keys=True).encode()}
-        return PythonStep.standin(self, DaliRunner, files)
+        return PythonStep.standin_for(self, DaliRunner, files)
 
 
 def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, str, Path]:

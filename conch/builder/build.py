@@ -77,7 +77,7 @@ def render_repository(
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
-        steps.append({**step.describe(), "model_name": model, "served_as": served})
+        steps.append({**step.describe(layout.info), "model_name": model, "served_as": served})
     python_models = [s["model_name"] for s in steps if s["served_as"] == "python"]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))

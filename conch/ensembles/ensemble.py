@@ -12,7 +12,7 @@ import numpy as np
 from conch.ensembles.config import StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.layout import EnsembleStepSpec, ModelSpec
+from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.samples import Sample, Tolerance
 from conch.ensembles.step import Step
@@ -419,7 +419,7 @@ class Ensemble:
             name=name or self.name,
             inputs=self.input_specs(),
             outputs=self.output_specs(),
-            platform="ensemble",
+            served_by=Platform.ENSEMBLE,
             settings=StepSettings(max_batch_size=self.max_batch_size),
             ensemble_steps=tuple(steps),
         )

@@ -3,6 +3,7 @@ a ModelSpec and its files), computed by a step or the ensemble and written by th
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,24 @@ from conch.ensembles.tensors import Tensor
 
 # A file in a model folder: its bytes, or a path on disk to copy.
 FileSource = bytes | Path
+
+
+class Platform(enum.StrEnum):
+    """How Triton runs a model: the ``platform`` of its config, or the ``backend`` for backends that have
+    no platform name (Triton's own spelling of each)."""
+
+    ENSEMBLE = "ensemble"
+    ONNXRUNTIME_ONNX = "onnxruntime_onnx"
+    TENSORRT_PLAN = "tensorrt_plan"
+    TENSORFLOW_GRAPHDEF = "tensorflow_graphdef"
+    PYTORCH_LIBTORCH = "pytorch_libtorch"
+    PYTHON = "python"
+    DALI = "dali"
+
+    @property
+    def is_backend(self) -> bool:
+        """True when config.pbtxt names it as ``backend:`` rather than ``platform:``."""
+        return self in (Platform.PYTHON, Platform.DALI)
 
 
 @dataclass(frozen=True)
@@ -31,14 +50,23 @@ class ModelSpec:
     name: str
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
-    platform: str | None = None
-    backend: str | None = None
+    served_by: Platform
     settings: StepSettings = field(default_factory=StepSettings)
     ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
 
     @property
     def max_batch_size(self) -> int:
         return self.settings.max_batch_size
+
+    @property
+    def platform(self) -> str | None:
+        """The config's ``platform:`` value, if it has one."""
+        return None if self.served_by.is_backend else self.served_by.value
+
+    @property
+    def backend(self) -> str | None:
+        """The config's ``backend:`` value, if it has one."""
+        return self.served_by.value if self.served_by.is_backend else None
 
 
 @dataclass(frozen=True)
