@@ -8,7 +8,7 @@ from conch.backends.python import PythonStep
 from conch.backends.pytorch import TorchScriptStep
 from conch.backends.tensorflow import TensorFlowStep
 from conch.backends.tensorrt import TensorRTStep
-from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
+from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble, TensorHandle
 from conch.ensembles.environment import PythonEnv
@@ -21,7 +21,6 @@ from conch.errors import (
     DeclarationError,
     DeployError,
     PackError,
-    ReplayMismatch,
     RunError,
     ServeError,
 )
@@ -39,12 +38,12 @@ __all__ = [
     "Ensemble",
     "Executor",
     "InstanceGroup",
+    "InstanceKind",
     "OnnxStep",
     "PackError",
     "PythonEnv",
     "PythonStep",
     "Release",
-    "ReplayMismatch",
     "RunError",
     "RunResult",
     "ServeError",

@@ -68,7 +68,8 @@ def render_repository(
             env = ensemble.env_of(step)
             spec = layout.spec if env is None else envs.attach(env, layout.spec)
         except ConchError as exc:
-            raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+            exc.within(f"ensemble {ensemble.name!r}")
+            raise
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
         spec = observed.warmup.attach(model, spec, files)
@@ -144,7 +145,8 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> list[dict[st
             try:
                 expected = sample.expected_arrays()
             except ConchError as exc:
-                raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+                exc.within(f"ensemble {ensemble.name!r}")
+                raise
             except Exception as exc:
                 raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
             unknown = sorted(set(expected) - set(outputs))

@@ -167,7 +167,7 @@ class StepSettings:
         unknown = sorted(set(options) - set(SettingsArgs.__annotations__))
         if unknown:
             known = ", ".join(["max_batch_size", *SettingsArgs.__annotations__])
-            raise TypeError(f"{what}: unknown setting(s) {', '.join(unknown)}; settings are {known}")
+            raise DeclarationError(f"{what}: unknown setting(s) {', '.join(unknown)}; settings are {known}")
         instance_group = options.get("instance_group")
         dynamic_batching = options.get("dynamic_batching")
         parameters = options.get("parameters")

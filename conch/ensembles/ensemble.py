@@ -148,7 +148,7 @@ class Ensemble:
                     f"ensemble {name!r}: {key} cannot be set on an ensemble (Triton rejects it there); "
                     "set it on the steps instead"
                 )
-            raise TypeError(f"Ensemble() got an unexpected keyword argument {key!r}")
+            raise DeclarationError(f"Ensemble() got an unexpected keyword argument {key!r}")
         self.name = check_model_name(name, "ensemble")
         max_batch_size = whole(max_batch_size, f"ensemble {name!r}: max_batch_size")
         if max_batch_size < 0:

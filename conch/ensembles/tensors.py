@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -123,13 +123,6 @@ class Tensor:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)  # TF names hold '/'
         return f"{safe}_labels.txt"
 
-    def renamed(self, name: str) -> Tensor:
-        """The same spec under another name."""
-        check_tensor_name(name, "tensor")
-        return replace(self, name=name)
-
-    def shape_text(self) -> str:
-        return "[" + ", ".join(str(d) for d in self.dims) + "]"
 
 
 def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:

@@ -344,7 +344,7 @@ def test_label_file_name_of_a_tensor_name_with_slashes_stays_one_file() -> None:
 
 
 def test_unknown_step_setting_is_named() -> None:
-    with pytest.raises(TypeError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
+    with pytest.raises(DeclarationError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
         step(instance_groups=[InstanceGroup("KIND_CPU")])
 
 
@@ -403,7 +403,7 @@ REFUSED = [  # (what a user writes, the error, its message)
     (lambda: VersionPolicy(latest=0), DeclarationError, r"version_policy latest must be >= 1"),
     (lambda: step(max_batch_size=0, warmup=Warmup("w", batch_size=4)), DeclarationError,
      r"python step 's': warmup 'w' batch_size must be 1 without batching"),
-    (lambda: Ensemble("e", instance_groups=[]), TypeError, r"Ensemble\(\) got an unexpected keyword argument"),
+    (lambda: Ensemble("e", instance_groups=[]), DeclarationError, r"Ensemble\(\) got an unexpected keyword argument"),
     (lambda: Ensemble("e", max_batch_size=-1), DeclarationError, r"ensemble 'e': max_batch_size must be >= 0, got -1"),
     (lambda: Ensemble("e", env="tokenizers"), DeclarationError, r"ensemble 'e': env must be a conch.PythonEnv"),
     (lambda: step(env="tokenizers"), DeclarationError, r"python step 's': env must be a conch.PythonEnv"),
