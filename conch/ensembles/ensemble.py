@@ -50,6 +50,12 @@ class TensorHandle:
             return f"ensemble input {self.name!r}"
         return f"output {self.output_name!r} of step {self.producer.step.name!r}"
 
+    def named(self, name: str) -> TensorHandle:
+        """Name this step output inside the ensemble (by default ``<step>.<output>``), e.g. to reproduce an
+        existing ensemble's config; returns the handle, so ``dali(encoded).named("preprocessed_image")``."""
+        self.ensemble.name_tensor(self, name)
+        return self
+
     def __repr__(self) -> str:
         dims = ", ".join(str(d) for d in self.dims)
         return f"<TensorHandle {self.describe()} {self.dtype.wire}[{dims}] in {self.ensemble.name!r}>"
@@ -127,7 +133,8 @@ class Ensemble:
         name: the ensemble's model name (SageMaker MME renames it to the TargetModel when it loads).
         max_batch_size: 0 for no batching; otherwise at most every step's max_batch_size.
         step_prefix: prefix of the steps' model names; defaults to the ensemble name so that many
-            ensembles' steps load side by side on one server without model namespacing.
+            ensembles' steps load side by side on one server without model namespacing ("" names each
+            step's model after the step alone).
         description: free text recorded in the manifest.
         env: the Python environment of every Python step that declares none of its own.
     """
@@ -154,7 +161,8 @@ class Ensemble:
         if max_batch_size < 0:
             raise DeclarationError(f"ensemble {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
         self.max_batch_size = int(max_batch_size)
-        self.step_prefix = check_model_name(step_prefix if step_prefix is not None else name, "step prefix")
+        prefix = step_prefix if step_prefix is not None else name
+        self.step_prefix = prefix and check_model_name(prefix, "step prefix")
         self.description = description
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"ensemble {name!r}: env must be a conch.PythonEnv, got {env!r}")
@@ -163,6 +171,7 @@ class Ensemble:
         self._input_specs: dict[str, Tensor] = {}
         self.outputs: dict[str, TensorHandle] = {}
         self.calls: list[StepCall] = []
+        self._named: dict[int, TensorHandle] = {}  # step outputs given a name of their own
         self.discarded: set[int] = set()
         self.samples: list[Sample] = []
         self.warmup_request: WarmupRequest | None = None
@@ -175,8 +184,7 @@ class Ensemble:
     def input(self, name: str, dtype: DType | str, dims: Sequence[int], *, optional: bool = False) -> TensorHandle:
         """Declare an ensemble input and return its handle (dims exclude the batch dimension)."""
         check_tensor_name(name, f"ensemble {self.name!r} input")
-        if name in self.inputs or name in self.outputs:
-            raise DeclarationError(f"ensemble {self.name!r}: tensor {name!r} is already declared")
+        self._refuse_taken(name, f"ensemble {self.name!r}")
         spec = Tensor(name, dtype, dims, optional=optional)
         handle = TensorHandle(self, name, spec.dtype, spec.dims)
         self.inputs[name] = handle
@@ -203,8 +211,7 @@ class Ensemble:
                 f"{what}: {handle.describe()} is an ensemble input; Triton ensembles can only output tensors "
                 "that a step produces"
             )
-        if name in self.outputs or name in self.inputs:
-            raise DeclarationError(f"{what}: tensor {name!r} is already declared")
+        self._refuse_taken(name, what, handle)
         for other, h in self.outputs.items():
             if h is handle:
                 raise DeclarationError(
@@ -220,6 +227,36 @@ class Ensemble:
                 f"{what}: declared dims {list(dims)} but {handle.describe()} has dims {list(handle.dims)}"
             )
         self.outputs[name] = handle
+
+    def name_tensor(self, handle: TensorHandle, name: str) -> None:
+        """Give a step output its ensemble-scope name (see ``TensorHandle.named``)."""
+        what = f"ensemble {self.name!r}: naming {handle.describe()}"
+        check_tensor_name(name, what)
+        if handle.ensemble is not self:
+            raise DeclarationError(f"{what}: it belongs to ensemble {handle.ensemble.name!r}")
+        if handle.producer is None:
+            raise DeclarationError(f"{what}: an ensemble input is named by ensemble.input() already")
+        for output, h in self.outputs.items():
+            if h is handle:
+                raise DeclarationError(f"{what}: it is ensemble output {output!r}, which names it already")
+        if name != handle.name:
+            self._refuse_taken(name, what, by_default=True)
+        handle.name = name
+        self._named[id(handle)] = handle
+
+    def _refuse_taken(
+        self, name: str, what: str, exempt: TensorHandle | None = None, *, by_default: bool = False
+    ) -> None:
+        """Refuse a tensor name that an input, an output or a named step output (but ``exempt``) has; with
+        ``by_default`` also the ``<step>.<output>`` names (a clash with those is otherwise found by
+        ``validate``)."""
+        if name in self.inputs or name in self.outputs:
+            raise DeclarationError(f"{what}: tensor {name!r} is already declared")
+        for handle in self._all_handles() if by_default else self._named.values():
+            if handle.name == name and handle is not exempt:
+                raise DeclarationError(
+                    f"{what}: tensor name {name!r} is taken by {handle.describe()}; choose another name"
+                )
 
     def discard(self, *handles: TensorHandle) -> None:
         """Mark step outputs as deliberately unused (otherwise an unused output is an error)."""
