@@ -1,40 +1,18 @@
 """Intermediate tensors: named ``<step>.<output>`` unless a handle is ``.named(...)``, so a declaration can
-reproduce an existing ensemble's config (seed 002's DALI -> Inception ensemble wires `preprocessed_image`)."""
+reproduce an existing ensemble's configs (seed 002's DALI -> Inception ensemble wires `preprocessed_image`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import basic_steps
 import pytest
 from google.protobuf import text_format
+from seed_archives import inception_repo
 from tritonclient.grpc import model_config_pb2
 
-from conch import DaliStep, DeclarationError, Ensemble, PythonStep, Tensor, TensorFlowStep
+from conch import DaliStep, DeclarationError, Ensemble, InstanceGroup, PythonStep, Tensor, TensorFlowStep
 from conch.builder.render import render_config
-
-# Seed 002's ensemble_dali_inception/config.pbtxt, as the post prints it (with its braces restored).
-SEED_002_ENSEMBLE = """
-name: "ensemble_dali_inception"
-platform: "ensemble"
-max_batch_size: 256
-input [ { name: "INPUT" data_type: TYPE_UINT8 dims: [ -1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1001 ] } ]
-ensemble_scheduling {
-  step [
-    {
-      model_name: "dali"
-      model_version: -1
-      input_map { key: "DALI_INPUT_0" value: "INPUT" }
-      output_map { key: "DALI_OUTPUT_0" value: "preprocessed_image" }
-    },
-    {
-      model_name: "inception_graphdef"
-      model_version: -1
-      input_map { key: "input" value: "preprocessed_image" }
-      output_map { key: "InceptionV3/Predictions/Softmax" value: "OUTPUT" }
-    }
-  ]
-}
-"""
 
 
 def parse(text: str) -> model_config_pb2.ModelConfig:
@@ -47,22 +25,34 @@ def _pipeline() -> None:
     """Stands for the DALI pipeline: only the declaration is rendered here."""
 
 
-def seed_002() -> Ensemble:
+def seed_002(labels: Path) -> Ensemble:
     dali = DaliStep("dali", _pipeline, inputs=[Tensor("DALI_INPUT_0", "UINT8", [-1])],
                     outputs=[Tensor("DALI_OUTPUT_0", "FP32", [299, 299, 3])], max_batch_size=256, num_threads=12)
-    inception = TensorFlowStep("inception_graphdef", lambda: b"", inputs=[Tensor("input", "FP32", [299, 299, 3])],
-                               outputs=[Tensor("InceptionV3/Predictions/Softmax", "FP32", [1001])],
-                               max_batch_size=256)
+    inception = TensorFlowStep(
+        "inception_graphdef", lambda: b"", inputs=[Tensor("input", "FP32", [299, 299, 3])],
+        outputs=[Tensor("InceptionV3/Predictions/Softmax", "FP32", [1001], labels=labels)],
+        max_batch_size=256, instance_group=InstanceGroup("KIND_GPU"),
+    )
     ens = Ensemble("ensemble_dali_inception", max_batch_size=256, step_prefix="")
     image = dali(ens.input("INPUT", "UINT8", [-1])).named("preprocessed_image")
     ens.output("OUTPUT", inception(image))
     return ens
 
 
-def test_a_declaration_reproduces_seed_002s_ensemble_config() -> None:
-    ens = seed_002()
+def test_a_declaration_reproduces_seed_002s_configs(tmp_path: Path) -> None:
+    """The seed's three config.pbtxt files (as the post prints them, braces restored), from a declaration."""
+    seed = inception_repo()
+    labels = tmp_path / "inception_labels.txt"
+    labels.write_bytes(seed["inception_graphdef/inception_labels.txt"] or b"")
+    ens = seed_002(labels)
     ens.validate()
-    assert parse(render_config(ens.spec())) == parse(SEED_002_ENSEMBLE)
+    rendered = {"ensemble_dali_inception": ens.spec()}
+    rendered |= {ens.model_name(c.step): c.step.spec(ens.model_name(c.step)) for c in ens.calls}
+    for model, spec in rendered.items():
+        expected = parse((seed[f"{model}/config.pbtxt"] or b"").decode())
+        for group in expected.instance_group:
+            group.count = group.count or 1  # Triton's default; conch writes it out
+        assert parse(render_config(spec)) == expected, model
 
 
 def _ensemble() -> tuple[Ensemble, PythonStep]:
