@@ -25,7 +25,7 @@ from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
-from conch.ensembles.layout import FileSource, StepLayout
+from conch.ensembles.layout import FileSource, Platform, StepLayout
 from conch.ensembles.samples import Sample, encode_array
 from conch.ensembles.step import Step
 from conch.ensembles.target import Release, Target
@@ -79,7 +79,7 @@ def render_repository(
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
         steps.append({**step.describe(layout.info), "model_name": model, "served_as": served})
-    python_models = [s["model_name"] for s in steps if s["served_as"] == "python"]
+    python_models = [s["model_name"] for s in steps if s["served_as"] == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()

@@ -422,7 +422,7 @@ class Ensemble:
         own: PythonEnv | None = getattr(step, "env", None)
         if own is not None:
             return own
-        return self.env if step.kind == "python" else None
+        return self.env if step.platform is Platform.PYTHON else None
 
     def model_name(self, step: Step) -> str:
         """The model (folder) name of a step in this ensemble's repository."""
