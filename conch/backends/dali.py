@@ -198,17 +198,8 @@ class DaliStep(Step):
                     f"whose external sources are {names}; name the input after its "
                     "fn.external_source(name=...)"
                 )
-            if source.dtype is not None and source.dtype is not t.dtype:
-                raise BuildError(
-                    f"dali step {self.name!r}: input {t.name!r} is declared {t.dtype.wire} but the pipeline's "
-                    f"external_source {t.name!r} has dtype {source.dtype.wire}"
-                )
-            if source.ndim is not None and source.ndim != len(t.dims):
-                raise BuildError(
-                    f"dali step {self.name!r}: input {t.name!r} is declared with dims {list(t.dims)} "
-                    f"({len(t.dims)} per sample) but the pipeline's external_source {t.name!r} has "
-                    f"ndim={source.ndim}"
-                )
+            found = f"the pipeline's external_source {t.name!r} has"
+            self._agrees(t, f"input {t.name!r}", source, f"{found} dtype ", f"({len(t.dims)} per sample) but {found} ")
         unfed = [n for n in sources if n not in {t.name for t in self.inputs}]
         if unfed:
             raise BuildError(
@@ -222,19 +213,21 @@ class DaliStep(Step):
                 f"{len(self.outputs)}; DALI's backend matches outputs to the pipeline's by position"
             )
         for index, (t, out) in enumerate(zip(self.outputs, produced, strict=True)):
-            if out.dtype is not None and out.dtype is not t.dtype:
-                raise BuildError(
-                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared "
-                    f"{t.dtype.wire} but the pipeline declares {out.dtype.wire}"
-                )
-            if out.ndim is not None and out.ndim != len(t.dims):
-                raise BuildError(
-                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared with "
-                    f"dims {list(t.dims)} but the pipeline declares ndim={out.ndim}"
-                )
+            what = f"output {t.name!r} (pipeline output {index})"
+            self._agrees(t, what, out, "the pipeline declares ", "but the pipeline declares ")
 
         if self.probe:
             self._probe()
+
+    def _agrees(self, t: Tensor, what: str, found: Any, dtype_found: str, ndim_found: str) -> None:
+        """A declared tensor against the dtype and rank the serialized pipeline gives it (None: not given);
+        ``dtype_found``/``ndim_found`` say where the pipeline's value comes from, in messages."""
+        if found.dtype is not None and found.dtype is not t.dtype:
+            raise BuildError(f"dali step {self.name!r}: {what} is declared {t.dtype.wire} but {dtype_found}"
+                             f"{found.dtype.wire}")
+        if found.ndim is not None and found.ndim != len(t.dims):
+            raise BuildError(f"dali step {self.name!r}: {what} is declared with dims {list(t.dims)} {ndim_found}"
+                             f"ndim={found.ndim}")
 
     def check_settings(self) -> dict[str, object]:
         return {"probe": self.probe}
