@@ -13,22 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conch.errors import ConchError
+from conch.errors import BuildError, ConchError
 
 if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble
+    from conch.ensembles.ensemble import Ensemble, TensorHandle
     from conch.ensembles.step import Step
-    from conch.ensembles.tensors import TensorHandle
 
-# The name Triton knows each step's backend by (config.pbtxt's `backend` or `platform`).
-TRITON_BACKENDS = {
-    "python": "python",
-    "onnx": "onnxruntime_onnx",
-    "dali": "dali",
-    "tensorrt": "tensorrt_plan",
-    "tensorflow": "tensorflow_graphdef",
-    "pytorch": "pytorch_libtorch",
-}
 RENDERED = ("svg", "png")
 INSTALL_HINT = "pip install 'conch[graph]' (the pygraphviz wheel, which bundles Graphviz; no system package)"
 
@@ -79,7 +69,7 @@ def step_lines(step: Step) -> tuple[str, ...]:
                 batching += f" {dims_text(dynamic.preferred_batch_size)}"
             if dynamic.max_queue_delay_microseconds:
                 batching += f" delay {dynamic.max_queue_delay_microseconds} us"
-    return (step.name, TRITON_BACKENDS.get(step.kind, step.kind), f"instances: {groups}", batching)
+    return (step.name, str(step.platform), f"instances: {groups}", batching)
 
 
 def _edge_label(handle: TensorHandle, into: str) -> str:
@@ -149,7 +139,7 @@ def to_mermaid(g: Graph) -> str:
 def render(dot: str, fmt: str) -> bytes:
     """``dot`` laid out by Graphviz's dot engine as SVG or PNG; GraphvizMissing saying how to get it."""
     if fmt not in RENDERED:
-        raise ConchError(f"cannot render {fmt!r}; choose one of {', '.join(RENDERED)}")
+        raise BuildError(f"cannot render {fmt!r}; choose one of {', '.join(RENDERED)}")
     try:
         import pygraphviz
     except ImportError:

@@ -26,12 +26,12 @@ from conch.backends.standins.torchscript_runner import TorchScriptRunner
 from conch.backends.torchscript_names import canonical_names
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import BuildError, ConchError, DeclarationError
 
-PLATFORM = "pytorch_libtorch"
 FILENAME = "model.pt"
 # Size used for -1 dims (and the batch) when probing the module with zeros.
 _PROBE_SIZE = 2
@@ -180,6 +180,8 @@ class TorchScriptStep(Step):
     """
 
     kind = "pytorch"
+    platform = Platform.PYTORCH_LIBTORCH
+    standin_runs = "torch on the CPU"
 
     def __init__(
         self,
@@ -205,6 +207,7 @@ class TorchScriptStep(Step):
         self._binding: Binding | None = None
 
     def check(self, release: Release) -> None:
+        super().check(release)
         self.binding()
 
     def binding(self) -> Binding:
@@ -310,17 +313,12 @@ class TorchScriptStep(Step):
                     f"{FILENAME} returns {shape} (probed with {_PROBE_SIZE} for each -1)"
                 )
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            layout = self.standin().layout(model_name, target, release, ensemble)
-            note = f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (torch on the CPU)"
-            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
-        spec = self.spec(model_name, platform=PLATFORM)
-        return StepLayout(spec, {f"1/{FILENAME}": self.artifact.resolve(), **self.label_files()})
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        return BackendFiles({f"1/{FILENAME}": self.artifact.resolve()})
 
     def standin(self) -> PythonStep:
         """The same module under torch on the CPU, as a Python-backend model with the same I/O."""
         binding = self.binding()
         spec = {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
         files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
-        return PythonStep.standin(self, TorchScriptRunner, files)
+        return PythonStep.standin_for(self, TorchScriptRunner, files)

@@ -36,8 +36,9 @@ from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.layout import FileSource, Platform, StepLayout
 from conch.ensembles.samples import Sample, TopK, encode_array
-from conch.ensembles.step import FileSource, Step, StepLayout
+from conch.ensembles.step import Step
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.errors import BuildError, ConchError
 
@@ -83,7 +84,8 @@ def render_repository(
             env = ensemble.env_of(step)
             spec = layout.spec if env is None else envs.attach(env, layout.spec)
         except ConchError as exc:
-            raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+            exc.within(f"ensemble {ensemble.name!r}")
+            raise
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
         spec = observed.warmup.attach(model, spec, files)
@@ -92,8 +94,8 @@ def render_repository(
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
-        steps.append(StepRecord(model, str(served), step.describe()))
-    python_models = [s.model_name for s in steps if s.served_as == "python"]
+        steps.append(StepRecord(model, str(served), step.describe(layout.info)))
+    python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
@@ -159,7 +161,8 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> tuple[Sample
             try:
                 expected = sample.expected_arrays()
             except ConchError as exc:
-                raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+                exc.within(f"ensemble {ensemble.name!r}")
+                raise
             except Exception as exc:
                 raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
             unknown = sorted(set(expected) - set(outputs))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conch.ensembles.ensemble import Ensemble
-from conch.errors import ArchiveError, ConchError, DeclarationError
+from conch.errors import ArchiveError, BuildError, ConchError, DeclarationError
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,9 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
         elif path.suffix == ".py" and path.is_file():
             files.append(path)
         elif not path.exists():
-            raise ConchError(f"{path}: no such file or folder; give ensemble .py files or folders of them")
+            raise BuildError(f"{path}: no such file or folder; give ensemble .py files or folders of them")
         else:
-            raise ConchError(f"{path}: expected a .py file or a folder of them")
+            raise BuildError(f"{path}: expected a .py file or a folder of them")
     return files
 
 
@@ -77,19 +77,20 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
     module = sys.modules.get(name)
     if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
         if module is not None:
-            raise ConchError(
+            raise BuildError(
                 f"{path}: a different module named {name!r} is already imported ({module.__file__}); rename the file"
             )
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise ConchError(f"{path}: cannot be imported")
+            raise BuildError(f"{path}: cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except ConchError as exc:
             sys.modules.pop(name, None)
-            raise type(exc)(f"{path.name}: {exc}") from exc
+            exc.within(path.name)
+            raise
         except Exception as exc:  # the user's code failed: say where, in one line, instead of a traceback
             sys.modules.pop(name, None)
             lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]

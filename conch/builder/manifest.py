@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from conch.ensembles.layout import FileSource
 from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, check_to_json, decode_array
-from conch.ensembles.step import FileSource
 from conch.errors import ArchiveError
 
 MANIFEST_NAME = "conch-manifest.json"

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from conch.builder.pack import Progress
-from conch.errors import ConchError
+from conch.errors import BuildError, ConchError
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     try:
         ensembles = [e for e in load_module_ensembles(job.source) if e.name == job.ensemble]
         if not ensembles:
-            raise ConchError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
+            raise BuildError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
         repo = render_repository(ensembles[0], job.target, job.release, progress, job.refresh)
         path, written = write_if_changed(repo, job.out_dir)
         if job.repo_dir is not None:

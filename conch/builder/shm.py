@@ -17,6 +17,7 @@ import numpy as np
 
 from conch.builder.manifest import Manifest, read_manifest
 from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.layout import Platform
 from conch.ensembles.step import Step
 from conch.ensembles.target import Target
 from conch.ensembles.tensors import Tensor
@@ -44,7 +45,7 @@ def _sized_by_declaration(t: Tensor) -> bool:
 
 def may_serve_python(step: Step, target: Target) -> bool:
     """Whether a step runs on the Python backend in this target (every step is a stand-in locally)."""
-    return target is Target.LOCAL or step.kind == "python"
+    return target is Target.LOCAL or step.platform is Platform.PYTHON
 
 
 def needs_samples(ensemble: Ensemble, target: Target) -> bool:

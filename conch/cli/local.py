@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.ensembles.target import DEFAULT_RELEASE, Target
 from conch.errors import ConchError
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
     b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     b.add_argument("--out", type=Path, default=Path("dist"))
-    b.add_argument("--target", choices=("production", "local"), default="production")
+    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value)
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
     b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")

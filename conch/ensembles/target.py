@@ -78,11 +78,6 @@ class Release:
         return self < Release(25, 3)
 
     @property
-    def sources_activate(self) -> bool:
-        """Up to 25.07 the stub sources ``<env>/bin/activate``; from 25.08 it sets PATH itself."""
-        return self < Release(25, 8)
-
-    @property
     def env_dirs_supported(self) -> bool:
         """EXECUTION_ENV_PATH may name an unpacked folder from 23.07 on."""
         return not self < Release(23, 7)

@@ -109,7 +109,7 @@ def replay_archives(
     endpoints = tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
-            raise ConchError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
+            raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
     report = ReplayReport()
     own = server is None
     if server is None:
