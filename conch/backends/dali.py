@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,18 @@ _PROBE_SIZE = 8  # each -1 of a probe input
 
 
 def _cause(exc: Exception) -> str:
-    """The first line of DALI's error (the rest is its C++ stack)."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
+    """DALI's error on one line: the operator and the reason, without the "Critical error" header, the
+    assertion's C++ expression and the C++ context that follow."""
+    text = ""
+    for line in str(exc).splitlines():
+        line = " ".join(line.split())
+        if line.startswith(("C++ context:", "Current pipeline object")):
+            break
+        if not line or (line.startswith("Critical error") and line.endswith(":")):
+            continue
+        line = re.sub(r'^Assert on ".*" failed: ', "", line)
+        text += line + (" " if line.endswith(":") else "; ")
+    return text.rstrip("; ") or type(exc).__name__
 
 
 def probe_sample(t: Tensor) -> np.ndarray:
@@ -327,7 +337,9 @@ def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, 
         )
     source = inspect.getsourcefile(target)
     if source is None or not Path(source).is_file():
-        raise DeclarationError(f"dali step {step!r}: cannot find the source file of {qualname}")
+        raise DeclarationError(
+            f"dali step {step!r}: cannot find the source file of {qualname} (defined in an interactive session "
+            f"or a notebook cell?); define the pipeline function in a .py module and import it from there")
     path = Path(source)
     if path.stem in ("dali", "model") or not path.stem.isidentifier():
         raise DeclarationError(

@@ -82,10 +82,10 @@ class PythonStep(Step):
     def check(self, release: Release) -> None:
         super().check(release)
         for key, value in self.files.items():
-            if isinstance(value, Path) and not value.is_file():
+            if isinstance(value, Path) and not value.exists():
                 raise BuildError(
                     f"python step {self.name!r}: file {key!r} points at {value}, which does not exist; "
-                    "fix the path in files="
+                    "fix the path in files= (a file, or a folder shipped with everything under it)"
                 )
 
     def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:

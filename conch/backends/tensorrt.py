@@ -192,7 +192,9 @@ def compile_plan(
     for i in range(network.num_inputs):
         name = network.get_input(i).name
         if name not in shapes:
-            raise BuildError(f"tensorrt step {step!r}: model.onnx has input {name!r}, which the step does not declare")
+            raise BuildError(f"tensorrt step {step!r}: model.onnx has input {name!r}, which the step does not "
+                             f"declare; declare every input of the ONNX model (or leave inputs out to read them "
+                             f"from the model)")
         profile.set_shape(name, *shapes[name])
     config.add_optimization_profile(profile)
     plan = builder.build_serialized_network(network, config)
