@@ -22,6 +22,7 @@ from conch.ensembles.step import BackendFiles, ModelIO, Step
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError
+from conch.startup_lines import startup_lines_dropped
 
 FILENAME = "model.graphdef"
 _INPUT_OPS = ("Placeholder", "PlaceholderV2")
@@ -32,9 +33,10 @@ GraphTensor = tuple[str, DType, tuple[int, ...] | None]
 
 
 def _tensorflow(step: str) -> Any:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ log lines after its start-up
     try:
-        import tensorflow
+        with startup_lines_dropped():
+            import tensorflow
     except ImportError as exc:
         raise BuildError(
             f"tensorflow step {step!r}: reading a GraphDef needs TensorFlow; pip install 'conch[tensorflow]'"

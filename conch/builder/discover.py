@@ -11,6 +11,7 @@ from pathlib import Path
 
 from conch.ensembles.ensemble import Ensemble
 from conch.errors import ArchiveError, BuildError, ConchError, DeclarationError
+from conch.startup_lines import startup_lines_dropped
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
+            with startup_lines_dropped():  # e.g. TensorFlow's, when the file imports it
+                spec.loader.exec_module(module)
         except ConchError as exc:
             sys.modules.pop(name, None)
             exc.within(path.name)

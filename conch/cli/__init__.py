@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from conch.cli import bench, check, deploy, endpoint, graph, local, run
-from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session
+from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
 COMMANDS = (local, graph, endpoint, check, run, deploy, bench)
@@ -37,7 +37,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    with quiet_tensorflow(), session(args):  # before any ensemble file or backend imports TensorFlow
+    with quiet_tensorflow(), startup_lines_filtered(), session(args):  # before anything imports TensorFlow
         return _run(args)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,8 @@ class _Session:
     quiet: bool = False
     out: IO[str] | None = None  # the real stdout while --json or --quiet sends everything else elsewhere
     bar: Any = None  # the live rich Progress, so lines print above it instead of through it
+    terminal: bool | None = None  # stderr was a terminal before the start-up line filter replaced it
+    columns: int = 80
 
 
 _session = _Session()
@@ -100,9 +103,25 @@ def document(doc: Any) -> None:
         _session.out.flush()
 
 
+@contextmanager
+def startup_lines_filtered() -> Iterator[None]:
+    """The command's stderr through conch.startup_lines' filter (TensorFlow may load its native library at any
+    point of a build, not only when a file imports it); whether stderr is a terminal is read first."""
+    from conch.startup_lines import startup_lines_dropped
+
+    _session.terminal = sys.stderr.isatty()
+    _session.columns = shutil.get_terminal_size().columns
+    try:
+        with startup_lines_dropped():
+            yield
+    finally:
+        _session.terminal = None
+
+
 def bars_shown() -> bool:
     """Progress bars only for a person at a terminal: not under ``--quiet``, not into a pipe or a CI log."""
-    return not _session.quiet and sys.stderr.isatty()
+    terminal = sys.stderr.isatty() if _session.terminal is None else _session.terminal
+    return not _session.quiet and terminal
 
 
 class Bar:
@@ -151,7 +170,7 @@ def progress_bar(description: str, total: float | None, *, bytes_: bool = False)
 
     count = DownloadColumn() if bytes_ else MofNCompleteColumn()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
+                        console=Console(stderr=True, force_terminal=True, width=_session.columns), transient=True)
     with progress:
         _session.bar = progress
         try:
@@ -162,13 +181,13 @@ def progress_bar(description: str, total: float | None, *, bytes_: bool = False)
 
 @contextmanager
 def quiet_tensorflow() -> Iterator[None]:
-    """Keep TensorFlow's C++ start-up lines (absl's pre-init warning, oneDNN, CPU features) out of a command's
-    output: set before TensorFlow is first imported, here and in every process started meanwhile (build
-    workers, tritonserver and its Python stubs inherit the environment). A value the user set wins; what was
-    set here is unset afterwards, so a program calling ``main()`` keeps its own environment."""
-    # TF 2.21 logs "oneDNN custom operations are on" through absl before any log level applies, unless
-    # the variable is set; 0 keeps TensorFlow's results independent of the CPU's oneDNN code paths too.
-    wanted = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+    """Keep TensorFlow's C++ log lines at warnings and above out of a command's output, here and in every
+    process started meanwhile (build workers, tritonserver and its stubs inherit the environment); its start-up
+    lines, which no log level reaches, are dropped where TensorFlow is imported (conch.startup_lines). A value
+    the user set wins; what was set here is unset afterwards, so a program calling ``main()`` keeps its own
+    environment. TensorFlow's numerics (oneDNN) are left as they are: archives built from the CLI and from
+    Python must carry the same expected outputs."""
+    wanted = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     added = [name for name in wanted if name not in os.environ]
     os.environ.update({name: wanted[name] for name in added})
     import logging
