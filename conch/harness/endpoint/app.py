@@ -88,7 +88,7 @@ async def invoke(fleet: Fleet, endpoint_name: str, request: Request) -> Response
             raise ModelError(f"TargetModel {target!r}: the invocation timed out waiting for Triton", 504,
                              "timed out") from None
         except httpx.HTTPError as exc:
-            raise EndpointError(fleet.hop.unreachable(target, exc)) from None
+            raise fleet.unreachable(target, exc) from None
         finally:
             await fleet.release(model)
         fleet.metrics.time("ModelLatency", time.monotonic() - start)
