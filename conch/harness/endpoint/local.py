@@ -228,7 +228,7 @@ class LocalMME:
         return {
             "url": self.url, "endpoint_name": self.endpoint_name, "port": self.port,
             "invocations": f"{self.url}/endpoints/{self.endpoint_name}/invocations",
-            "metrics": f"{self.url}/metrics", "source": self.source.describe(),
+            "metrics": f"{self.url}/metrics", "source": self.source.describe(), "step_names": self.step_names.value,
             "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
                        "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
         }
