@@ -12,6 +12,7 @@ from typing import Any
 
 import basic_steps
 import httpx
+import mme_steps
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
@@ -26,10 +27,9 @@ pytestmark = pytest.mark.integration
 WAIT_S = 180.0  # generous: the machine is shared; nothing here asserts how long anything took
 
 
-def slow_setup_ensemble() -> Ensemble:
-    ens = Ensemble("slowload", max_batch_size=8)
-    step = PythonStep("slow", basic_steps.SlowSetup, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
-                      max_batch_size=8)
+def one_step_ensemble(name: str, code: Any) -> Ensemble:
+    ens = Ensemble(name, max_batch_size=8)
+    step = PythonStep("slow", code, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
     ens.output("Z", step(ens.input("X", "FP32", [4])))
     return ens
 
@@ -39,7 +39,8 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("restart-src")
     for name in ("ra", "rb"):
         build_ensemble(linear_ensemble(name), folder, "local")
-    build_ensemble(slow_setup_ensemble(), folder, "local")
+    build_ensemble(one_step_ensemble("slowload", basic_steps.SlowSetup), folder, "local")  # loads for 60 s
+    build_ensemble(one_step_ensemble("slowcall", mme_steps.sleepy), folder, "local")  # answers after 60 s
     return folder
 
 
@@ -61,32 +62,37 @@ def test_a_killed_server_is_restarted_and_every_model_loads_again(source: Path) 
         rt = runtime(mme.url)
         for name in ("ra.tar.gz", "rb.tar.gz"):
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
-        caught: list[ClientError] = []
+        caught: dict[str, ClientError] = {}
 
-        def invoke_slow() -> None:  # its load is under way in Triton when the server dies
+        def invoke(name: str) -> None:  # still under way in Triton when the server dies
             try:
-                invoke_linear(runtime(mme.url), "slowload.tar.gz")
+                invoke_linear(runtime(mme.url), name)
             except ClientError as exc:
-                caught.append(exc)
+                caught[name] = exc
 
-        caller = threading.Thread(target=invoke_slow)
-        caller.start()
+        callers = [threading.Thread(target=invoke, args=(name,)) for name in ("slowcall.tar.gz", "slowload.tar.gz")]
+        callers[0].start()
+        wait_for("the slow call to be answering", lambda: "Invoking SageMaker TargetModel: slowcall.tar.gz"
+                 in mme.triton.log_path.read_text(errors="replace"))
+        callers[1].start()
         wait_for("the slow load to start", lambda: "Loading SageMaker TargetModel: slowload.tar.gz"
                  in mme.triton.log_path.read_text(errors="replace"))
         kill_server(mme)
-        caller.join(WAIT_S)
+        for caller in callers:
+            caller.join(WAIT_S)
         wait_for("/ping to answer 200 again", lambda: httpx.get(f"{mme.url}/ping").status_code == 200)
         for name in ("ra.tar.gz", "rb.tar.gz"):
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
         metrics = mme.metrics_json()
         log = mme.triton.log_path.read_text(errors="replace")
-    assert len(caught) == 1
-    error = caught[0].response["Error"]
-    assert error["Code"] == "ModelError"
-    assert "'slowload.tar.gz'" in error["Message"] and "tritonserver exited" in error["Message"]
-    assert "restarts it" in error["Message"]
+    assert sorted(caught) == ["slowcall.tar.gz", "slowload.tar.gz"]  # an invocation and a load, both cut short
+    for name, exc in caught.items():
+        error = exc.response["Error"]
+        assert error["Code"] == "ModelError"
+        assert f"'{name}'" in error["Message"] and "tritonserver exited" in error["Message"]
+        assert "restarts it" in error["Message"]
     assert metrics["TritonRestarts"] == 1
-    assert metrics["ModelLoads"] == {"cold": 2, "reload": 2} and metrics["LoadedModelCount"] == 2
+    assert metrics["ModelLoads"] == {"cold": 3, "reload": 2} and metrics["LoadedModelCount"] == 2
     assert "Loading SageMaker TargetModel: slowload.tar.gz" in log  # the dead server's log is kept
 
 
