@@ -228,14 +228,14 @@ class LocalTriton:
         return self.process is not None and self.process.poll() is None
 
     def exit_status(self) -> str:
-        """How the server ended, e.g. ``killed by SIGSEGV`` (empty while it runs)."""
+        """How the server ended, e.g. ``was killed by SIGSEGV`` (empty while it runs)."""
         code = self.process.poll() if self.process is not None else None
         if code is None:
             return ""
         if code < 0:
             with contextlib.suppress(ValueError):
-                return f"killed by {signal.Signals(-code).name}"
-        return f"exit code {code}"
+                return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
 
     def restart(self) -> LocalTriton:
         """Start again after the server exited, on new ports; what the old one left (stubs, shared-memory

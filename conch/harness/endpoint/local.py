@@ -17,7 +17,7 @@ import uvicorn
 
 from conch.builder.scratch import scratch_dir
 from conch.ensembles.target import DEFAULT_RELEASE
-from conch.errors import ConchError, ServeError
+from conch.errors import ServeError
 from conch.harness.endpoint.app import create_app
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet
@@ -127,7 +127,7 @@ class LocalMME:
         while not self._stopping.wait(WATCH_INTERVAL_S):
             if self.triton.running():
                 continue
-            why = self.triton.exit_status() or "it exited"
+            why = self.triton.exit_status() or "exited"
             self._tell_fleet("server_lost", why)
             while not self._stopping.is_set():
                 if restarts >= self.max_restarts:
@@ -145,16 +145,22 @@ class LocalMME:
                           self.triton.log_path)
                 try:
                     self.triton.restart()
-                except ConchError as exc:
+                except Exception as exc:  # the watcher must live on: a server it started dies with it
                     why = f"did not restart ({exc})"
                     continue
                 self._tell_fleet("server_back", self.triton.sagemaker_url)
                 break
 
     def _tell_fleet(self, what: str, arg: str) -> None:
+        """Run ``fleet.<what>(arg)`` on the front's loop. Never raises: the watcher thread must live on, since a
+        server it restarted dies with it."""
         fleet, loop = self._fleet, self._loop
-        if fleet is not None and loop is not None and not loop.is_closed():
+        if fleet is None or loop is None or loop.is_closed():
+            return
+        try:
             asyncio.run_coroutine_threadsafe(getattr(fleet, what)(arg), loop).result(FLEET_CALL_TIMEOUT_S)
+        except Exception:
+            log.exception("the endpoint's fleet.%s(%r) failed", what, arg)
 
     def _start_front(self) -> None:
         triton, metrics, disk = self.triton, self.metrics, DiskCache(self.cache_dir / "models")
