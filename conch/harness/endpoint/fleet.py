@@ -85,7 +85,7 @@ class Fleet:
         self.renamed: set[str] = set()  # TargetModels whose renamed steps were logged
         self.server_up = asyncio.Event()
         self.server_up.set()
-        self.down: str | None = None  # why tritonserver is not serving, while it restarts or after it gave up
+        self.down: str | None = None  # why tritonserver is not serving ("was killed by SIGSEGV"), until it is back
         self.gone = False  # tritonserver is not restarted again
 
     # -- invocations -------------------------------------------------------------------------------------
@@ -356,15 +356,18 @@ class Fleet:
         if not self.server_up.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.server_up.wait(), WAIT_FOR_SERVER_S)
-        if self.gone or not self.server_up.is_set():
-            raise EndpointError(f"TargetModel {m.name!r} cannot load: {self.down}")
+        if self.gone:
+            raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down}")
+        if not self.server_up.is_set():
+            raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down} and is not back after "
+                                f"{WAIT_FOR_SERVER_S:g} s of restarting; see the endpoint's log")
 
     def unreachable(self, target_model: str, exc: httpx.HTTPError) -> EndpointError:
         """What to answer when tritonserver did not: a restart under way, or a server that stalled."""
         if self.down is None and self.server_alive():
             return EndpointError(self.hop.unreachable(target_model, exc))
         if self.gone:
-            return EndpointError(f"TargetModel {target_model!r}: {self.down}")
+            return EndpointError(f"TargetModel {target_model!r}: tritonserver {self.down}")
         why = f" ({self.down})" if self.down else ""
         return ModelError(f"TargetModel {target_model!r}: tritonserver exited while serving it{why}; the local MME "
                           f"restarts it and loads {target_model!r} again on its next call: retry the call", 503,

@@ -134,7 +134,7 @@ class LocalMME:
                     log.error("tritonserver %s; not restarted: it was restarted %d times already (max_restarts); its "
                               "log: %s", why, restarts, self.triton.log_path)
                     self._gone = True
-                    self._tell_fleet("server_gone", f"tritonserver {why} and was not restarted: it was restarted "
+                    self._tell_fleet("server_gone", f"{why} and was not restarted: it was restarted "
                                      f"{restarts} times already (--max-restarts {self.max_restarts}); its log: "
                                      f"{self.triton.log_path}")
                     return
