@@ -38,6 +38,8 @@ class Metrics:
         self.unloads = Counter("ModelUnloads", "archives unloaded, by cause", ["reason"], registry=r)
         self.downloads = Counter("ModelDownloads", "archives downloaded and unpacked", registry=r)
         self.restarts = Counter("TritonRestarts", "tritonserver started again after it exited", registry=r)
+        self.lookup_retries = Counter("TritonLookupRetries", "invocations asked again after Triton answered 'unknown "
+                                      "model' for a loaded TargetModel", registry=r)
         self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
                                       registry=r)
         self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
@@ -81,7 +83,7 @@ class Metrics:
         out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for s in _samples(self.unloads, "_total")}
         for name, metric in (("ModelLoadFailures", self.load_failures), ("ModelDownloads", self.downloads),
                              ("ModelDiskEvictions", self.disk_evictions),
-                             ("TritonRestarts", self.restarts)):
+                             ("TritonRestarts", self.restarts), ("TritonLookupRetries", self.lookup_retries)):
             out[name] = int(metric._value.get())
         for name, gauge in (("LoadedModelCount", self.loaded), ("LoadedModelCountPeak", self.loaded_peak),
                             ("LoadedModelCountLimit", self.max_loaded), ("MemoryUsedBytes", self.memory),
