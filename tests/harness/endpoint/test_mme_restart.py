@@ -12,9 +12,9 @@ from typing import Any
 
 import basic_steps
 import httpx
-import mme_steps
 import numpy as np
 import pytest
+import restart_steps
 from botocore.exceptions import ClientError
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, invoke_linear, runtime
@@ -40,7 +40,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("ra", "rb"):
         build_ensemble(linear_ensemble(name), folder, "local")
     build_ensemble(one_step_ensemble("slowload", basic_steps.SlowSetup), folder, "local")  # loads for 60 s
-    build_ensemble(one_step_ensemble("slowcall", mme_steps.sleepy), folder, "local")  # answers after 60 s
+    build_ensemble(one_step_ensemble("slowcall", restart_steps.sleepy), folder, "local")  # answers after 60 s
     return folder
 
 
