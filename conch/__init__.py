@@ -8,20 +8,19 @@ from conch.backends.python import PythonStep
 from conch.backends.pytorch import TorchScriptStep
 from conch.backends.tensorflow import TensorFlowStep
 from conch.backends.tensorrt import TensorRTStep
-from conch.ensembles.config import DynamicBatching, InstanceGroup, VersionPolicy, Warmup
+from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.ensemble import Ensemble, TensorHandle
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.samples import Tolerance
+from conch.ensembles.samples import Exact, Tolerance, TopK
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
-from conch.ensembles.tensors import Tensor, TensorHandle
+from conch.ensembles.tensors import Tensor
 from conch.errors import (
     BuildError,
     ConchError,
     DeclarationError,
     DeployError,
     PackError,
-    ReplayMismatch,
     RunError,
     ServeError,
 )
@@ -37,14 +36,15 @@ __all__ = [
     "DeployError",
     "DynamicBatching",
     "Ensemble",
+    "Exact",
     "Executor",
     "InstanceGroup",
+    "InstanceKind",
     "OnnxStep",
     "PackError",
     "PythonEnv",
     "PythonStep",
     "Release",
-    "ReplayMismatch",
     "RunError",
     "RunResult",
     "ServeError",
@@ -54,6 +54,7 @@ __all__ = [
     "TensorHandle",
     "TensorRTStep",
     "Tolerance",
+    "TopK",
     "TorchScriptStep",
     "VersionPolicy",
     "Warmup",

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 
 class ConchError(Exception):
-    """Root of every error conch raises for a user's mistake or an environment problem."""
+    """Root of every error conch raises for a user's mistake or an environment problem. Raise a stage's
+    subclass, never this one; a caller that knows more of where it happened adds that with ``within``."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.context: list[str] = []
+
+    def within(self, where: str) -> ConchError:
+        """Name the place the error happened in (an ensemble, a file): it leads the message, outermost
+        first. Returns the error itself, so the original class and traceback are kept."""
+        self.context.insert(0, where)
+        return self
+
+    def __str__(self) -> str:
+        return ": ".join([*self.context, self.message])
 
 
 class DeclarationError(ConchError):
@@ -25,10 +40,6 @@ class PackError(ConchError):
 
 class ServeError(ConchError):
     """The local Triton server failed to start, load a model, or answer."""
-
-
-class ReplayMismatch(ConchError):
-    """Replayed outputs did not match the expected outputs."""
 
 
 class DeployError(ConchError):

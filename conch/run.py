@@ -170,7 +170,8 @@ class Executor:
             layout = step.layout(name, Target.LOCAL, self.release, self.ensemble.name)
             config = render_config(layout.spec)
         except ConchError as exc:
-            raise type(exc)(f"ensemble {self.ensemble.name!r}: {exc}") from exc
+            exc.within(f"ensemble {self.ensemble.name!r}")
+            raise
         if layout.spec.backend != "python":
             raise RunError(
                 f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): has no CPU path to run in "

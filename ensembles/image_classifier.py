@@ -43,7 +43,7 @@ image_classifier = Ensemble(
     description="DALI JPEG decode + resize + normalise -> TensorFlow GraphDef classifier (1001 classes)",
 )
 encoded = image_classifier.input("INPUT", "UINT8", [-1])
-pixels = dali(encoded)
+pixels = dali(encoded).named("preprocessed_image")  # the seed's name for it (default: "dali.DALI_OUTPUT_0")
 image_classifier.output("OUTPUT", inception(pixels), dtype="FP32", dims=[CLASSES])
 
 _THREE = jpegs(3)

@@ -44,6 +44,27 @@ WHY_NOT: dict[tuple[str, str], str] = {
         "an internal invariant against a backend bug; no backend lays out another model's name",
     ("conch/builder/discover.py", "{path}: cannot be imported"):
         "importlib finds a loader for every .py path discover passes on",
+    ("conch/run.py", "cannot import {path}"):
+        "both paths are .py files importlib always finds a loader for; a missing pb_utils needs a damaged "
+        "nvidia-pytriton installation",
+    ("conch/builder/parallel.py", "{job.source}: no ensemble named {job.ensemble} when imported again"):
+        "workers are forked where fork exists (Linux, macOS) and inherit the imported ensemble files, so the "
+        "re-import finds the same ensembles; only spawn platforms (Windows) execute the file again",
+    ("conch/harness/endpoint/disk.py", "TargetModel {target_model}: the archive is not a readable .tar.gz"):
+        "safe_extract turns tarfile, EOF and zlib errors into an ArchiveError (passed on by the branch above); "
+        "only an OSError while writing the unpacked files (a full disk) gets here",
+    ("conch/harness/endpoint/app.py", "TargetModel {target}: Triton lost the model twice"):
+        "needs Triton to forget a just-loaded model between its load and its invocation twice in a row (another "
+        "client unloading it each time); no test can time that from outside",
+    ("conch/harness/load/runner.py", "load generator: {event.get('message')}"):
+        "triggered only by the slow tier (-m slow, tests/harness/load/test_load_errors.py): the generator's one "
+        "error event comes after its master waited 60 s for workers that never connect",
+    ("conch/harness/load/runner.py", "the load generator ran past {limit} s; stopped it"):
+        "a safety net past the stages, the request timeout and 180 s of grace; Locust stops its users at the "
+        "end of the last stage, so a generator only overruns when Locust itself hangs",
+    ("conch/plan/validate.py", "the MME counted {hits + misses} invocations for a trace of {len(trace)}"):
+        "a consistency check of conch's own metrics: each invocation the replay sends is counted once; only "
+        "another client calling the same MME during the comparison makes the counts differ",
 }
 
 

@@ -161,3 +161,16 @@ def test_repo_dir_holds_the_same_files_as_the_archive(tmp_path: Path) -> None:
                 data = tar.extractfile(member).read()  # type: ignore[union-attr]
                 assert (folder / member.name).read_bytes() == data
     assert (folder / "cli_linear" / "1").is_dir()
+
+
+@pytest.mark.integration
+def test_replay_checks_each_output_its_own_way() -> None:
+    result = conch("replay", str(FIXTURES / "cli_checks"), "--endpoint", "kserve")
+    assert result.returncode == 1, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if "kserve" in line}
+    # scores off by 2x, far beyond any element-wise tolerance, yet the ranking holds: passes
+    assert " ok " in rows["cli_topk.tar.gz"] and "PROBS: top-1 equal, top-3 set equal" in rows["cli_topk.tar.gz"]
+    # the text output is right (and says "exact", no numeric tolerance); the scores are not: the row fails
+    wrong = rows["cli_per_output.tar.gz"]
+    assert " FAIL " in wrong and "LABEL: exact" in wrong and "(atol=0.001 rtol=0)" in wrong, wrong
+    assert "3 passed, 1 failed" in result.stdout  # two loads, one sample each

@@ -94,18 +94,13 @@ def test_the_four_examples_replay_green(tmp_path: Path, triton) -> None:  # type
     assert {r.ensemble for r in report.rows} == {f.replace(".py", ".tar.gz") for f in FILES}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found by this test: TorchScript names a traced module's types after what the process traced before "
-    "(Linear -> ___torch_mangle_N.Linear once another Linear was traced), so model.pt exported by a process "
-    "that traced other modules first (a test session; `conch build` of bert_torchscript before resnet_pytorch) "
-    "differs from a fresh process's; conch.backends.pytorch.torchscript_bytes does not normalise the mangling"))
 def test_torch_tf_and_dali_archives_are_byte_identical_across_processes_and_caches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A `conch build` process with an empty cache exports the GraphDef and TorchScript models and
     serializes the DALI pipeline itself: its production archives must be the bytes this process builds
     from an empty cache of its own, after it has traced another module (as a build of several ensembles,
-    or a notebook, does)."""
+    or a notebook, does: TorchScript then names the model's types ``___torch_mangle_N``)."""
     import torch
     import torch_modules
 

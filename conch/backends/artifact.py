@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conch.ensembles.step import FileSource
+from conch.ensembles.layout import FileSource
 from conch.errors import BuildError
 
 # Turns an in-memory model (a torch ScriptModule, a TF GraphDef) into deterministic bytes;

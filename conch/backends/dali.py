@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import FileSource, Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible, whole
 from conch.errors import BuildError, ConchError, DeclarationError
 from conch.templates import render
@@ -37,9 +39,18 @@ _PROBE_SIZE = 8  # each -1 of a probe input
 
 
 def _cause(exc: Exception) -> str:
-    """The first line of DALI's error (the rest is its C++ stack)."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
+    """DALI's error on one line: the operator and the reason, without the "Critical error" header, the
+    assertion's C++ expression and the C++ context that follow."""
+    text = ""
+    for line in str(exc).splitlines():
+        line = " ".join(line.split())
+        if line.startswith(("C++ context:", "Current pipeline object")):
+            break
+        if not line or (line.startswith("Critical error") and line.endswith(":")):
+            continue
+        line = re.sub(r'^Assert on ".*" failed: ', "", line)
+        text += line + (" " if line.endswith(":") else "; ")
+    return text.rstrip("; ") or type(exc).__name__
 
 
 def probe_sample(t: Tensor) -> np.ndarray:
@@ -109,6 +120,7 @@ class DaliStep(Step):
     """
 
     kind = "dali"
+    platform = Platform.DALI
 
     def __init__(
         self,
@@ -184,6 +196,7 @@ class DaliStep(Step):
         return dali_serialized.declare_outputs(self.raw_pipeline(), declared, self.name)
 
     def check(self, release: Release) -> None:
+        super().check(release)
         data = self.raw_pipeline()
         sources = {s.name: s for s in dali_serialized.external_sources(data, self.name)}
         names = ", ".join(repr(n) for n in sources) or "none"
@@ -195,17 +208,8 @@ class DaliStep(Step):
                     f"whose external sources are {names}; name the input after its "
                     "fn.external_source(name=...)"
                 )
-            if source.dtype is not None and source.dtype is not t.dtype:
-                raise BuildError(
-                    f"dali step {self.name!r}: input {t.name!r} is declared {t.dtype.wire} but the pipeline's "
-                    f"external_source {t.name!r} has dtype {source.dtype.wire}"
-                )
-            if source.ndim is not None and source.ndim != len(t.dims):
-                raise BuildError(
-                    f"dali step {self.name!r}: input {t.name!r} is declared with dims {list(t.dims)} "
-                    f"({len(t.dims)} per sample) but the pipeline's external_source {t.name!r} has "
-                    f"ndim={source.ndim}"
-                )
+            found = f"the pipeline's external_source {t.name!r} has"
+            self._agrees(t, f"input {t.name!r}", source, f"{found} dtype ", f"({len(t.dims)} per sample) but {found} ")
         unfed = [n for n in sources if n not in {t.name for t in self.inputs}]
         if unfed:
             raise BuildError(
@@ -219,19 +223,21 @@ class DaliStep(Step):
                 f"{len(self.outputs)}; DALI's backend matches outputs to the pipeline's by position"
             )
         for index, (t, out) in enumerate(zip(self.outputs, produced, strict=True)):
-            if out.dtype is not None and out.dtype is not t.dtype:
-                raise BuildError(
-                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared "
-                    f"{t.dtype.wire} but the pipeline declares {out.dtype.wire}"
-                )
-            if out.ndim is not None and out.ndim != len(t.dims):
-                raise BuildError(
-                    f"dali step {self.name!r}: output {t.name!r} (pipeline output {index}) is declared with "
-                    f"dims {list(t.dims)} but the pipeline declares ndim={out.ndim}"
-                )
+            what = f"output {t.name!r} (pipeline output {index})"
+            self._agrees(t, what, out, "the pipeline declares ", "but the pipeline declares ")
 
         if self.probe:
             self._probe()
+
+    def _agrees(self, t: Tensor, what: str, found: Any, dtype_found: str, ndim_found: str) -> None:
+        """A declared tensor against the dtype and rank the serialized pipeline gives it (None: not given);
+        ``dtype_found``/``ndim_found`` say where the pipeline's value comes from, in messages."""
+        if found.dtype is not None and found.dtype is not t.dtype:
+            raise BuildError(f"dali step {self.name!r}: {what} is declared {t.dtype.wire} but {dtype_found}"
+                             f"{found.dtype.wire}")
+        if found.ndim is not None and found.ndim != len(t.dims):
+            raise BuildError(f"dali step {self.name!r}: {what} is declared with dims {list(t.dims)} {ndim_found}"
+                             f"ndim={found.ndim}")
 
     def check_settings(self) -> dict[str, object]:
         return {"probe": self.probe}
@@ -278,31 +284,21 @@ class DaliStep(Step):
 
     # -- layout ------------------------------------------------------------------------------------
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            return self._local_layout(model_name, target, release, ensemble)
-        spec = self.spec(model_name, backend="dali")
-        files: dict[str, FileSource] = dict(self.label_files())
-        if self.autoserialize:
-            files["1/dali.py"] = render(
-                "dali_autoserialize.py.j2", step=self.name, module=self._module_name, attr=self._attr,
-                batch_size=self.max_batch_size, num_threads=self.num_threads,
-                output_dtypes=[dali_serialized.dtype_id(t.dtype) for t in self.outputs],
-                output_ndims=[len(t.dims) for t in self.outputs],
-            ).encode()
-            files[f"1/{self._module_name}.py"] = self._source
-        else:
-            files[f"1/{FILENAME}"] = self.serialized()
-        return StepLayout(spec, files)
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        if not self.autoserialize:
+            return BackendFiles({f"1/{FILENAME}": self.serialized()})
+        dali_py = render(
+            "dali_autoserialize.py.j2", step=self.name, module=self._module_name, attr=self._attr,
+            batch_size=self.max_batch_size, num_threads=self.num_threads,
+            output_dtypes=[dali_serialized.dtype_id(t.dtype) for t in self.outputs],
+            output_ndims=[len(t.dims) for t in self.outputs],
+        )
+        return BackendFiles({"1/dali.py": dali_py.encode(), f"1/{self._module_name}.py": self._source})
 
-    def _local_layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        cpu = dali_serialized.on_cpu(self.serialized(), self.name)
-        self._check_runs_on_cpu(cpu)
-        layout = self.standin(cpu).layout(model_name, target, release, ensemble)
+    def standin_note(self, model_name: str) -> str:
         moved = list(dict.fromkeys(dali_serialized.gpu_operators(self.raw_pipeline(), self.name)))
         how = f"GPU operators {', '.join(moved)} swapped for their CPU versions" if moved else "a CPU pipeline"
-        note = f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
-        return StepLayout(layout.spec, layout.files, (*layout.notes, note))
+        return f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
 
     def _check_runs_on_cpu(self, cpu: bytes) -> None:
         """Build the CPU pipeline here, so an operator without a CPU version fails the build, not the load."""
@@ -316,9 +312,10 @@ class DaliStep(Step):
                 "replay it on a GPU host"
             ) from exc
 
-    def standin(self, cpu_pipeline: bytes | None = None) -> PythonStep:
+    def standin(self) -> PythonStep:
         """The pipeline on DALI's CPU operators, as a Python-backend model with the same I/O."""
-        cpu = cpu_pipeline if cpu_pipeline is not None else dali_serialized.on_cpu(self.serialized(), self.name)
+        cpu = dali_serialized.on_cpu(self.serialized(), self.name)
+        self._check_runs_on_cpu(cpu)
         spec = {
             "batch_size": self.max_batch_size,
             "num_threads": self.num_threads or 1,
@@ -326,7 +323,7 @@ class DaliStep(Step):
             "outputs": [t.name for t in self.outputs],
         }
         files = {FILENAME: cpu, "standin.json": json.dumps(spec, sort_keys=True).encode()}
-        return PythonStep.standin(self, DaliRunner, files)
+        return PythonStep.standin_for(self, DaliRunner, files)
 
 
 def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, str, Path]:
@@ -340,7 +337,9 @@ def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, 
         )
     source = inspect.getsourcefile(target)
     if source is None or not Path(source).is_file():
-        raise DeclarationError(f"dali step {step!r}: cannot find the source file of {qualname}")
+        raise DeclarationError(
+            f"dali step {step!r}: cannot find the source file of {qualname} (defined in an interactive session "
+            f"or a notebook cell?); define the pipeline function in a .py module and import it from there")
     path = Path(source)
     if path.stem in ("dali", "model") or not path.stem.isidentifier():
         raise DeclarationError(

@@ -12,10 +12,11 @@ from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import Step, StepLayout
-from conch.ensembles.target import Release, Target
-from conch.ensembles.tensors import Tensor, dims_compatible
-from conch.errors import BuildError, DeclarationError
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, ModelIO, Step
+from conch.ensembles.target import Release
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError
 
 # onnx.TensorProto element types
 _ONNX_DTYPES = {
@@ -75,6 +76,9 @@ class OnnxStep(Step):
     """
 
     kind = "onnx"
+    platform = Platform.ONNXRUNTIME_ONNX
+    standin_runs = "ONNX Runtime on the CPU"
+    io_source = "the file"
 
     def __init__(
         self,
@@ -89,64 +93,28 @@ class OnnxStep(Step):
         settings = StepSettings.of(max_batch_size, what=f"onnx step {name!r}", **options)
         self._model = model
         self._path: Path | None = None
-        if inputs is None or outputs is None:
-            if callable(model):
-                raise DeclarationError(
-                    f"onnx step {name!r}: model is a function, so declare inputs= and outputs= (they are "
-                    "checked against the file when it is built)"
-                )
-            read_in, read_out = read_onnx_io(self.model_path(name), max_batch_size > 0, name)
-            inputs = read_in if inputs is None else inputs
-            outputs = read_out if outputs is None else outputs
         super().__init__(name, inputs, outputs, settings)
 
-    def model_path(self, name: str | None = None) -> Path:
+    def model_path(self) -> Path:
         """The ONNX file, produced by the model function on first use."""
         if self._path is None:
             source = self._model() if callable(self._model) else self._model
             path = Path(source)
             if not path.is_file():
-                raise BuildError(f"onnx step {name or self.name!r}: model file {path} does not exist")
+                raise BuildError(f"onnx step {self.name!r}: model file {path} does not exist")
             self._path = path
         return self._path
 
-    def check(self, release: Release) -> None:
-        file_in, file_out = read_onnx_io(self.model_path(), self.max_batch_size > 0, self.name)
-        check_against_file(self.name, "input", self.inputs, file_in, self.model_path().name)
-        check_against_file(self.name, "output", self.outputs, file_out, self.model_path().name)
+    def io_unreadable(self) -> str | None:
+        return "model is a function" if callable(self._model) else None
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            return self.standin().layout(model_name, target, release, ensemble)
-        spec = self.spec(model_name, platform="onnxruntime_onnx")
-        files = {"1/model.onnx": self.model_path(), **self.label_files()}
-        return StepLayout(spec, files)
+    def model_io(self, declared: Sequence[Tensor]) -> ModelIO:
+        path = self.model_path()
+        return ModelIO(path.name, *read_onnx_io(path, self.max_batch_size > 0, self.name))
+
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        return BackendFiles({"1/model.onnx": self.model_path()})
 
     def standin(self) -> PythonStep:
         """The same model under ONNX Runtime on the CPU, as a Python-backend model with the same I/O."""
-        return PythonStep.standin(self, OnnxRuntimeRunner, {"model.onnx": self.model_path()})
-
-
-def check_against_file(
-    step: str, what: str, declared: Sequence[Tensor], in_file: Sequence[Tensor], file_name: str
-) -> None:
-    """Declared tensors must exist in the model file with the same dtype and compatible dims."""
-    found = {t.name: t for t in in_file}
-    for t in declared:
-        actual = found.get(t.name)
-        if actual is None:
-            raise BuildError(
-                f"step {step!r}: {what} {t.name!r} is not in {file_name}, whose {what}s are "
-                f"{', '.join(repr(n) for n in found)}"
-            )
-        if actual.dtype is not t.dtype:
-            raise BuildError(
-                f"step {step!r}: {what} {t.name!r} is declared {t.dtype.wire} but {file_name} has "
-                f"{actual.dtype.wire}"
-            )
-        shape = t.reshape if t.reshape is not None else t.dims
-        if not dims_compatible(shape, actual.dims):
-            raise BuildError(
-                f"step {step!r}: {what} {t.name!r} is declared with dims {list(shape)} but {file_name} has "
-                f"{list(actual.dims)}"
-            )
+        return PythonStep.standin_for(self, OnnxRuntimeRunner, {"model.onnx": self.model_path()})

@@ -5,16 +5,16 @@ from __future__ import annotations
 import ast
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from typing_extensions import Unpack
 
-from conch.ensembles.config import InstanceGroup, ModelSpec, SettingsArgs, StepSettings
+from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.step import FileSource, Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import FileSource, Platform
+from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
 from conch.templates import render
@@ -35,6 +35,7 @@ class PythonStep(Step):
     """
 
     kind = "python"
+    platform = Platform.PYTHON
 
     def __init__(
         self,
@@ -69,28 +70,25 @@ class PythonStep(Step):
             self.files[key] = value if isinstance(value, bytes) else Path(value)
 
     @classmethod
-    def standin(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
+    def standin_for(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
         """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
         s = step.settings
         return cls(step.name, runner, step.inputs, step.outputs, files=files, max_batch_size=s.max_batch_size,
                    **s.as_args())
 
+    def standin(self) -> PythonStep:
+        return self
+
     def check(self, release: Release) -> None:
+        super().check(release)
         for key, value in self.files.items():
-            if isinstance(value, Path) and not value.is_file():
+            if isinstance(value, Path) and not value.exists():
                 raise BuildError(
                     f"python step {self.name!r}: file {key!r} points at {value}, which does not exist; "
-                    "fix the path in files="
+                    "fix the path in files= (a file, or a folder shipped with everything under it)"
                 )
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        spec = self.spec(model_name, backend="python")
-        notes: list[str] = []
-        if target is Target.LOCAL:
-            spec, notes = cpu_instances(spec)
-        return StepLayout(spec, self.version_files(ensemble), tuple(notes))
-
-    def version_files(self, ensemble: str) -> dict[str, FileSource]:
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
         """model.py, the user's module and the step's files, keyed by path in the model folder."""
         model_py = render(
             "python_model.py.j2",
@@ -110,8 +108,7 @@ class PythonStep(Step):
             f"1/{self.module_name}.py": self.source,
         }
         files.update({f"1/files/{k}": v for k, v in self.files.items()})
-        files.update(self.label_files())
-        return files
+        return BackendFiles(files)
 
 
 def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
@@ -121,16 +118,6 @@ def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
-    """The spec with GPU instance groups run on the CPU, for the local server that has no GPU."""
-    groups = spec.settings.instance_groups
-    if not any(g.kind == "KIND_GPU" for g in groups):
-        return spec, []
-    cpu = tuple(InstanceGroup("KIND_CPU", g.count) if g.kind == "KIND_GPU" else g for g in groups)
-    note = f"{spec.name}: KIND_GPU instance groups run as KIND_CPU on the local target"
-    return replace(spec, settings=replace(spec.settings, instance_groups=cpu)), [note]
 
 
 def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:

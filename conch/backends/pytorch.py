@@ -23,14 +23,15 @@ from typing_extensions import Unpack
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
+from conch.backends.torchscript_names import canonical_names
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import BuildError, ConchError, DeclarationError
 
-PLATFORM = "pytorch_libtorch"
 FILENAME = "model.pt"
 # Size used for -1 dims (and the batch) when probing the module with zeros.
 _PROBE_SIZE = 2
@@ -105,7 +106,9 @@ def torchscript_bytes(module: Any) -> bytes:
     names it after the file), and without the ``*.debug_pkl`` records: a traced module keeps the
     Python call stack of the trace there (absolute paths and line numbers of the tracing code), which
     would make the file depend on where and from what it was built. TorchScript runs the same without
-    them; only its error messages lose the source lines.
+    them; only its error messages lose the source lines. Type names are made canonical too: torch
+    names a type ``___torch_mangle_N`` when the process compiled another of that name before, so
+    without it the same model saved after other tracing would be other bytes.
     """
     import torch
 
@@ -117,7 +120,8 @@ def torchscript_bytes(module: Any) -> bytes:
 
 def _without_debug_records(data: bytes) -> bytes:
     """The archive rewritten by torch's own writer (which aligns records and derives the serialization
-    id from the content), minus the debug records."""
+    id from the content), minus the debug records, with type names that do not depend on what the
+    process compiled before (see torchscript_names)."""
     import torch
 
     source = zipfile.ZipFile(io.BytesIO(data))
@@ -126,13 +130,16 @@ def _without_debug_records(data: bytes) -> bytes:
     # Older formats keep the version in "version", newer ones in ".data/version".
     version_record = next(f"{root}/{n}" for n in (".data/version", "version") if f"{root}/{n}" in names)
     version = int(source.read(version_record).decode().strip())
-    buffer = io.BytesIO()
-    writer = torch._C.PyTorchFileWriter(buffer)
+    records = {}
     for info in source.infolist():
         name = info.filename.split("/", 1)[1]
         if name.endswith(".debug_pkl") or name in ("version", ".data/version", ".data/serialization_id"):
             continue  # the writer adds version and serialization id itself
-        record = source.read(info.filename)
+        records[name] = source.read(info.filename)
+    records = canonical_names(records) or records
+    buffer = io.BytesIO()
+    writer = torch._C.PyTorchFileWriter(buffer)
+    for name, record in records.items():
         writer.write_record(name, record, len(record))
     writer.set_min_version(version)
     writer.write_end_of_file()
@@ -173,6 +180,8 @@ class TorchScriptStep(Step):
     """
 
     kind = "pytorch"
+    platform = Platform.PYTORCH_LIBTORCH
+    standin_runs = "torch on the CPU"
 
     def __init__(
         self,
@@ -198,6 +207,7 @@ class TorchScriptStep(Step):
         self._binding: Binding | None = None
 
     def check(self, release: Release) -> None:
+        super().check(release)
         self.binding()
 
     def binding(self) -> Binding:
@@ -303,17 +313,12 @@ class TorchScriptStep(Step):
                     f"{FILENAME} returns {shape} (probed with {_PROBE_SIZE} for each -1)"
                 )
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            layout = self.standin().layout(model_name, target, release, ensemble)
-            note = f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (torch on the CPU)"
-            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
-        spec = self.spec(model_name, platform=PLATFORM)
-        return StepLayout(spec, {f"1/{FILENAME}": self.artifact.resolve(), **self.label_files()})
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        return BackendFiles({f"1/{FILENAME}": self.artifact.resolve()})
 
     def standin(self) -> PythonStep:
         """The same module under torch on the CPU, as a Python-backend model with the same I/O."""
         binding = self.binding()
         spec = {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
         files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
-        return PythonStep.standin(self, TorchScriptRunner, files)
+        return PythonStep.standin_for(self, TorchScriptRunner, files)

@@ -13,17 +13,16 @@ from typing import Any
 from typing_extensions import Unpack
 
 from conch.backends.artifact import Artifact
-from conch.backends.onnx import check_against_file
 from conch.backends.python import PythonStep
 from conch.backends.standins.tensorflow_runner import GraphDefRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, ModelIO, Step
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError, ConchError, DeclarationError
+from conch.errors import BuildError, ConchError
 
-PLATFORM = "tensorflow_graphdef"
 FILENAME = "model.graphdef"
 _INPUT_OPS = ("Placeholder", "PlaceholderV2")
 _NOT_OUTPUTS = ("Const", "NoOp", *_INPUT_OPS)
@@ -101,18 +100,6 @@ def read_graphdef_io(data: bytes, batching: bool, step: str) -> tuple[list[Graph
     return inputs, outputs
 
 
-def _as_tensors(found: Sequence[GraphTensor], step: str, what: str) -> tuple[Tensor, ...]:
-    out = []
-    for name, dtype, dims in found:
-        if dims is None:
-            raise BuildError(
-                f"tensorflow step {step!r}: the graph does not know the rank of {what} {name!r}; declare "
-                f"{what}s= with their dims"
-            )
-        out.append(Tensor(name, dtype, dims))
-    return tuple(out)
-
-
 class TensorFlowStep(Step):
     """A frozen TensorFlow graph run by Triton's TensorFlow backend (``tensorflow_graphdef``).
 
@@ -125,6 +112,9 @@ class TensorFlowStep(Step):
     """
 
     kind = "tensorflow"
+    platform = Platform.TENSORFLOW_GRAPHDEF
+    standin_runs = "TensorFlow on the CPU"
+    io_source = "the graph"
 
     def __init__(
         self,
@@ -140,16 +130,31 @@ class TensorFlowStep(Step):
         self.artifact = Artifact(
             graph, what=f"tensorflow step {name!r}", filename=FILENAME, serialize=_graphdef_bytes
         )
-        if inputs is None or outputs is None:
-            if self.artifact.deferred:
-                raise DeclarationError(
-                    f"tensorflow step {name!r}: graph is a function, so declare inputs= and outputs= (they are "
-                    "checked against the graph when it is built)"
-                )
-            found_in, found_out = read_graphdef_io(self.artifact.data(), max_batch_size > 0, name)
-            inputs = _as_tensors(found_in, name, "input") if inputs is None else inputs
-            outputs = _as_tensors(found_out, name, "output") if outputs is None else outputs
         super().__init__(name, inputs, outputs, settings)
+
+    def io_unreadable(self) -> str | None:
+        return "graph is a function" if self.artifact.deferred else None
+
+    def model_io(self, declared: Sequence[Tensor]) -> ModelIO:
+        """The graph's I/O; a tensor whose rank the graph does not know takes its declared dims."""
+        found_in, found_out = read_graphdef_io(self.artifact.data(), self.max_batch_size > 0, self.name)
+        by_name = {t.name: t for t in declared}
+
+        def tensors(found: Sequence[GraphTensor], what: str) -> tuple[Tensor, ...]:
+            out = []
+            for name, dtype, dims in found:
+                if dims is None and name not in by_name:
+                    raise BuildError(
+                        f"tensorflow step {self.name!r}: the graph does not know the rank of {what} {name!r}; "
+                        f"declare {what}s= with their dims"
+                    )
+                if dims is None:
+                    t = by_name[name]
+                    dims = t.reshape if t.reshape is not None else t.dims
+                out.append(Tensor(name, dtype, dims))
+            return tuple(out)
+
+        return ModelIO(FILENAME, tensors(found_in, "input"), tensors(found_out, "output"))
 
     def check(self, release: Release) -> None:
         if not release.has_tensorflow:
@@ -158,32 +163,13 @@ class TensorFlowStep(Step):
                 "containers with 25.03); build for an earlier release (--release 25.02 or older), or convert "
                 "the graph to ONNX (e.g. with tf2onnx) and use an OnnxStep"
             )
-        found_in, found_out = read_graphdef_io(self.artifact.data(), self.max_batch_size > 0, self.name)
-        for what, declared, found in (("input", self.inputs, found_in), ("output", self.outputs, found_out)):
-            by_name = {t.name: t for t in declared}
-            in_graph = [
-                Tensor(n, dtype, dims if dims is not None else _declared_dims(by_name.get(n)))
-                for n, dtype, dims in found
-            ]
-            check_against_file(self.name, what, declared, in_graph, FILENAME)
+        super().check(release)
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            layout = self.standin().layout(model_name, target, release, ensemble)
-            note = f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (TensorFlow on the CPU)"
-            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
-        spec = self.spec(model_name, platform=PLATFORM)
-        return StepLayout(spec, {f"1/{FILENAME}": self.artifact.resolve(), **self.label_files()})
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        return BackendFiles({f"1/{FILENAME}": self.artifact.resolve()})
 
     def standin(self) -> PythonStep:
         """The same graph in a TensorFlow session on the CPU, as a Python-backend model with the same I/O."""
         spec = {"inputs": [t.name for t in self.inputs], "outputs": [t.name for t in self.outputs]}
         files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
-        return PythonStep.standin(self, GraphDefRunner, files)
-
-
-def _declared_dims(t: Tensor | None) -> tuple[int, ...]:
-    """For a graph tensor of unknown rank, whatever was declared passes the dims check."""
-    if t is None:
-        return ()
-    return t.reshape if t.reshape is not None else t.dims
+        return PythonStep.standin_for(self, GraphDefRunner, files)

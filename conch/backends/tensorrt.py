@@ -13,23 +13,23 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from typing_extensions import Unpack
 
 from conch.backends.artifact import Artifact
-from conch.backends.onnx import check_against_file, read_onnx_io
+from conch.backends.onnx import read_onnx_io
 from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.cache import cached_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
-from conch.ensembles.step import Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import Platform
+from conch.ensembles.step import BackendFiles, ModelIO, Step, check_against_file
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError, DeclarationError
 
-PLATFORM = "tensorrt_plan"
 FILENAME = "model.plan"
 WORKSPACE_BYTES = 1 << 30
 
@@ -192,7 +192,9 @@ def compile_plan(
     for i in range(network.num_inputs):
         name = network.get_input(i).name
         if name not in shapes:
-            raise BuildError(f"tensorrt step {step!r}: model.onnx has input {name!r}, which the step does not declare")
+            raise BuildError(f"tensorrt step {step!r}: model.onnx has input {name!r}, which the step does not "
+                             f"declare; declare every input of the ONNX model (or leave inputs out to read them "
+                             f"from the model)")
         profile.set_shape(name, *shapes[name])
     config.add_optimization_profile(profile)
     plan = builder.build_serialized_network(network, config)
@@ -215,6 +217,10 @@ class TensorRTStep(Step):
     """
 
     kind = "tensorrt"
+    platform = Platform.TENSORRT_PLAN
+    standin_runs = "its ONNX source under ONNX Runtime"
+    io_source = "the ONNX source"
+    local_info: ClassVar[Mapping[str, object]] = {"plan": "not built (local target)"}
 
     def __init__(
         self,
@@ -238,67 +244,60 @@ class TensorRTStep(Step):
         what = f"tensorrt step {name!r}"
         self.plan = None if plan is None else Artifact(plan, what=what, filename=FILENAME)
         self.onnx = None if onnx is None else Artifact(onnx, what=what, filename="model.onnx")
-        if inputs is None or outputs is None:
-            if self.onnx is None or self.onnx.deferred:
-                source = "a plan cannot be read here" if self.onnx is None else "onnx is a function"
-                raise DeclarationError(
-                    f"tensorrt step {name!r}: {source}, so declare inputs= and outputs= (they are checked "
-                    "against the ONNX source when it is built)"
-                )
-            read_in, read_out = read_onnx_io(self._onnx_path(name), max_batch_size > 0, name)
-            inputs = read_in if inputs is None else inputs
-            outputs = read_out if outputs is None else outputs
         super().__init__(name, inputs, outputs, settings)
         self.fp16 = fp16
         self.max_dims = {k: tuple(int(d) for d in v) for k, v in (max_dims or {}).items()}
         unknown = sorted(set(self.max_dims) - {t.name for t in self.inputs})
         if unknown:
             raise DeclarationError(f"tensorrt step {name!r}: max_dims names {unknown}, which are not inputs")
-        self._built: dict[str, Any] = {}
 
-    def _onnx_path(self, name: str | None = None) -> Path:
+    def _onnx_path(self) -> Path:
         assert self.onnx is not None
         source = self.onnx.resolve()
         if isinstance(source, bytes):
-            raise BuildError(f"tensorrt step {name or self.name!r}: pass onnx= as a file path, not bytes")
+            raise BuildError(f"tensorrt step {self.name!r}: pass onnx= as a file path, not bytes")
         return source
 
-    def check(self, release: Release) -> None:
-        if self.onnx is not None:
-            path = self._onnx_path()
-            file_in, file_out = read_onnx_io(path, self.max_batch_size > 0, self.name)
-            check_against_file(self.name, "input", self.inputs, file_in, path.name)
-            check_against_file(self.name, "output", self.outputs, file_out, path.name)
-            if self.plan is None:
-                profile_shapes(self.name, self.inputs, self.max_batch_size, self.max_dims)
+    def io_unreadable(self) -> str | None:
+        if self.onnx is None:
+            return "a plan cannot be read here"
+        return "onnx is a function" if self.onnx.deferred else None
 
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        if target is Target.LOCAL:
-            layout = self.standin().layout(model_name, target, release, ensemble)
-            note = (f"{model_name}: {PLATFORM} runs locally as a Python-backend stand-in (its ONNX source under "
-                    "ONNX Runtime)")
-            self._built = {"plan": "not built (local target)"}
-            return StepLayout(layout.spec, layout.files, (*layout.notes, note))
-        spec = self.spec(model_name, platform=PLATFORM)
-        notes: list[str] = []
+    def model_io(self, declared: Sequence[Tensor]) -> ModelIO | None:
+        """The I/O of the ONNX source (a plan cannot be read without a GPU; see ``_check_engine``)."""
+        if self.onnx is None:
+            return None
+        path = self._onnx_path()
+        return ModelIO(path.name, *read_onnx_io(path, self.max_batch_size > 0, self.name))
+
+    def check(self, release: Release) -> None:
+        super().check(release)
+        if self.onnx is not None and self.plan is None:
+            profile_shapes(self.name, self.inputs, self.max_batch_size, self.max_dims)
+
+    def details(self) -> dict[str, object]:
+        return {"fp16": self.fp16, "onnx_source": self.onnx is not None}
+
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        """The prebuilt plan, or the plan compiled from ONNX, checked against the declaration when this
+        host's TensorRT can read it."""
+        built: dict[str, object]
         if self.plan is not None:
             plan_file = self.plan.resolve()
             plan = self.plan.data()
-            self._built = {"plan": "prebuilt", "tensorrt_version": None}
+            built = {"plan": "prebuilt", "tensorrt_version": None}
         else:
             plan_file, version = self._compiled(release)
             plan = plan_file.read_bytes()
-            self._built = {"plan": "compiled from onnx", "tensorrt_version": version}
+            built = {"plan": "compiled from onnx", "tensorrt_version": version}
         engine, why = inspect_plan(plan)
+        notes: tuple[str, ...] = ()
         if engine is None:
-            notes.append(
-                f"{model_name}: {FILENAME} was not inspected ({why}); its tensor names, "
-                "dtypes and max batch size are taken from the declaration"
-            )
+            notes = (f"{model_name}: {FILENAME} was not inspected ({why}); its tensor names, dtypes and max batch "
+                     "size are taken from the declaration",)
         else:
             self._check_engine(engine, release)
-        self._built["inspected"] = engine is not None
-        return StepLayout(spec, {f"1/{FILENAME}": plan_file, **self.label_files()}, tuple(notes))
+        return BackendFiles({f"1/{FILENAME}": plan_file}, notes, {**built, "inspected": engine is not None})
 
     def _compiled(self, release: Release) -> tuple[Path, str]:
         """The plan compiled from ONNX, cached: TensorRT picks kernels by timing, so two compilations
@@ -324,32 +323,26 @@ class TensorRTStep(Step):
         return path, versions[0] if versions else str(getattr(trt, "__version__", "unknown"))
 
     def _check_engine(self, engine: list[EngineTensor], release: Release) -> None:
-        """Declared names and dtypes against the engine, and max_batch_size against its profile."""
+        """Declared names and dtypes against the engine (its shapes are the profile's, so only the dtypes and
+        names are compared), and max_batch_size against its profile."""
         for what, declared, is_input in (("input", self.inputs, True), ("output", self.outputs, False)):
-            found = {e.name: e for e in engine if e.is_input is is_input}
-            for t in declared:
-                actual = found.get(t.name)
-                if actual is None:
-                    raise BuildError(
-                        f"tensorrt step {self.name!r}: {what} {t.name!r} is not in {FILENAME}, whose {what}s are "
-                        f"{', '.join(repr(n) for n in found)}"
-                    )
-                if actual.dtype is DType.INT32 and t.dtype is DType.INT64 and tensorrt_major(release) < 10:
+            by_name = {t.name: t for t in declared}
+            found = [e for e in engine if e.is_input is is_input]
+            for e in found:
+                t = by_name.get(e.name)
+                if t is not None and e.dtype is DType.INT32 and t.dtype is DType.INT64 and tensorrt_major(release) < 10:
                     raise BuildError(
                         f"tensorrt step {self.name!r}: {what} {t.name!r} is INT64, which TensorRT 8 (Triton "
                         f"{release}) does not have: {FILENAME} takes it as INT32. Export the ONNX model with INT32 "
                         "I/O (and declare it INT32), or target release 24.05 or later (TensorRT 10)"
                     )
-                if actual.dtype is not None and actual.dtype is not t.dtype:
-                    raise BuildError(
-                        f"tensorrt step {self.name!r}: {what} {t.name!r} is declared {t.dtype.wire} but "
-                        f"{FILENAME} has {actual.dtype.wire}"
-                    )
-                if is_input and self.max_batch_size > 0 and actual.max_batch is not None \
-                        and actual.max_batch < self.max_batch_size:
+            as_tensors = [_as_declared(e, by_name.get(e.name)) for e in found]
+            check_against_file(self.name, what, declared, as_tensors, FILENAME)
+            for e in found:
+                if self.max_batch_size > 0 and e.max_batch is not None and e.max_batch < self.max_batch_size:
                     raise BuildError(
                         f"tensorrt step {self.name!r}: max_batch_size is {self.max_batch_size} but {FILENAME}'s "
-                        f"optimization profile takes batches of at most {actual.max_batch} for input {t.name!r}; "
+                        f"optimization profile takes batches of at most {e.max_batch} for input {e.name!r}; "
                         "lower max_batch_size or rebuild the plan"
                     )
 
@@ -361,13 +354,13 @@ class TensorRTStep(Step):
                 "only on a GPU with TensorRT; pass onnx= with the model's ONNX source so the local target runs "
                 "it under ONNX Runtime (or replay on a GPU host)"
             )
-        return PythonStep.standin(self, OnnxRuntimeRunner, {"model.onnx": self._onnx_path()})
+        return PythonStep.standin_for(self, OnnxRuntimeRunner, {"model.onnx": self._onnx_path()})
 
-    def describe(self) -> dict[str, object]:
-        info = super().describe()
-        info["tensorrt"] = {
-            "fp16": self.fp16,
-            "onnx_source": self.onnx is not None,
-            **self._built,
-        }
-        return info
+
+def _as_declared(found: EngineTensor, declared: Tensor | None) -> Tensor:
+    """An engine tensor with the declared dims (a plan's shapes are its profile's, not comparable), and the
+    declared dtype where the engine's has no Triton type."""
+    if declared is None:
+        return Tensor(found.name, found.dtype or DType.FP32, [1])
+    shape = declared.reshape if declared.reshape is not None else declared.dims
+    return Tensor(found.name, found.dtype or declared.dtype, shape)

@@ -19,15 +19,27 @@ from conch.builder.buildcache import (
     remember_passed,
 )
 from conch.builder.envs import EnvLayout
-from conch.builder.manifest import FORMAT, MANIFEST_NAME, dumps, sha256
+from conch.builder.manifest import (
+    MANIFEST_NAME,
+    EnvironmentRecord,
+    Manifest,
+    SampleRecord,
+    Schema,
+    ShmRecord,
+    StepRecord,
+    WarmupRecord,
+    dumps,
+    sha256,
+)
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.render import render_config
 from conch.builder.shm import plan_shm
 from conch.ensembles.ensemble import Ensemble
-from conch.ensembles.samples import Sample, encode_array
-from conch.ensembles.step import FileSource, Step, StepLayout
-from conch.ensembles.target import Release, Target
+from conch.ensembles.layout import FileSource, Platform, StepLayout
+from conch.ensembles.samples import Sample, TopK, encode_array
+from conch.ensembles.step import Step
+from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.errors import BuildError, ConchError
 
 
@@ -37,8 +49,13 @@ class Repository:
 
     ensemble: str
     files: dict[str, FileSource]
-    manifest: dict[str, Any]
+    record: Manifest
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest in the JSON form the archive holds."""
+        return self.record.to_json()
 
 
 def render_repository(
@@ -55,7 +72,7 @@ def render_repository(
     target, release = Target.of(target), Release.of(release)
     ensemble.validate()
     files: dict[str, FileSource] = {}
-    steps: list[dict[str, Any]] = []
+    steps: list[StepRecord] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress, refresh)
     observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
@@ -67,7 +84,8 @@ def render_repository(
             env = ensemble.env_of(step)
             spec = layout.spec if env is None else envs.attach(env, layout.spec)
         except ConchError as exc:
-            raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+            exc.within(f"ensemble {ensemble.name!r}")
+            raise
         if spec.name != model:
             raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
         spec = observed.warmup.attach(model, spec, files)
@@ -76,8 +94,8 @@ def render_repository(
             files[f"{model}/{rel}"] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
-        steps.append({**step.describe(), "model_name": model, "served_as": served})
-    python_models = [s["model_name"] for s in steps if s["served_as"] == "python"]
+        steps.append(StepRecord(model, str(served), step.describe(layout.info)))
+    python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
@@ -85,24 +103,24 @@ def render_repository(
     files.update(envs.files)
     files = expand(files)
     hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
-    manifest = {
-        "format": FORMAT,
-        "conch_version": __version__,
-        "ensemble": ensemble.name,
-        "description": ensemble.description,
-        "target": target.value,
-        "release": str(release),
-        "stub_python": release.stub_python,
-        "schema": ensemble.schema(),
-        "steps": steps,
-        "notes": notes,
-        "environments": envs.manifest,
-        "files": hashes,
-        "warmup": observed.warmup.manifest(),
-        "shm": shm.manifest(),
-    }
-    # the files' digests cover every config, model and code file of the archive
-    manifest["samples"] = _samples(ensemble, key_of([target.value, str(release), hashes]), refresh)
+    warmup = observed.warmup.manifest()
+    manifest = Manifest(
+        ensemble=ensemble.name,
+        target=target.value,
+        release=str(release),
+        stub_python=release.stub_python,
+        schema=Schema.from_json(ensemble.schema()),
+        steps=tuple(steps),
+        description=ensemble.description,
+        conch_version=__version__,
+        notes=tuple(notes),
+        environments={k: EnvironmentRecord.from_json(v) for k, v in envs.manifest.items()},
+        files=hashes,
+        warmup=WarmupRecord.from_json(warmup) if warmup else None,
+        shm=ShmRecord.from_json(shm.manifest()),
+        # the files' digests cover every config, model and code file of the archive
+        samples=_samples(ensemble, key_of([target.value, str(release), hashes]), refresh),
+    )
     files[MANIFEST_NAME] = dumps(manifest)
     return Repository(ensemble.name, files, manifest, notes)
 
@@ -129,7 +147,7 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
     return layout
 
 
-def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> list[dict[str, Any]]:
+def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> tuple[SampleRecord, ...]:
     """Each sample with its expected outputs, computed once per content of the models, the sample and
     the user code that computes them (``models_key`` covers every file of the archive)."""
     inputs = {t.name: t.dtype for t in ensemble.input_specs()}
@@ -143,7 +161,8 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> list[dict[st
             try:
                 expected = sample.expected_arrays()
             except ConchError as exc:
-                raise type(exc)(f"ensemble {ensemble.name!r}: {exc}") from exc
+                exc.within(f"ensemble {ensemble.name!r}")
+                raise
             except Exception as exc:
                 raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
             unknown = sorted(set(expected) - set(outputs))
@@ -156,27 +175,23 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> list[dict[st
             expected = cached_expected(material, compute, refresh)
         else:
             expected = compute()
-        out.append(
-            {
-                "name": sample.name,
-                "inputs": encoded_inputs,
-                "expected": expected,
-                "tolerance": sample.tolerance.to_json(),
-            }
-        )
-    return out
+        checks = {k: sample.check_for(k, outputs[k]) for k in expected}
+        for name, check in checks.items():  # a variable class axis is only known from the expected value
+            if isinstance(check, TopK):
+                check.fits(expected[name]["shape"][-1] if expected[name]["shape"] else 0,
+                           f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
+        out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
+    return tuple(out)
 
 
 def build_ensemble(
     ensemble: Ensemble,
     out_dir: Path,
     target: Target | str = Target.PRODUCTION,
-    release: Release | str = "",
+    release: Release | str = DEFAULT_RELEASE,
     progress: Progress | None = None,
 ) -> Path:
     """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind."""
-    from conch.ensembles.target import DEFAULT_RELEASE
-
     return write_archive(render_repository(ensemble, target, release or DEFAULT_RELEASE, progress), out_dir)
 
 

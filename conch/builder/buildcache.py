@@ -16,7 +16,7 @@ from typing import Any
 from conch import __version__
 from conch.builder.manifest import sha256
 from conch.cache import cache_dir
-from conch.ensembles.step import FileSource
+from conch.ensembles.layout import FileSource
 
 
 def _write_json(path: Path, data: object) -> None:

@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from conch.ensembles.step import FileSource
+from conch.ensembles.layout import FileSource
 
 STORE = 0
 COMPRESS = 6  # level for text and code; measured in benchmarks/archive_levels.py

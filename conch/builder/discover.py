@@ -5,11 +5,50 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from conch.ensembles.ensemble import Ensemble
-from conch.errors import ConchError, DeclarationError
+from conch.errors import ArchiveError, BuildError, ConchError, DeclarationError
+
+
+@dataclass(frozen=True)
+class SortedPaths:
+    """What a command was given: built archives, and ensemble sources (.py files or folders of them)."""
+
+    archives: list[Path]
+    sources: list[Path]
+
+
+def sort_paths(paths: Sequence[Path], *, archives_for: str | None = None, must_exist: bool = False) -> SortedPaths:
+    """Sort paths into archives (``*.tar.gz``) and ensemble sources; a folder gives its archives, and is a
+    source when it holds ensemble files (not ``_private.py``).
+
+    Args:
+        archives_for: the command that takes built archives only (e.g. ``"deploy"``): a path that is not an
+            archive, or a folder without any, is an ArchiveError saying to build first.
+        must_exist: an archive path that does not exist is an ArchiveError (otherwise whoever reads it reports it).
+    """
+    archives: list[Path] = []
+    sources: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.glob("*.tar.gz"))
+            if archives_for and not found:
+                raise ArchiveError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
+            archives.extend(found)
+            if not archives_for and any(not p.name.startswith("_") for p in path.glob("*.py")):
+                sources.append(path)
+        elif path.name.endswith(".tar.gz"):
+            if must_exist and not path.is_file():
+                raise ArchiveError(f"{path}: no such archive; give archives built by `conch build`, or their folder")
+            archives.append(path)
+        elif archives_for:
+            raise ArchiveError(f"{archives_for} takes built archives (.tar.gz), not {path}: run `conch build` first")
+        else:
+            sources.append(path)
+    return SortedPaths(archives, sources)
 
 
 def python_files(paths: Iterable[Path]) -> list[Path]:
@@ -22,9 +61,9 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
         elif path.suffix == ".py" and path.is_file():
             files.append(path)
         elif not path.exists():
-            raise ConchError(f"{path}: no such file or folder; give ensemble .py files or folders of them")
+            raise BuildError(f"{path}: no such file or folder; give ensemble .py files or folders of them")
         else:
-            raise ConchError(f"{path}: expected a .py file or a folder of them")
+            raise BuildError(f"{path}: expected a .py file or a folder of them")
     return files
 
 
@@ -38,19 +77,20 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
     module = sys.modules.get(name)
     if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
         if module is not None:
-            raise ConchError(
+            raise BuildError(
                 f"{path}: a different module named {name!r} is already imported ({module.__file__}); rename the file"
             )
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise ConchError(f"{path}: cannot be imported")
+            raise BuildError(f"{path}: cannot be imported")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except ConchError as exc:
             sys.modules.pop(name, None)
-            raise type(exc)(f"{path.name}: {exc}") from exc
+            exc.within(path.name)
+            raise
         except Exception as exc:  # the user's code failed: say where, in one line, instead of a traceback
             sys.modules.pop(name, None)
             lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]

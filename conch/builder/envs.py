@@ -7,9 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
-from conch.ensembles.config import ModelSpec
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.step import FileSource
+from conch.ensembles.layout import FileSource, ModelSpec
 from conch.ensembles.target import Release, Target
 from conch.errors import BuildError
 

@@ -241,6 +241,12 @@ def _pack_conda(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
                                 compress_level=1, n_threads=1, verbose=False, force=True)
             except conda_pack.CondaPackException as exc:
                 raise PackError(f"conda-pack could not pack {prefix}: {exc}") from exc
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                # conda-pack reads every conda-meta/*.json record and trusts its fields
+                raise PackError(
+                    f"conda-pack could not read the package records of {prefix} ({type(exc).__name__}: {exc}); "
+                    f"a conda-meta/*.json file is damaged: recreate the environment, or reinstall the package "
+                    f"it names") from exc
             # conda-pack stamps one file with the current time and mode 0600: unpack it here and let
             # _publish repack it deterministically.
             with tarfile.open(out) as tar:

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from conch.builder.pack import Progress
-from conch.errors import ConchError
+from conch.errors import BuildError, ConchError
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     try:
         ensembles = [e for e in load_module_ensembles(job.source) if e.name == job.ensemble]
         if not ensembles:
-            raise ConchError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
+            raise BuildError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
         repo = render_repository(ensembles[0], job.target, job.release, progress, job.refresh)
         path, written = write_if_changed(repo, job.out_dir)
         if job.repo_dir is not None:
@@ -90,7 +90,8 @@ def build_all(
     """Build every job, ``workers`` at a time; ``done`` hears of each ensemble as it finishes. Outcomes
     come back in job order. With one worker (or one job) everything runs in this process.
 
-    ``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr."""
+    ``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr (none
+    when ``progress`` is None)."""
     if workers <= 1 or len(jobs) <= 1:
         outcomes = []
         for job in jobs:
@@ -99,7 +100,8 @@ def build_all(
         return outcomes
     results: dict[int, BuildOutcome] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_context()) as pool:
-        futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble)): index for index, job in enumerate(jobs)}
+        futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble) if progress else None): index
+                   for index, job in enumerate(jobs)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             done(results[futures[future]])

@@ -7,7 +7,8 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.ensembles.config import ModelSpec, VersionPolicy
+from conch.ensembles.config import VersionPolicy
+from conch.ensembles.layout import ModelSpec
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError
 from conch.templates import render

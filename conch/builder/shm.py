@@ -7,10 +7,7 @@ step's max_batch_size; a variable dim or a BYTES tensor is sized from the larges
 
 from __future__ import annotations
 
-import json
 import math
-import tarfile
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.manifest import MANIFEST_NAME
+from conch.builder.manifest import Manifest, read_manifest
 from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.layout import Platform
 from conch.ensembles.step import Step
 from conch.ensembles.target import Target
 from conch.ensembles.tensors import Tensor
+from conch.errors import ArchiveError
 from conch.run import RunResult
 
 MIB = 1024 * 1024
@@ -46,7 +45,7 @@ def _sized_by_declaration(t: Tensor) -> bool:
 
 def may_serve_python(step: Step, target: Target) -> bool:
     """Whether a step runs on the Python backend in this target (every step is a stand-in locally)."""
-    return target is Target.LOCAL or step.kind == "python"
+    return target is Target.LOCAL or step.platform is Platform.PYTHON
 
 
 def needs_samples(ensemble: Ensemble, target: Target) -> bool:
@@ -176,10 +175,11 @@ def _mb(n: int) -> str:
     return f"{n / MIB:.1f} MiB"
 
 
-def server_settings(manifests: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+def server_settings(manifests: Iterable[Manifest | Mapping[str, Any]]) -> tuple[int, int]:
     """(shm-default-byte-size, shm-growth-byte-size) that hold every archive's Python-backend steps:
-    SageMaker's defaults unless an archive needs more."""
-    sized = [m.get("shm") or {} for m in manifests]
+    SageMaker's defaults unless an archive needs more (manifests typed, or in their JSON form)."""
+    sized = [m.shm.to_json() if isinstance(m, Manifest) and m.shm else {} if isinstance(m, Manifest)
+             else m.get("shm") or {} for m in manifests]
     default = max([SAGEMAKER_DEFAULT_BYTES, *(int(s.get("default_byte_size", 0)) for s in sized)])
     growth = max([SAGEMAKER_GROWTH_BYTES, *(int(s.get("growth_byte_size", 0)) for s in sized)])
     return default, growth
@@ -192,22 +192,11 @@ def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
     manifests = []
     for archive in archives:
         try:
-            manifests.append(_streamed_manifest(archive))
-        except (OSError, EOFError, zlib.error, KeyError, tarfile.TarError, ValueError):  # e.g. truncated
+            manifests.append(read_manifest(archive))  # one streaming pass that stops at the manifest
+        except ArchiveError:  # e.g. truncated
             continue
     default, growth = server_settings(manifests)
     if (default, growth) == (SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES):
         return default, growth, ""
     return default, growth, (f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size="
                              f"{growth} (what the archives need, as `conch deploy` sets it on SageMaker)")
-
-
-def _streamed_manifest(archive: Path) -> dict[str, Any]:
-    """The archive's manifest, read in one pass that stops at it (random access would inflate the whole
-    archive once more before replay unpacks it); {} when it has none."""
-    with tarfile.open(archive, "r|*") as tar:
-        for member in tar:
-            if member.name.removeprefix("./") == MANIFEST_NAME and member.isreg():
-                data = tar.extractfile(member)
-                return dict(json.load(data)) if data is not None else {}
-    return {}

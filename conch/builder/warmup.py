@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from conch.ensembles.config import ModelSpec, Warmup, WarmupInput
+from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
-from conch.ensembles.step import FileSource
+from conch.ensembles.layout import FileSource, ModelSpec
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import BuildError
 from conch.run import RunResult

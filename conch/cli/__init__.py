@@ -6,14 +6,17 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, local, run
-from conch.cli.console import say
+from conch.cli import bench, check, deploy, endpoint, graph, local, run
+from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, endpoint, check, run, deploy, bench)
+COMMANDS = (local, graph, endpoint, check, run, deploy, bench)
+# Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
+OWN_OUTPUT = ("inspect",)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -21,6 +24,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)
+    for name, command in sub.choices.items():
+        if name not in OWN_OUTPUT:
+            add_output_flags(command)
     return p
 
 
@@ -29,18 +35,26 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from conch.errors import ConchError
-
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    with quiet_tensorflow(), session(args):  # before any ensemble file or backend imports TensorFlow
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from conch.errors import ConchError
+
     try:
         return int(args.func(args))
     except ConchError as exc:
-        say(f"conch: error: {exc}")
+        error(str(exc))
         return 2
+    except BrokenPipeError:  # the reader of stdout stopped early (`conch graph ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not fail again
+        return 1
     except OSError as exc:  # a path that does not exist, a folder that cannot be written, a full disk
-        say(f"conch: error: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}; check the "
-            "path and its permissions")
+        error(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}; check the path and its "
+              "permissions")
         return 2
     except KeyboardInterrupt:
         say("conch: interrupted")
@@ -48,6 +62,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("CONCH_TRACEBACK"):
             raise
-        say(f"conch: error: {type(exc).__name__}: {exc} (a conch bug, or a case it does not handle yet: run again "
-            "with CONCH_TRACEBACK=1 and report the traceback)")
+        error(f"{type(exc).__name__}: {exc} (a conch bug, or a case it does not handle yet: run again with "
+              "CONCH_TRACEBACK=1 and report the traceback)")
         return 2

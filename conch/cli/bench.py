@@ -12,19 +12,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from conch.cli.console import say
+from conch.cli.console import bars_shown, document, say
+from conch.cli.console import result as shown
 from conch.cli.endpoint import size
 from conch.errors import BenchError
 
 
 def _archives(paths: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for path in paths:
-        found.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
-    missing = [p for p in found if not p.is_file()]
-    if missing:
-        raise BenchError(f"{missing[0]}: no such archive")
-    return found
+    from conch.builder.discover import sort_paths
+
+    return sort_paths(paths, archives_for="bench", must_exist=True).archives
 
 
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
@@ -46,6 +43,10 @@ def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
                      "--endpoint NAME (a deployed SageMaker endpoint)")
 
 
+def _ignore(event: dict[str, Any]) -> None:
+    """Load progress events when no bar is drawn (--quiet, or stderr is not a terminal)."""
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from conch.harness.load.bench import copy_names, run_bench
     from conch.harness.load.display import load_progress
@@ -55,8 +56,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from conch.harness.load.stages import parse_stages, seed_ramp
 
     if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
-        return subprocess.call(locust_command("worker", "--master-host", args.master_host,
+        code = subprocess.call(locust_command("worker", "--master-host", args.master_host,
                                               "--port", str(args.master_port), "--stop-timeout", str(args.timeout)))
+        document({"worker": True, "master_host": args.master_host, "master_port": args.master_port,
+                  "exit_code": code})
+        return code
     if args.probe:
         return cmd_probe(args)
     if not args.archives:
@@ -78,12 +82,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         extra = {"machine": {"cpus": os.cpu_count()}} if here else {}
         if mme is not None:
             extra["mme_metrics_before"] = mme.metrics_json()
-        with load_progress(spec) as progress:
+        with load_progress(spec) if bars_shown() else nullcontext(_ignore) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
                                bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
                                finish=mme.metrics_json if mme is not None else None)
-    print(table(output.summary))
+    shown(table(output.summary))
     say(f"wrote {output.json_path} and {output.png_path}")
+    document({**output.summary, "json_path": str(output.json_path), "png_path": str(output.png_path)})
     return 0 if output.summary["requests"] else 1
 
 
@@ -100,14 +105,15 @@ def cmd_probe(args: argparse.Namespace) -> int:
         say(f"  copy {copy.index}: first call {copy.load_s:.2f} s, memory {copy.memory_bytes / 2**20:.0f} MiB, "
             f"{copy.loaded} loaded")
 
-    result = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
-                   progress=show).to_json()
-    write_json(result, args.out / "probe.json")
-    plot_probe(result, args.out / "probe.png")
-    print(json.dumps({k: v for k, v in result.items() if k != "copies"}, indent=1))
-    say(f"{result['copies_fit']} copies fit ({result['stopped_because']}); wrote {args.out / 'probe.json'} and "
+    found = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
+                  progress=show).to_json()
+    write_json(found, args.out / "probe.json")
+    plot_probe(found, args.out / "probe.png")
+    shown(json.dumps({k: v for k, v in found.items() if k != "copies"}, indent=1))
+    say(f"{found['copies_fit']} copies fit ({found['stopped_because']}); wrote {args.out / 'probe.json'} and "
         f"{args.out / 'probe.png'}")
-    return 0 if result["copies_fit"] else 1
+    document({**found, "json_path": str(args.out / "probe.json"), "png_path": str(args.out / "probe.png")})
+    return 0 if found["copies_fit"] else 1
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -144,11 +150,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
                "targets": vars(targets), "threshold": args.threshold,
                "instance_data": {"date": data.date, "region": data.region, "source": data.source}}
-    write_json(to_json(rows, **context), args.out / "plan.json")
+    planned = to_json(rows, **context)
+    write_json(planned, args.out / "plan.json")
     plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
-    print(table(rows))
+    shown(table(rows))
     say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
     say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
+    document({**planned, "json_path": str(args.out / "plan.json"), "png_path": str(args.out / "plan.png")})
     return 0
 
 

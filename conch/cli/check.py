@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conch.cli.console import say
+from conch.cli.console import document, error, progress_bar, result, say
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from conch.builder.check import check_archive
+    from conch.builder.check import CheckReport, check_archive
 
     archives: list[Path] = []
     for path in args.archives:
@@ -17,14 +17,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not archives:
         say(f"conch: error: no .tar.gz archives in {', '.join(map(str, args.archives))}; give archive files")
         return 2
-    failed = 0
-    for archive in archives:
-        report = check_archive(archive)
-        for line in report.lines():
-            print(line)
-        failed += not report.ok
+    reports: list[CheckReport] = []
+    with progress_bar("checking", len(archives)) as bar:
+        for archive in archives:
+            reports.append(check_archive(archive))
+            result("\n".join(reports[-1].lines()))
+            bar.advance()
+    failed = [r for r in reports if not r.ok]
+    for report in failed:  # what --quiet still shows; the findings above name each file
+        error(report.summary())
     if failed:
-        say(f"conch: {failed} of {len(archives)} archives fail the check")
+        say(f"conch: {len(failed)} of {len(archives)} archives fail the check")
+    document({"ok": not failed, "archives": [
+        {"archive": str(path), "ok": r.ok, "ensemble": r.ensemble, "models": r.models,
+         "findings": [{"level": f.level, "file": f.file, "message": f.message} for f in r.findings]}
+        for path, r in zip(archives, reports, strict=True)]})
     return 1 if failed else 0
 
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.cli.console import say
+from conch.cli.console import document, progress_bar, result, say
+from conch.cli.local import replay_document
 
 if TYPE_CHECKING:
     from conch.sagemaker.autoscaling import Autoscaling
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.builder.discover import sort_paths
     from conch.sagemaker.aws import AwsTarget
     from conch.sagemaker.deploy import archives_release, check_archives, deploy
     from conch.sagemaker.endpoint import EndpointSpec
@@ -22,7 +25,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.s3 import ModelLocation
     from conch.sagemaker.shm import shm_environment
 
-    archives = _archives(args.archives)
+    archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
     check_archives(archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
@@ -39,49 +42,44 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     scaling = _scaling(args, spec.instance_type)
     for warning in spec.warnings:
         say(f"conch: warning: {warning}")
-    done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait, timeout=args.wait_timeout,
-                  progress=None if args.dry_run else say, checked=True)
+    total = sum(a.stat().st_size for a in archives)
+    with progress_bar("uploading", None if args.dry_run else total, bytes_=True) as bar:
+        done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait,
+                      timeout=args.wait_timeout, progress=None if args.dry_run else say, checked=True,
+                      sent=None if args.dry_run else bar.advance)
     if args.dry_run:
-        print("\n".join(f"shared memory: {line}" for line in said))
-        print(aws.report())  # type: ignore[attr-defined]
+        result("\n".join(f"shared memory: {line}" for line in said))
+        result(aws.report())  # type: ignore[attr-defined]
+        document({"dry_run": True, "region": aws.region, "shared_memory": said,
+                  "calls": [asdict(call) for call in aws.calls]})  # type: ignore[attr-defined]
         return 0
     for warning in done.warnings:
         say(f"conch: warning: {warning}")
-    result = done.endpoint
-    print(f"endpoint {result.name} {result.action} ({result.status}) in {aws.region}: {spec.instance_count} x "
-          f"{spec.instance_type}, {spec.image}, models from {location.model_data_url}")
-    for upload in done.uploads:
-        print(f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}")
-    for removed in result.removed:
-        print(f"  removed   {removed}")
-    for line in said:
-        print(f"  shared memory: {line}")
+    ended = done.endpoint
+    lines = [f"endpoint {ended.name} {ended.action} ({ended.status}) in {aws.region}: {spec.instance_count} x "
+             f"{spec.instance_type}, {spec.image}, models from {location.model_data_url}"]
+    lines += [f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}" for upload in done.uploads]
+    lines += [f"  removed   {removed}" for removed in ended.removed]
+    lines += [f"  shared memory: {line}" for line in said]
     if scaling is not None:
-        metric = "GPUUtilization %" if scaling.metric == "gpu" else "invocations per instance per minute"
-        print(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
-              f"{scaling.target_value:g} {metric} ({done.policy_arn})")
-    print(f"  try: conch invoke --endpoint {result.name} --archive {done.uploads[0].archive} --region {aws.region}")
+        lines.append(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
+                     f"{scaling.target_value:g} {scaling.target_unit} ({done.policy_arn})")
+    lines.append(f"  try: conch invoke --endpoint {ended.name} --archive {done.uploads[0].archive} "
+                 f"--region {aws.region}")
+    result("\n".join(lines))
+    document({
+        "endpoint": ended.name, "action": ended.action, "status": ended.status, "region": aws.region,
+        "model": ended.model_name, "endpoint_config": ended.config_name, "image": spec.image,
+        "instance_type": spec.instance_type, "instance_count": spec.instance_count,
+        "model_data_url": location.model_data_url, "removed": ended.removed, "shared_memory": said,
+        "warnings": done.warnings,
+        "uploads": [{"archive": str(u.archive), "url": u.url, "target_model": u.target_model, "sha256": u.sha256,
+                     "action": u.action} for u in done.uploads],
+        "autoscaling": None if scaling is None else {
+            "min_instances": scaling.min_instances, "max_instances": scaling.max_instances,
+            "metric": scaling.metric, "target_value": scaling.target_value, "policy_arn": done.policy_arn},
+    })
     return 0
-
-
-def _archives(paths: Sequence[Path]) -> list[Path]:
-    """The .tar.gz files named, and those in the folders named."""
-    from conch.errors import DeployError
-
-    archives: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(path.glob("*.tar.gz"))
-            if not found:
-                raise DeployError(f"{path} holds no .tar.gz archives: run `conch build --out {path}` first")
-            archives += found
-        elif path.name.endswith(".tar.gz"):
-            if not path.is_file():
-                raise DeployError(f"{path}: no such archive; give archives built by `conch build`, or their folder")
-            archives.append(path)
-        else:
-            raise DeployError(f"deploy takes built archives (.tar.gz), not {path}: run `conch build` first")
-    return archives
 
 
 def _pairs(items: Sequence[str]) -> dict[str, str]:
@@ -99,15 +97,13 @@ def _pairs(items: Sequence[str]) -> dict[str, str]:
 def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None:
     from conch.errors import DeployError
     from conch.sagemaker.autoscaling import Autoscaling
-    from conch.sagemaker.instances import gpus
 
     if args.max_instances is None:
         if args.scale_on or args.target_value is not None or args.min_instances is not None:
             raise DeployError("autoscaling needs --max-instances (with --min-instances, --scale-on, --target-value)")
         return None
-    metric = args.scale_on or ("gpu" if gpus(instance_type) else "invocations")
-    return Autoscaling(
-        max_instances=args.max_instances, metric=metric, target_value=args.target_value,
+    return Autoscaling.for_instance_type(
+        instance_type, args.max_instances, args.scale_on, target_value=args.target_value,
         min_instances=1 if args.min_instances is None else args.min_instances,
         scale_in_cooldown=args.scale_in_cooldown, scale_out_cooldown=args.scale_out_cooldown,
     )
@@ -116,29 +112,38 @@ def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None
 def cmd_invoke(args: argparse.Namespace) -> int:
     from conch.errors import DeployError
     from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.invoke import invoke_raw, replay_endpoint
+    from conch.sagemaker.invoke import invoke_raw, read_json_body, replay_endpoint
 
+    request = args.request
+    if args.stray:  # `--json FILE`: --request's old spelling; the answer was printed as JSON then too
+        if not (args.json_output and len(args.stray) == 1 and request is None):
+            raise DeployError(f"unexpected {' '.join(args.stray)!r}: invoke takes options only (a request body is "
+                              "--request FILE)")
+        request = Path(args.stray[0])
+        say(f"conch: warning: `invoke --json {request}` is spelt `invoke --request {request} --json` now")
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    if args.json is not None:
+    if request is not None:
         if not args.target_model:
-            raise DeployError("--json needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
-        try:
-            body = args.json.read_bytes()
-            if "inputs" not in json.loads(body):
-                raise ValueError("no 'inputs'")
-        except (OSError, ValueError, TypeError) as exc:
-            raise DeployError(f"--json {args.json}: not a KServe v2 request body ({exc})") from None
+            raise DeployError("--request needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
+        body = read_json_body(request)
         content, content_type = invoke_raw(aws, args.endpoint, args.target_model, body, "application/json")
         try:
-            print(json.dumps(json.loads(content), indent=1))
+            answer = json.loads(content)
         except ValueError:
-            print(f"({content_type}) {content.decode('utf-8', 'replace')}")
+            result(f"({content_type}) {content.decode('utf-8', 'replace')}")
+            document({"content_type": content_type, "text": content.decode("utf-8", "replace")})
+        else:
+            result(json.dumps(answer, indent=1))
+            document(answer)
         return 0
     if args.archive is None:
-        raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --json FILE")
-    report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or ("json", "binary"),
-                             samples=args.sample or (), target_model=args.target_model, progress=say)
-    print(report.table())
+        raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --request FILE")
+    with progress_bar(f"invoking {args.endpoint}", None) as bar:
+        report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or ("json", "binary"),
+                                 samples=args.sample or (), target_model=args.target_model,
+                                 progress=bar.line)
+    result(report.table())
+    document(replay_document(report))
     return 0 if report.passed else 1
 
 
@@ -147,9 +152,9 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.endpoint import delete_endpoint
 
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    for item in delete_endpoint(args.endpoint, aws, progress=say):
-        print(f"deleted {item}")
-    print("the archives stay in S3")
+    deleted = delete_endpoint(args.endpoint, aws, progress=say)
+    result("\n".join([*(f"deleted {item}" for item in deleted), "the archives stay in S3"]))
+    document({"endpoint": args.endpoint, "region": aws.region, "deleted": deleted})
     return 0
 
 
@@ -194,7 +199,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--archive", type=Path, help="local archive whose samples to send (TargetModel: its name)")
     v.add_argument("--target-model", help="TargetModel (default: the archive's file name)")
     v.add_argument("--sample", action="append", help="only this sample of the archive (repeatable)")
-    v.add_argument("--json", type=Path, help="send this KServe v2 JSON request body and print the answer")
+    v.add_argument("--request", type=Path, help="send this KServe v2 JSON request body and print the answer "
+                   "(with --json: the answer is the JSON document)")
+    v.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # `--json FILE`, as --request was once spelt
     v.add_argument("--body", action="append", choices=("json", "binary"),
                    help="request body kinds for samples (default both)")
     v.set_defaults(func=cmd_invoke)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conch.builder.scratch import scratch_temp
-from conch.cli.console import say
+from conch.cli.console import document, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -32,16 +32,14 @@ def size(text: str) -> int:
 def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     """The given archives and built ensembles gathered in one folder: TargetModel = archive name."""
     from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover
-    from conch.cli.local import split_sources
+    from conch.builder.discover import discover, sort_paths
     from conch.errors import ServeError
 
-    archives, sources = split_sources(args.paths)
+    given = sort_paths(args.paths, must_exist=True)
+    archives, sources = given.archives, given.sources
     folder = tmp / "archives"
     folder.mkdir()
     for archive in archives:
-        if not archive.is_file():
-            raise ServeError(f"{archive}: no such archive")
         shutil.copyfile(archive, folder / archive.name)
     for ensemble in discover(sources) if sources else []:
         if not args.only or ensemble.name in args.only:
@@ -60,7 +58,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ServeError("give either --mme SOURCE (a folder of archives or s3://bucket/prefix, loaded on first "
                          "call) or ensemble files/archives to load up front, not both")
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="conch serve: %(message)s")
-    logging.getLogger("conch.endpoint").setLevel(logging.INFO)  # loads and unloads, one line each
+    # loads and unloads, one line each (--quiet: errors only)
+    logging.getLogger("conch.endpoint").setLevel(logging.ERROR if args.quiet else logging.INFO)
     with scratch_temp("conch-serve-") as tmp:
         source = args.mme or _source_folder(args, Path(tmp))
         mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
@@ -76,13 +75,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     except ConchError as exc:
                         say(f"conch: error: {exc}")
                         failed.append(archive.name)
-            print(json.dumps({**mme.ready_line(), "failed": failed}), flush=True)
+            ready = {"event": "ready", **mme.ready_line(), "failed": failed}
+            result(json.dumps(ready))  # a JSON line in every mode but --quiet: scripts wait for it
+            document(ready)
             say(f"local MME endpoint {mme.endpoint_name!r} at {mme.url} (models from {mme.source.describe()}); "
                 f"boto3: sagemaker-runtime with endpoint_url={mme.url!r}, EndpointName={mme.endpoint_name!r}, "
                 "TargetModel='<archive>.tar.gz'; metrics at /metrics; Ctrl-C stops")
             while mme.serving():
                 time.sleep(0.5)
             say(f"conch: error: tritonserver exited and was not restarted again\n{mme.triton.log_tail()}")
+            document({"event": "exited", "error": "tritonserver exited and was not restarted again",
+                      "log": str(mme.triton.log_path)})
             return 1
 
 

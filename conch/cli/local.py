@@ -1,4 +1,4 @@
-"""`conch build | replay | graph | inspect`: the commands that work on this machine alone."""
+"""`conch build | replay | inspect`: the commands that work on this machine alone."""
 
 from __future__ import annotations
 
@@ -10,28 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
-from conch.cli.console import say
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
+from conch.ensembles.target import DEFAULT_RELEASE, Target
 from conch.errors import ConchError
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
-
-
-def split_sources(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """(archives, python sources) among the given paths; a folder contributes whichever it holds."""
-    archives: list[Path] = []
-    sources: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            archives.extend(sorted(path.glob("*.tar.gz")))
-            if any(not p.name.startswith("_") for p in path.glob("*.py")):
-                sources.append(path)
-        elif path.name.endswith(".tar.gz"):
-            archives.append(path)
-        else:
-            sources.append(path)
-    return archives, sources
+    from conch.harness.replay import ReplayReport
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -50,19 +35,28 @@ def cmd_build(args: argparse.Namespace) -> int:
             for file, e in found]
     finished: list[BuildOutcome] = []
 
-    def done(outcome: BuildOutcome) -> None:  # one ensemble that cannot build does not stop the others
-        finished.append(outcome)
-        count = f"[{len(finished)}/{len(jobs)}]"
-        if outcome.error is not None or outcome.archive is None:
-            say(f"conch: error: {outcome.error}")
-        elif outcome.written:
-            say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, {args.target}, "
-                f"release {args.release}, {outcome.seconds:.1f} s)")
-        else:
-            say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+    with progress_bar("building", len(jobs)) as bar:
+        def done(outcome: BuildOutcome) -> None:  # one ensemble that cannot build does not stop the others
+            finished.append(outcome)
+            bar.advance()
+            count = f"[{len(finished)}/{len(jobs)}]"
+            if outcome.error is not None or outcome.archive is None:
+                error(str(outcome.error))
+            elif outcome.written:
+                say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, "
+                    f"{args.target}, release {args.release}, {outcome.seconds:.1f} s)")
+            else:
+                say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
 
-    outcomes = build_all(jobs, args.jobs, done, progress=say) if jobs else []
+        # under --quiet no progress at all, so parallel workers print none either
+        outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
     failed += [o.ensemble for o in outcomes if o.error is not None]
+    document({
+        "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
+        "ensembles": [{"ensemble": o.ensemble, "archive": None if o.archive is None else str(o.archive),
+                       "written": o.written, "bytes": None if o.archive is None else o.archive.stat().st_size,
+                       "seconds": round(o.seconds, 3), "error": o.error} for o in outcomes],
+    })
     if failed:
         say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
@@ -99,9 +93,11 @@ def one_line(text: object) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble
+    from conch.builder.discover import sort_paths
     from conch.harness.replay import ReplayReport, ReplayRow, replay_archives
 
-    archives, sources = split_sources(args.paths)
+    given = sort_paths(args.paths)
+    archives, sources = given.archives, given.sources
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
@@ -118,79 +114,42 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not archives and not failures:
             say("conch: error: nothing to replay; give ensemble files, folders, or .tar.gz archives")
             return 2
-        report = replay_archives(
-            archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
-            load_timeout=args.load_timeout, progress=say,
-        ) if archives else None
+        with progress_bar("replaying", len(archives)) as bar:
+            report = replay_archives(
+                archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
+                load_timeout=args.load_timeout, progress=say, done=lambda _: bar.advance(),
+            ) if archives else None
     rows = failures + (report.rows if report else [])
     for row in rows:
         if row.endpoint == "check" and not row.passed:
             say(f"conch: error: {one_line(row.detail)}")
     full = ReplayReport(rows)
-    print(full.table())
+    result(full.table())
+    document(replay_document(full))
     if full.errors:
         return 2
     return 0 if full.passed else 1
 
 
-def cmd_graph(args: argparse.Namespace) -> int:
-    from conch.builder.discover import discover
-
-    for ensemble in discover(args.paths):
-        if not args.only or ensemble.name in args.only:
-            print(ensemble.graph_dot())
-    return 0
+def replay_document(report: ReplayReport) -> dict[str, Any]:
+    """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
+    passed = sum(r.passed for r in report.rows)
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed,
+            "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
+                      "millis": round(r.millis, 3), "detail": r.detail} for r in report.rows]}
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    manifest, entries = read_archive_manifest(args.archive)
+    from conch.builder.inspection import inspect_archive
+
+    found = inspect_archive(args.archive)
     if args.json:
-        print(json.dumps(manifest, indent=1, sort_keys=True))
-        return 0
-    try:
-        lines = [f"ensemble {manifest['ensemble']}  target {manifest['target']}  release {manifest['release']} "
-                 f"(stub Python {manifest['stub_python']})"]
-        for io in ("inputs", "outputs"):
-            for t in manifest["schema"][io]:
-                lines.append(f"  {io[:-1]:6} {t['name']:24} {t['datatype']:6} {t['shape']}")
-        for step in manifest["steps"]:
-            lines.append(f"  step   {step['model_name']:24} {step['served_as']}")
-        lines.append(f"  {len(manifest['samples'])} samples, {entries} archive entries")
-    except (KeyError, TypeError, IndexError) as exc:
-        raise ConchError(f"{args.archive}: its manifest lacks {exc} or has it in another form; rebuild the archive "
-                         "with `conch build` (or `conch inspect --json` shows the manifest as it is)") from None
-    print("\n".join(lines))
-    return 0
-
-
-def read_archive_manifest(archive: Path) -> tuple[dict[str, Any], int]:
-    """The manifest of an archive and its number of entries; ArchiveError for a missing or unreadable one."""
-    import tarfile
-    import zlib
-
-    from conch.builder.manifest import MANIFEST_NAME
-    from conch.errors import ArchiveError
-
-    if not archive.is_file():
-        raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
-    try:
-        with tarfile.open(archive, "r|*") as tar:
-            manifest, entries = None, 0
-            for member in tar:
-                entries += 1
-                if member.name.removeprefix("./") == MANIFEST_NAME and member.isreg():
-                    data = tar.extractfile(member)
-                    manifest = json.loads(data.read()) if data is not None else None
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise ArchiveError(f"{archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: rebuild "
-                           "it with `conch build` or copy it again") from None
-    except ValueError as exc:
-        raise ArchiveError(f"{archive}: its {MANIFEST_NAME} is not JSON ({exc}); rebuild it with `conch build`"
-                           ) from None
-    if not isinstance(manifest, dict):
-        raise ArchiveError(f"{archive} has no {MANIFEST_NAME} (not built by conch?); `conch check` checks any "
-                           "archive, `conch inspect` needs one built by `conch build`")
-    return manifest, entries
+        print(json.dumps(found.to_json(), indent=1, sort_keys=True))
+    elif not args.quiet:
+        print("\n".join(found.lines()))
+    if not found.ok:
+        say(f"conch: {found.check.summary()}")
+    return 0 if found.ok else 1
 
 
 def common(sp: argparse.ArgumentParser) -> None:
@@ -202,7 +161,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
     b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     b.add_argument("--out", type=Path, default=Path("dist"))
-    b.add_argument("--target", choices=("production", "local"), default="production")
+    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value)
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
     b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
@@ -218,12 +177,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common(r)
     r.set_defaults(func=cmd_replay)
 
-    g = sub.add_parser("graph", help="print each ensemble's DAG as Graphviz dot")
-    g.add_argument("paths", nargs="+", type=Path)
-    common(g)
-    g.set_defaults(func=cmd_graph)
-
-    i = sub.add_parser("inspect", help="summarise an archive's manifest")
+    i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
+                       "and its `conch check` (exit 1 when the check fails)")
     i.add_argument("archive", type=Path)
-    i.add_argument("--json", action="store_true")
+    out = i.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="everything as one JSON object (manifest included)")
+    out.add_argument("--quiet", "-q", action="store_true", help="print nothing; the exit code tells")
     i.set_defaults(func=cmd_inspect)

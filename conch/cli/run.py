@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from conch.cli.console import say
+from conch.cli.console import document, result, say
 from conch.cli.local import common
 
 if TYPE_CHECKING:
@@ -40,41 +40,65 @@ def _short(value: bytes, width: int = 32) -> str:
 
 
 def print_step(trace: StepTrace, values: int) -> None:
-    print(f"  step {trace.step} ({trace.kind}, model {trace.model_name}): {trace.millis:.1f} ms")
-    for name, array in trace.inputs.items():
-        print(f"    in   {describe(name, array, values)}")
-    for name, array in trace.outputs.items():
-        print(f"    out  {describe(name, array, values)}")
-    for problem in trace.problems:
-        print(f"    DISAGREES: {problem}")
+    lines = [f"  step {trace.step} ({trace.kind}, model {trace.model_name}): {trace.millis:.1f} ms"]
+    lines += [f"    in   {describe(name, array, values)}" for name, array in trace.inputs.items()]
+    lines += [f"    out  {describe(name, array, values)}" for name, array in trace.outputs.items()]
+    lines += [f"    DISAGREES: {problem}" for problem in trace.problems]
+    result("\n".join(lines))
 
 
-def run_samples(ensemble: Ensemble, names: list[str] | None, values: int, release: str) -> bool:
-    """Run the named samples (all when none are named); print each step; compare with the expected outputs."""
+def _tensor(array: np.ndarray) -> dict[str, Any]:
+    from conch.ensembles.dtypes import DType
+
+    return {"datatype": DType.of(array.dtype).wire, "shape": list(array.shape)}
+
+
+def run_samples(ensemble: Ensemble, names: list[str] | None, values: int, release: str,
+                found: list[dict[str, Any]] | None = None) -> bool:
+    """Run the named samples (all when none are named); print each step; compare with the expected outputs.
+    ``found`` receives one JSON-safe record per sample (steps, outputs, verdicts) for ``--json``."""
     from conch.ensembles.samples import compare
     from conch.run import Executor, sample_inputs
 
     chosen = names or [s.name for s in ensemble.samples]
     if not chosen:
-        say(f"conch: ensemble {ensemble.name!r} has no samples to run; declare one with ensemble.sample()")
+        say(f"conch: error: ensemble {ensemble.name!r} has no samples to run; declare one with ensemble.sample()")
         return False
     passed = True
+    steps: list[dict[str, Any]] = []
+
+    def on_step(trace: StepTrace) -> None:
+        print_step(trace, values)
+        steps.append({"step": trace.step, "kind": trace.kind, "model": trace.model_name,
+                      "millis": round(trace.millis, 3), "problems": trace.problems,
+                      "inputs": {k: _tensor(v) for k, v in trace.inputs.items()},
+                      "outputs": {k: _tensor(v) for k, v in trace.outputs.items()}})
+
     with Executor(ensemble, release=release) as executor:
         for name in chosen:
             inputs = sample_inputs(ensemble, name)
-            print(f"ensemble {ensemble.name}, sample {name!r}")
+            result(f"ensemble {ensemble.name}, sample {name!r}")
             for key, array in inputs.items():
-                print(f"  input {describe(key, array, values)}")
-            result = executor.run(inputs, intermediates=True, strict=False,
-                                  on_step=lambda trace: print_step(trace, values))
+                result(f"  input {describe(key, array, values)}")
+            steps.clear()
+            run = executor.run(inputs, intermediates=True, strict=False, on_step=on_step)
             sample = next(s for s in ensemble.samples if s.name == name)
+            dtypes = {t.name: t.dtype for t in ensemble.output_specs()}
+            outputs: dict[str, Any] = {}
             for out, want in sample.expected_arrays().items():
-                verdict = compare(out, result.outputs[out], want, sample.tolerance)
+                check = sample.check_for(out, dtypes[out])
+                verdict = compare(out, run.outputs[out], want, check)
                 passed &= verdict.passed
-                print(f"  output {describe(out, result.outputs[out], values)}")
-                print(f"    expected: {'ok' if verdict.passed else 'MISMATCH'} {verdict.detail} "
-                      f"({sample.tolerance.describe()})")
-            passed &= not result.problems
+                result(f"  output {describe(out, run.outputs[out], values)}\n"
+                       f"    expected: {'ok' if verdict.passed else 'MISMATCH'} {verdict.detail} "
+                       f"({check.describe()})")
+                outputs[out] = {**_tensor(run.outputs[out]), "passed": verdict.passed, "detail": verdict.detail,
+                                "check": check.describe()}
+            passed &= not run.problems
+            if found is not None:
+                found.append({"ensemble": ensemble.name, "sample": name, "steps": list(steps), "outputs": outputs,
+                              "problems": run.problems,
+                              "passed": all(o["passed"] for o in outputs.values()) and not run.problems})
     return passed
 
 
@@ -83,9 +107,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     ensembles = [e for e in discover(args.paths) if not args.only or e.name in args.only]
     if not ensembles:
-        say("conch: no ensembles found")
+        say("conch: error: no ensembles found; give .py files that declare conch.Ensemble objects at module level")
         return 2
-    ok = all([run_samples(e, args.sample, args.values, args.release) for e in ensembles])
+    found: list[dict[str, Any]] = []
+    ok = all([run_samples(e, args.sample, args.values, args.release, found) for e in ensembles])
+    document({"passed": ok, "samples": found})
     return 0 if ok else 1
 
 

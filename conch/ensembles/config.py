@@ -1,16 +1,16 @@
-"""Model-level config settings (instance groups, batching, warmup, versions) and the full model spec
-that the renderer turns into config.pbtxt."""
+"""Model-level config settings (instance groups, batching, warmup, versions) that every step may set."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import TypedDict
 
 from typing_extensions import Unpack
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.tensors import Tensor, whole
+from conch.ensembles.tensors import whole
 from conch.errors import DeclarationError
 
 
@@ -23,32 +23,46 @@ def pbtxt_text(value: object, what: str) -> str:
 
 
 LAID_OUT_VERSION = 1  # the one version folder conch lays out per model
-Kind = Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"]
-_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
+
+
+class InstanceKind(enum.StrEnum):
+    """Where Triton runs a model's instances (ModelInstanceGroup.Kind)."""
+
+    AUTO = "KIND_AUTO"
+    CPU = "KIND_CPU"
+    GPU = "KIND_GPU"
+    MODEL = "KIND_MODEL"
+
+    @classmethod
+    def of(cls, value: object) -> InstanceKind:
+        """A kind from the enum or its name, with or without ``KIND_`` and in any case."""
+        if isinstance(value, InstanceKind):
+            return value
+        if isinstance(value, str):
+            name = value.upper()
+            name = name if name.startswith("KIND_") else "KIND_" + name
+            for kind in cls:
+                if kind.value == name:
+                    return kind
+        raise DeclarationError(f"instance_group kind {value!r}: use one of {', '.join(k.value for k in cls)}")
 
 
 @dataclass(frozen=True)
 class InstanceGroup:
     """How many copies of a model run, and where."""
 
-    kind: Kind = "KIND_AUTO"
+    kind: InstanceKind | str = InstanceKind.AUTO
     count: int = 1
     gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "count", whole(self.count, "instance_group count"))
         object.__setattr__(self, "gpus", tuple(whole(g, "instance_group gpus") for g in self.gpus))
-        if not isinstance(self.kind, str):
-            raise DeclarationError(f"instance_group kind {self.kind!r}: use one of {', '.join(_KINDS)}")
-        kind = self.kind.upper()
-        if not kind.startswith("KIND_"):
-            kind = "KIND_" + kind
-        if kind not in _KINDS:
-            raise DeclarationError(f"instance_group kind {self.kind!r}: use one of {', '.join(_KINDS)}")
+        kind = InstanceKind.of(self.kind)
         object.__setattr__(self, "kind", kind)
         if self.count < 1:
             raise DeclarationError(f"instance_group count {self.count}: must be at least 1")
-        if self.gpus and kind != "KIND_GPU":
+        if self.gpus and kind is not InstanceKind.GPU:
             raise DeclarationError(f"instance_group gpus {list(self.gpus)} only apply to KIND_GPU, not {kind}")
 
 
@@ -153,7 +167,7 @@ class StepSettings:
         unknown = sorted(set(options) - set(SettingsArgs.__annotations__))
         if unknown:
             known = ", ".join(["max_batch_size", *SettingsArgs.__annotations__])
-            raise TypeError(f"{what}: unknown setting(s) {', '.join(unknown)}; settings are {known}")
+            raise DeclarationError(f"{what}: unknown setting(s) {', '.join(unknown)}; settings are {known}")
         instance_group = options.get("instance_group")
         dynamic_batching = options.get("dynamic_batching")
         parameters = options.get("parameters")
@@ -204,30 +218,3 @@ class StepSettings:
             warmup=self.warmups,
             version_policy=self.version_policy,
         )
-
-
-@dataclass(frozen=True)
-class EnsembleStepSpec:
-    """One entry of ``ensemble_scheduling.step``: model name and the two tensor maps."""
-
-    model_name: str
-    input_map: tuple[tuple[str, str], ...]
-    output_map: tuple[tuple[str, str], ...]
-    model_version: int = -1
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything a config.pbtxt says, computed in Python; the template only lays it out."""
-
-    name: str
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
-    platform: str | None = None
-    backend: str | None = None
-    settings: StepSettings = field(default_factory=StepSettings)
-    ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
-
-    @property
-    def max_batch_size(self) -> int:
-        return self.settings.max_batch_size

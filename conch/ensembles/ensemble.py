@@ -1,4 +1,5 @@
-"""The Ensemble: a DAG of steps declared by passing tensor handles, checked across steps."""
+"""The Ensemble: a DAG of steps declared by passing tensor handles, checked across steps; the handles,
+the step calls and the binding of handles to a step's inputs live here."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from conch.ensembles.config import EnsembleStepSpec, ModelSpec, StepSettings
+from conch.ensembles.config import StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
+from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.names import check_model_name, check_tensor_name
-from conch.ensembles.samples import Sample, Tolerance
+from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
 from conch.ensembles.step import Step
-from conch.ensembles.tensors import Tensor, TensorHandle, as_array, dims_compatible, whole
+from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
 
@@ -22,6 +24,60 @@ if TYPE_CHECKING:
     from conch.run import RunResult
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
+
+
+class TensorHandle:
+    """A value flowing through an ensemble: an ensemble input or a step's output."""
+
+    def __init__(
+        self,
+        ensemble: Ensemble,
+        name: str,
+        dtype: DType,
+        dims: tuple[int, ...],
+        producer: StepCall | None = None,
+        output_name: str | None = None,
+    ) -> None:
+        self.ensemble = ensemble
+        self.name = name
+        self.dtype = dtype
+        self.dims = dims
+        self.producer = producer
+        self.output_name = output_name
+
+    def describe(self) -> str:
+        if self.producer is None:
+            return f"ensemble input {self.name!r}"
+        return f"output {self.output_name!r} of step {self.producer.step.name!r}"
+
+    def named(self, name: str) -> TensorHandle:
+        """Name this step output inside the ensemble (by default ``<step>.<output>``), e.g. to reproduce an
+        existing ensemble's config; returns the handle, so ``dali(encoded).named("preprocessed_image")``."""
+        self.ensemble.name_tensor(self, name)
+        return self
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) for d in self.dims)
+        return f"<TensorHandle {self.describe()} {self.dtype.wire}[{dims}] in {self.ensemble.name!r}>"
+
+    def __iter__(self) -> Any:
+        raise DeclarationError(
+            f"{self.describe()} is a single tensor handle; a step with one output returns one handle, "
+            "so do not unpack it"
+        )
+
+
+class Outputs(tuple[TensorHandle, ...]):
+    """The handles a multi-output step returns: unpack them, or index them by output name."""
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        if isinstance(key, str):
+            for handle in self:
+                if handle.output_name == key:
+                    return handle
+            names = ", ".join(repr(h.output_name) for h in self)
+            raise KeyError(f"no output {key!r}; this step has {names}")
+        return super().__getitem__(key)
 
 
 @dataclass
@@ -33,6 +89,43 @@ class StepCall:
     outputs: dict[str, TensorHandle]
 
 
+def bind(step: Step, args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, TensorHandle]:
+    """The handles of a step call by input name: positional ones in declared order, then keywords."""
+    if len(args) > len(step.inputs):
+        raise DeclarationError(
+            f"step {step.name!r} takes {len(step.inputs)} inputs "
+            f"({', '.join(t.name for t in step.inputs)}), got {len(args)} positional handles"
+        )
+    bound: dict[str, object] = {spec.name: value for spec, value in zip(step.inputs, args, strict=False)}
+    names = {t.name for t in step.inputs}
+    for key, value in kwargs.items():
+        if key not in names:
+            raise DeclarationError(
+                f"step {step.name!r} has no input {key!r}; its inputs are "
+                f"{', '.join(repr(t.name) for t in step.inputs)}"
+            )
+        if key in bound:
+            raise DeclarationError(f"step {step.name!r}: input {key!r} given both by position and by name")
+        bound[key] = value
+    for spec in step.inputs:
+        if spec.name not in bound and not spec.optional:
+            raise DeclarationError(
+                f"step {step.name!r}: required input {spec.name!r} is not connected; pass a tensor "
+                "handle for it (or declare it optional=True)"
+            )
+    if not bound:
+        raise DeclarationError(f"step {step.name!r}: call it with at least one tensor handle")
+    handles: dict[str, TensorHandle] = {}
+    for key, value in bound.items():
+        if not isinstance(value, TensorHandle):
+            raise DeclarationError(
+                f"step {step.name!r}: inputs must be tensor handles (from ensemble.input() or another "
+                f"step), got {type(value).__name__}"
+            )
+        handles[key] = value
+    return handles
+
+
 class Ensemble:
     """A Triton ensemble declared in Python.
 
@@ -40,7 +133,8 @@ class Ensemble:
         name: the ensemble's model name (SageMaker MME renames it to the TargetModel when it loads).
         max_batch_size: 0 for no batching; otherwise at most every step's max_batch_size.
         step_prefix: prefix of the steps' model names; defaults to the ensemble name so that many
-            ensembles' steps load side by side on one server without model namespacing.
+            ensembles' steps load side by side on one server without model namespacing ("" names each
+            step's model after the step alone).
         description: free text recorded in the manifest.
         env: the Python environment of every Python step that declares none of its own.
     """
@@ -61,13 +155,14 @@ class Ensemble:
                     f"ensemble {name!r}: {key} cannot be set on an ensemble (Triton rejects it there); "
                     "set it on the steps instead"
                 )
-            raise TypeError(f"Ensemble() got an unexpected keyword argument {key!r}")
+            raise DeclarationError(f"Ensemble() got an unexpected keyword argument {key!r}")
         self.name = check_model_name(name, "ensemble")
         max_batch_size = whole(max_batch_size, f"ensemble {name!r}: max_batch_size")
         if max_batch_size < 0:
             raise DeclarationError(f"ensemble {name!r}: max_batch_size must be >= 0, got {max_batch_size}")
         self.max_batch_size = int(max_batch_size)
-        self.step_prefix = check_model_name(step_prefix if step_prefix is not None else name, "step prefix")
+        prefix = step_prefix if step_prefix is not None else name
+        self.step_prefix = prefix and check_model_name(prefix, "step prefix")
         self.description = description
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"ensemble {name!r}: env must be a conch.PythonEnv, got {env!r}")
@@ -76,6 +171,7 @@ class Ensemble:
         self._input_specs: dict[str, Tensor] = {}
         self.outputs: dict[str, TensorHandle] = {}
         self.calls: list[StepCall] = []
+        self._named: dict[int, TensorHandle] = {}  # step outputs given a name of their own
         self.discarded: set[int] = set()
         self.samples: list[Sample] = []
         self.warmup_request: WarmupRequest | None = None
@@ -88,8 +184,7 @@ class Ensemble:
     def input(self, name: str, dtype: DType | str, dims: Sequence[int], *, optional: bool = False) -> TensorHandle:
         """Declare an ensemble input and return its handle (dims exclude the batch dimension)."""
         check_tensor_name(name, f"ensemble {self.name!r} input")
-        if name in self.inputs or name in self.outputs:
-            raise DeclarationError(f"ensemble {self.name!r}: tensor {name!r} is already declared")
+        self._refuse_taken(name, f"ensemble {self.name!r}")
         spec = Tensor(name, dtype, dims, optional=optional)
         handle = TensorHandle(self, name, spec.dtype, spec.dims)
         self.inputs[name] = handle
@@ -116,8 +211,7 @@ class Ensemble:
                 f"{what}: {handle.describe()} is an ensemble input; Triton ensembles can only output tensors "
                 "that a step produces"
             )
-        if name in self.outputs or name in self.inputs:
-            raise DeclarationError(f"{what}: tensor {name!r} is already declared")
+        self._refuse_taken(name, what, handle)
         for other, h in self.outputs.items():
             if h is handle:
                 raise DeclarationError(
@@ -134,6 +228,36 @@ class Ensemble:
             )
         self.outputs[name] = handle
 
+    def name_tensor(self, handle: TensorHandle, name: str) -> None:
+        """Give a step output its ensemble-scope name (see ``TensorHandle.named``)."""
+        what = f"ensemble {self.name!r}: naming {handle.describe()}"
+        check_tensor_name(name, what)
+        if handle.ensemble is not self:
+            raise DeclarationError(f"{what}: it belongs to ensemble {handle.ensemble.name!r}")
+        if handle.producer is None:
+            raise DeclarationError(f"{what}: an ensemble input is named by ensemble.input() already")
+        for output, h in self.outputs.items():
+            if h is handle:
+                raise DeclarationError(f"{what}: it is ensemble output {output!r}, which names it already")
+        if name != handle.name:
+            self._refuse_taken(name, what, by_default=True)
+        handle.name = name
+        self._named[id(handle)] = handle
+
+    def _refuse_taken(
+        self, name: str, what: str, exempt: TensorHandle | None = None, *, by_default: bool = False
+    ) -> None:
+        """Refuse a tensor name that an input, an output or a named step output (but ``exempt``) has; with
+        ``by_default`` also the ``<step>.<output>`` names (a clash with those is otherwise found by
+        ``validate``)."""
+        if name in self.inputs or name in self.outputs:
+            raise DeclarationError(f"{what}: tensor {name!r} is already declared")
+        for handle in self._all_handles() if by_default else self._named.values():
+            if handle.name == name and handle is not exempt:
+                raise DeclarationError(
+                    f"{what}: tensor name {name!r} is taken by {handle.describe()}; choose another name"
+                )
+
     def discard(self, *handles: TensorHandle) -> None:
         """Mark step outputs as deliberately unused (otherwise an unused output is an error)."""
         for handle in handles:
@@ -146,13 +270,18 @@ class Ensemble:
         name: str,
         inputs: Mapping[str, Any],
         expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
-        tolerance: Tolerance | None = None,
+        tolerance: ToleranceSpec | None = None,
     ) -> None:
-        """Add a sample payload (arrays include the batch dimension) and its expected outputs."""
+        """Add a sample payload (arrays include the batch dimension) and its expected outputs, compared with
+        ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check."""
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
-        self.samples.append(Sample(name, self.payload(inputs, what), expected, tolerance or Tolerance()))
+        sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance)
+        declared = {n: (h.dtype, h.dims) for n, h in self.outputs.items()}
+        if not isinstance(tolerance, Mapping) or set(tolerance) <= set(declared):  # outputs may come later
+            sample.check_outputs(declared, f"ensemble {self.name!r}")
+        self.samples.append(sample)
 
     def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
         """A request's inputs as arrays of the declared dtypes, checked against the declared dims."""
@@ -190,9 +319,18 @@ class Ensemble:
 
         return run(self, inputs, intermediates=intermediates, strict=strict)
 
-    # -- wiring (called by Step.__call__) ----------------------------------------------------------
+    # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
 
-    def _add_call(self, step: Step, bound: dict[str, TensorHandle]) -> list[TensorHandle]:
+    def call(self, step: Step, *args: object, **kwargs: object) -> TensorHandle | Outputs:
+        """Wire ``step`` into this ensemble with input handles given by position (declared order) or by
+        input name; return its output handle, or ``Outputs`` when it has several."""
+        bound = bind(step, args, kwargs)
+        for h in bound.values():
+            if h.ensemble is not self:
+                raise DeclarationError(
+                    f"step {step.name!r}: {h.describe()} belongs to ensemble {h.ensemble.name!r}, not "
+                    f"{self.name!r}; a step's inputs come from one ensemble"
+                )
         for call in self.calls:
             if call.step.name == step.name:
                 raise DeclarationError(
@@ -221,7 +359,8 @@ class Ensemble:
             handle = TensorHandle(self, f"{step.name}.{spec.name}", spec.dtype, dims, call, spec.name)
             call.outputs[spec.name] = handle
         self.calls.append(call)
-        return list(call.outputs.values())
+        outputs = list(call.outputs.values())
+        return outputs[0] if len(outputs) == 1 else Outputs(outputs)
 
     def _seen_dims(self, step: Step, spec: Tensor) -> tuple[int, ...]:
         """A step tensor's dims as the ensemble sees them: without batch if both batch, else full."""
@@ -274,6 +413,7 @@ class Ensemble:
             unknown = set(sample.expected_arrays()) - set(self.outputs) if not callable(sample.expected) else set()
             if unknown:
                 raise DeclarationError(f"{where}: sample {sample.name!r} expects unknown outputs {sorted(unknown)}")
+            sample.check_outputs({n: (h.dtype, h.dims) for n, h in self.outputs.items()}, where)
 
     def _all_handles(self) -> list[TensorHandle]:
         handles = list(self.inputs.values())
@@ -288,7 +428,7 @@ class Ensemble:
         own: PythonEnv | None = getattr(step, "env", None)
         if own is not None:
             return own
-        return self.env if step.kind == "python" else None
+        return self.env if step.platform is Platform.PYTHON else None
 
     def model_name(self, step: Step) -> str:
         """The model (folder) name of a step in this ensemble's repository."""
@@ -322,7 +462,7 @@ class Ensemble:
             name=name or self.name,
             inputs=self.input_specs(),
             outputs=self.output_specs(),
-            platform="ensemble",
+            served_by=Platform.ENSEMBLE,
             settings=StepSettings(max_batch_size=self.max_batch_size),
             ensemble_steps=tuple(steps),
         )
@@ -342,19 +482,3 @@ class Ensemble:
             ],
         }
 
-    def graph_dot(self) -> str:
-        """The DAG in Graphviz dot, for `conch graph`."""
-        lines = [f'digraph "{self.name}" {{', "  rankdir=LR;"]
-        for name in self.inputs:
-            lines.append(f'  "in:{name}" [shape=oval, label="{name}"];')
-        for call in self.calls:
-            lines.append(f'  "{call.step.name}" [shape=box, label="{call.step.name}\\n({call.step.kind})"];')
-            for key, h in call.inputs.items():
-                src = f"in:{h.name}" if h.producer is None else h.producer.step.name
-                lines.append(f'  "{src}" -> "{call.step.name}" [label="{key}"];')
-        for name, h in self.outputs.items():
-            assert h.producer is not None
-            lines.append(f'  "out:{name}" [shape=oval, label="{name}"];')
-            lines.append(f'  "{h.producer.step.name}" -> "out:{name}";')
-        lines.append("}")
-        return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
-"""Sample payloads with expected outputs, the tolerance they are compared with, and a JSON encoding
-that survives inside an archive so the archive can be replayed on its own."""
+"""Sample payloads with expected outputs, how each output is compared (``Tolerance``, ``TopK``, ``Exact``,
+one for all outputs or one per output), and a JSON encoding that survives inside an archive so the
+archive can be replayed on its own."""
 
 from __future__ import annotations
 
@@ -62,6 +63,73 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class TopK:
+    """A classifier's check along the last axis, row by row: the top-1 class equal and the set of the ``k``
+    highest-scoring classes equal, whatever the raw scores (ties are ranked by index)."""
+
+    k: int = 5
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise DeclarationError(f"TopK(k={self.k!r}): k must be a whole number of classes, 1 or more")
+
+    def describe(self) -> str:
+        return f"top-1 equal, top-{self.k} set equal"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"k": self.k}
+
+    def fits(self, length: int, where: str) -> None:
+        """DeclarationError unless an output with ``length`` classes along its last axis can be ranked."""
+        if 0 <= length < self.k:
+            raise DeclarationError(
+                f"{where}: TopK(k={self.k}) needs at least {self.k} classes along the last axis, the output has "
+                f"{length}; lower k or check it with a Tolerance"
+            )
+
+
+@dataclass(frozen=True)
+class Exact:
+    """Every element equal (what BYTES outputs always get)."""
+
+    def describe(self) -> str:
+        return "exact"
+
+    def to_json(self) -> dict[str, Any]:
+        return {}
+
+
+#: How one output is compared with its expected value.
+OutputCheck = Tolerance | TopK | Exact
+#: What ``ensemble.sample(..., tolerance=)`` takes: one check for every output, or one per output name.
+ToleranceSpec = Tolerance | TopK | Exact | Mapping[str, Tolerance | TopK | Exact]
+_KINDS: dict[str, type[Tolerance] | type[TopK] | type[Exact]] = {"tolerance": Tolerance, "top_k": TopK,
+                                                                    "exact": Exact}
+
+
+def check_to_json(check: OutputCheck) -> dict[str, Any]:
+    kind = next(k for k, cls in _KINDS.items() if isinstance(check, cls))
+    return {"kind": kind, **check.to_json()}
+
+
+def check_from_json(data: Mapping[str, Any]) -> OutputCheck:
+    kind = data.get("kind")
+    if kind == "top_k":
+        return TopK(int(data["k"]))
+    if kind == "exact":
+        return Exact()
+    if kind == "tolerance":
+        return Tolerance.from_json(data)
+    raise ValueError(f"unknown output check {kind!r}")
+
+
+def check_of(checks: OutputCheck | Mapping[str, OutputCheck], output: str, want: np.ndarray) -> OutputCheck:
+    """The check of one output: BYTES outputs are compared exactly unless an Exact is asked for anyway."""
+    chosen = checks.get(output, Tolerance()) if isinstance(checks, Mapping) else checks
+    return Exact() if want.dtype == object else chosen
+
+
+@dataclass(frozen=True)
 class Comparison:
     """The verdict on one output: passed or not, with a number a person can read."""
 
@@ -70,7 +138,7 @@ class Comparison:
     detail: str
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Comparison:
+def compare(name: str, got: np.ndarray, want: np.ndarray, tol: OutputCheck) -> Comparison:
     """Compare one replayed output against its expected value."""
     if got.shape != want.shape:
         return Comparison(name, False, f"shape {list(got.shape)} != expected {list(want.shape)}")
@@ -81,6 +149,12 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Com
                 return Comparison(name, False, f"element {where}: got {_as_bytes(a)!r}, expected {_as_bytes(b)!r}")
         return Comparison(name, True, "exact")
     g, w = got.astype(np.float64), want.astype(np.float64)
+    err = float(np.max(np.abs(g - w))) if g.size else 0.0
+    if isinstance(tol, Exact):
+        same = bool(np.array_equal(got, want))
+        return Comparison(name, same, "exact" if same else f"differs, max abs err {err:.3g}")
+    if isinstance(tol, TopK):
+        return _compare_top_k(name, g, w, tol.k, err)
     passed, details = True, []
     if tol.cosine is not None:
         rows_g = g.reshape(g.shape[0], -1) if g.ndim > 1 else g.reshape(1, -1)
@@ -94,12 +168,23 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tol: Tolerance) -> Com
         same = bool(np.array_equal(np.argmax(g, axis=-1), np.argmax(w, axis=-1)))
         passed &= same
         details.append(f"argmax {'equal' if same else 'differs'}")
-    err = float(np.max(np.abs(g - w))) if g.size else 0.0
     if tol.elementwise:
         atol, rtol = tol.bounds
         passed &= bool(np.allclose(g, w, atol=atol, rtol=rtol))
     details.append(f"max abs err {err:.3g}")
     return Comparison(name, passed, ", ".join(details))
+
+
+def _compare_top_k(name: str, g: np.ndarray, w: np.ndarray, k: int, err: float) -> Comparison:
+    if g.ndim == 0 or g.shape[-1] < k:
+        return Comparison(name, False, f"top-{k}: only {g.shape[-1] if g.ndim else 0} classes along the last axis")
+    top_g = np.argsort(-g, axis=-1, kind="stable")[..., :k]
+    top_w = np.argsort(-w, axis=-1, kind="stable")[..., :k]
+    first = bool(np.array_equal(top_g[..., 0], top_w[..., 0]))
+    same_set = bool(np.array_equal(np.sort(top_g, axis=-1), np.sort(top_w, axis=-1)))
+    detail = (f"top-1 {'equal' if first else 'differs'}, top-{k} set {'equal' if same_set else 'differs'}, "
+              f"max abs err {err:.3g}")
+    return Comparison(name, first and same_set, detail)
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -109,16 +194,55 @@ def _as_bytes(value: Any) -> bytes:
 @dataclass
 class Sample:
     """One payload for an ensemble and what it must answer. ``expected`` may be a function, so that
-    costly reference outputs (running the model directly) are computed only when a build needs them."""
+    costly reference outputs (running the model directly) are computed only when a build needs them.
+    ``tolerance`` is one check for every output or a mapping output name -> check (outputs left out get
+    ``Tolerance()``); BYTES outputs are always compared exactly."""
 
     name: str
     inputs: Arrays
     expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
-    tolerance: Tolerance
+    tolerance: ToleranceSpec = Tolerance()
 
     def __post_init__(self) -> None:
+        checks = self.tolerance.values() if isinstance(self.tolerance, Mapping) else [self.tolerance]
+        if not all(isinstance(c, Tolerance | TopK | Exact) for c in checks) or (
+                isinstance(self.tolerance, Mapping) and not all(isinstance(k, str) for k in self.tolerance)):
+            raise DeclarationError(
+                f"sample {self.name!r}: tolerance must be a Tolerance, TopK or Exact, or a mapping output name -> "
+                f"one of them, not {self.tolerance!r}"
+            )
         if not callable(self.expected):
             self._checked(self.expected)
+
+    def check_for(self, output: str, dtype: DType) -> OutputCheck:
+        """How ``output`` is compared: its own entry, the sample's one check, or ``Tolerance()``; BYTES exactly."""
+        chosen = self.tolerance.get(output) if isinstance(self.tolerance, Mapping) else self.tolerance
+        if dtype is DType.BYTES:
+            return Exact()
+        return chosen or Tolerance()
+
+    def check_outputs(self, outputs: Mapping[str, tuple[DType, tuple[int, ...]]], where: str) -> None:
+        """DeclarationError for a tolerance naming an unknown output, a top-k on a BYTES output or on one
+        with fewer classes than k, or a numeric tolerance on a BYTES output. ``outputs``: name -> (dtype, dims)."""
+        where = f"{where} sample {self.name!r}"
+        if isinstance(self.tolerance, Mapping):
+            unknown = sorted(set(self.tolerance) - set(outputs))
+            if unknown:
+                raise DeclarationError(f"{where}: tolerance for unknown output {unknown[0]!r}; the ensemble's "
+                                       f"outputs are {sorted(outputs)}")
+            named = dict(self.tolerance)
+        else:
+            named = {name: self.tolerance for name in outputs}
+        for name, check in named.items():
+            dtype, dims = outputs[name]
+            if dtype is DType.BYTES and isinstance(check, TopK):
+                raise DeclarationError(f"{where}: TopK on output {name!r}, which is BYTES (not scores); BYTES "
+                                       "outputs are compared exactly: drop its entry")
+            if dtype is DType.BYTES and isinstance(self.tolerance, Mapping) and isinstance(check, Tolerance):
+                raise DeclarationError(f"{where}: a numeric Tolerance for output {name!r}, which is BYTES and "
+                                       "compared exactly: drop its entry or give Exact()")
+            if isinstance(check, TopK):
+                check.fits(dims[-1] if dims else 0, f"{where}, output {name!r} (dims {list(dims)})")
 
     def expected_arrays(self) -> Arrays:
         value = self._checked(self.expected() if callable(self.expected) else self.expected)

@@ -1,63 +1,85 @@
-"""The step interface every backend implements, and wiring: calling a step with tensor handles."""
+"""The step every backend is: a template that owns what all backends share (the production/local fork,
+I/O declared or read from the model file and checked against it, label files, notes, build facts), so a
+backend supplies only what is its own. Calling a step wires it into an ensemble (``Ensemble.call``)."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from conch.ensembles.config import ModelSpec, StepSettings
+from conch.ensembles.config import InstanceGroup, InstanceKind, StepSettings
+from conch.ensembles.layout import FileSource, ModelSpec, Platform, StepLayout
 from conch.ensembles.names import check_model_name
 from conch.ensembles.target import Release, Target
-from conch.ensembles.tensors import Tensor, TensorHandle
-from conch.errors import DeclarationError
-
-# A file in a model folder: its bytes, or a path on disk to copy.
-FileSource = bytes | Path
+from conch.ensembles.tensors import Tensor, dims_compatible
+from conch.errors import BuildError, DeclarationError
 
 
 @dataclass(frozen=True)
-class StepLayout:
-    """What one step puts in the repository: its config and its files (relative to the model folder)."""
+class ModelIO:
+    """The inputs and outputs a model file declares, as Triton tensors; ``file`` names it in messages."""
 
-    spec: ModelSpec
-    files: Mapping[str, FileSource] = field(default_factory=dict)
+    file: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class BackendFiles:
+    """A backend's own files for a release (paths in the model folder), notes for the build's report, and
+    facts of the build for the manifest."""
+
+    files: Mapping[str, FileSource]
     notes: tuple[str, ...] = ()
-
-
-class Outputs(tuple[TensorHandle, ...]):
-    """The handles a multi-output step returns: unpack them, or index them by output name."""
-
-    def __getitem__(self, key):  # type: ignore[no-untyped-def]
-        if isinstance(key, str):
-            for handle in self:
-                if handle.output_name == key:
-                    return handle
-            names = ", ".join(repr(h.output_name) for h in self)
-            raise KeyError(f"no output {key!r}; this step has {names}")
-        return super().__getitem__(key)
+    info: Mapping[str, object] = field(default_factory=dict)
 
 
 class Step(abc.ABC):
-    """A model in an ensemble. Subclasses (one per backend) say how it is laid out and configured."""
+    """A model in an ensemble. A backend states its ``kind`` and ``platform`` once, and supplies its files
+    for a release (``backend_files``), its local stand-in (``standin``) and, if its model file declares
+    I/O, how to read it (``model_io``)."""
 
     #: Human name of the backend, as used in messages and the manifest.
     kind: ClassVar[str] = "step"
+    #: How Triton runs the step in production: its config's platform or backend.
+    platform: ClassVar[Platform]
+    #: What the local stand-in runs, for the build's note (e.g. "torch on the CPU").
+    standin_runs: ClassVar[str] = ""
+    #: What declared I/O is checked against, in messages (for backends that read I/O from their file).
+    io_source: ClassVar[str] = "the model file"
+    #: Facts of a build for the local target, for the manifest (e.g. that no plan was compiled).
+    local_info: ClassVar[Mapping[str, object]] = {}
 
     def __init__(
         self,
         name: str,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None,
+        outputs: Sequence[Tensor] | None,
         settings: StepSettings,
     ) -> None:
+        """``inputs``/``outputs`` None: read them from the model file (``model_io``)."""
         self.name = check_model_name(name, f"{self.kind} step")
+        self.settings = settings
+        if inputs is None or outputs is None:
+            found = self._read_io([t for t in (*(inputs or ()), *(outputs or ())) if isinstance(t, Tensor)])
+            inputs = found.inputs if inputs is None else inputs
+            outputs = found.outputs if outputs is None else outputs
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
-        self.settings = settings
         self._check_io()
+
+    def _read_io(self, declared: Sequence[Tensor]) -> ModelIO:
+        why = self.io_unreadable()
+        found = None if why else self.model_io(declared)
+        if found is None:
+            raise DeclarationError(
+                f"{self.kind} step {self.name!r}: {why or 'its model file declares no I/O'}, so declare inputs= "
+                f"and outputs= (they are checked against {self.io_source} when it is built)"
+            )
+        return found
 
     def _check_io(self) -> None:
         if not self.outputs:
@@ -78,69 +100,83 @@ class Step(abc.ABC):
     def max_batch_size(self) -> int:
         return self.settings.max_batch_size
 
-    def __call__(self, *args: TensorHandle, **kwargs: TensorHandle) -> TensorHandle | Outputs:
-        """Wire this step into the ensemble its input handles belong to; return its output handles."""
-        if len(args) > len(self.inputs):
-            raise DeclarationError(
-                f"step {self.name!r} takes {len(self.inputs)} inputs "
-                f"({', '.join(t.name for t in self.inputs)}), got {len(args)} positional handles"
-            )
-        bound: dict[str, TensorHandle] = {}
-        for spec, handle in zip(self.inputs, args, strict=False):
-            bound[spec.name] = handle
-        names = {t.name for t in self.inputs}
-        for key, handle in kwargs.items():
-            if key not in names:
-                raise DeclarationError(
-                    f"step {self.name!r} has no input {key!r}; its inputs are "
-                    f"{', '.join(repr(t.name) for t in self.inputs)}"
-                )
-            if key in bound:
-                raise DeclarationError(f"step {self.name!r}: input {key!r} given both by position and by name")
-            bound[key] = handle
-        for spec in self.inputs:
-            if spec.name not in bound and not spec.optional:
-                raise DeclarationError(
-                    f"step {self.name!r}: required input {spec.name!r} is not connected; pass a tensor "
-                    "handle for it (or declare it optional=True)"
-                )
-        handles = list(bound.values())
-        if not handles:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Wire this step into the ensemble its input handles belong to; return its output handle (or
+        ``Outputs`` for several). See ``Ensemble.call``."""
+        values = [*args, *kwargs.values()]
+        if not values:
             raise DeclarationError(f"step {self.name!r}: call it with at least one tensor handle")
-        for h in handles:
-            if not isinstance(h, TensorHandle):
-                raise DeclarationError(
-                    f"step {self.name!r}: inputs must be tensor handles (from ensemble.input() or another "
-                    f"step), got {type(h).__name__}"
-                )
-        ensemble = handles[0].ensemble
-        for h in handles[1:]:
-            if h.ensemble is not ensemble:
-                raise DeclarationError(
-                    f"step {self.name!r}: {h.describe()} belongs to ensemble {h.ensemble.name!r}, "
-                    f"but {handles[0].describe()} belongs to {ensemble.name!r}; a step's inputs come "
-                    "from one ensemble"
-                )
-        outputs = ensemble._add_call(self, bound)
-        return outputs[0] if len(outputs) == 1 else Outputs(outputs)
+        ensemble = getattr(values[0], "ensemble", None)
+        if ensemble is None:
+            raise DeclarationError(
+                f"step {self.name!r}: inputs must be tensor handles (from ensemble.input() or another "
+                f"step), got {type(values[0]).__name__}"
+            )
+        return ensemble.call(self, *args, **kwargs)
 
-    def check(self, release: Release) -> None:  # noqa: B027 - optional hook
-        """Build-time checks against artifacts and the release (raise BuildError); default: none."""
+    # -- what a backend supplies -------------------------------------------------------------------
 
     @abc.abstractmethod
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        """The config and files of this step for a target (``ensemble`` names it in runtime errors)."""
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        """The backend's own files in production (``ensemble`` names it in runtime errors)."""
 
-    def spec(self, model_name: str, **backend: str | None) -> ModelSpec:
-        """The common part of this step's config; backends add platform/backend and parameters."""
-        return ModelSpec(
-            name=model_name,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            platform=backend.get("platform"),
-            backend=backend.get("backend"),
-            settings=self.settings,
-        )
+    @abc.abstractmethod
+    def standin(self) -> Step:
+        """The Python-backend model with this step's name, I/O and settings that runs it on the local CPU
+        server (a Python step is its own)."""
+
+    def model_io(self, declared: Sequence[Tensor]) -> ModelIO | None:
+        """The I/O the model file declares, or None when the backend reads none. ``declared`` (what is
+        declared so far) fills in what a file leaves open, e.g. a rank a graph does not know."""
+        return None
+
+    def io_unreadable(self) -> str | None:
+        """Why the model file's I/O cannot be read at declaration (e.g. the model is a function a build
+        calls), or None."""
+        return None
+
+    def check(self, release: Release) -> None:
+        """Build-time checks against artifacts and the release (raise BuildError): the declared I/O against
+        the model file's; backends add their own."""
+        found = self.model_io((*self.inputs, *self.outputs))
+        if found is not None:
+            check_against_file(self.name, "input", self.inputs, found.inputs, found.file)
+            check_against_file(self.name, "output", self.outputs, found.outputs, found.file)
+
+    def check_settings(self) -> dict[str, object]:
+        """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
+        build remembers that the checks passed (so a weaker check never vouches for a stronger one)."""
+        return {}
+
+    def details(self) -> dict[str, object]:
+        """Backend settings for the manifest, recorded under the step's kind; default: none."""
+        return {}
+
+    def standin_note(self, model_name: str) -> str:
+        """The build's note that the local target runs a stand-in."""
+        return f"{model_name}: {self.platform} runs locally as a Python-backend stand-in ({self.standin_runs})"
+
+    # -- the template ------------------------------------------------------------------------------
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        """The config and files of this step for a target: in production the backend's own files; on the
+        local target its stand-in's, with GPU instance groups run on the CPU."""
+        if target is Target.LOCAL:
+            standin = self.standin()
+            if standin is not self:
+                inner = standin.layout(model_name, target, release, ensemble)
+                notes = (*inner.notes, self.standin_note(model_name))
+                return StepLayout(inner.spec, inner.files, notes, self.local_info)
+        own = self.backend_files(model_name, release, ensemble)
+        spec, notes = self.spec(model_name), own.notes
+        if target is Target.LOCAL:
+            spec, local = cpu_instances(spec)
+            notes = (*notes, *local)
+        return StepLayout(spec, {**own.files, **self.label_files()}, notes, own.info)
+
+    def spec(self, model_name: str) -> ModelSpec:
+        """This step's config in production."""
+        return ModelSpec(model_name, self.inputs, self.outputs, self.platform, self.settings)
 
     def label_files(self) -> dict[str, FileSource]:
         """Label files of classification outputs, laid out next to config.pbtxt."""
@@ -154,20 +190,54 @@ class Step(abc.ABC):
                 files[t.label_filename] = ("\n".join(t.labels) + "\n").encode()
         return files
 
-    def check_settings(self) -> dict[str, object]:
-        """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
-        build remembers that the checks passed (so a weaker check never vouches for a stronger one)."""
-        return {}
-
-    def describe(self) -> dict[str, object]:
-        """A JSON-safe summary for the manifest."""
-        return {
+    def describe(self, built: Mapping[str, object] | None = None) -> dict[str, object]:
+        """A JSON-safe summary for the manifest; ``built``: the facts of the layout (``StepLayout.info``)."""
+        info: dict[str, object] = {
             "name": self.name,
             "kind": self.kind,
             "max_batch_size": self.max_batch_size,
             "inputs": [_tensor_json(t) for t in self.inputs],
             "outputs": [_tensor_json(t) for t in self.outputs],
         }
+        own = {**self.details(), **(built or {})}
+        if own:
+            info[self.kind] = own
+        return info
+
+
+def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
+    """The spec with GPU instance groups run on the CPU, for the local server that has no GPU."""
+    groups = spec.settings.instance_groups
+    if not any(g.kind is InstanceKind.GPU for g in groups):
+        return spec, []
+    cpu = tuple(InstanceGroup(InstanceKind.CPU, g.count) if g.kind is InstanceKind.GPU else g for g in groups)
+    note = f"{spec.name}: KIND_GPU instance groups run as KIND_CPU on the local target"
+    return replace(spec, settings=replace(spec.settings, instance_groups=cpu)), [note]
+
+
+def check_against_file(
+    step: str, what: str, declared: Sequence[Tensor], in_file: Sequence[Tensor], file_name: str
+) -> None:
+    """Declared tensors must exist in the model file with the same dtype and compatible dims."""
+    found = {t.name: t for t in in_file}
+    for t in declared:
+        actual = found.get(t.name)
+        if actual is None:
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is not in {file_name}, whose {what}s are "
+                f"{', '.join(repr(n) for n in found)}"
+            )
+        if actual.dtype is not t.dtype:
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is declared {t.dtype.wire} but {file_name} has "
+                f"{actual.dtype.wire}"
+            )
+        shape = t.reshape if t.reshape is not None else t.dims
+        if not dims_compatible(shape, actual.dims):
+            raise BuildError(
+                f"step {step!r}: {what} {t.name!r} is declared with dims {list(shape)} but {file_name} has "
+                f"{list(actual.dims)}"
+            )
 
 
 def _tensor_json(t: Tensor) -> dict[str, object]:

@@ -1,5 +1,6 @@
 """What a build targets: the Triton release (which fixes the stub's Python, the backends that exist and
-the SageMaker image tag) and whether it lays out production backends or local CPU stand-ins."""
+the SageMaker image tag, see conch.sagemaker.images) and whether it lays out production backends or local
+CPU stand-ins."""
 
 from __future__ import annotations
 
@@ -77,16 +78,6 @@ class Release:
         return self < Release(25, 3)
 
     @property
-    def sources_activate(self) -> bool:
-        """Up to 25.07 the stub sources ``<env>/bin/activate``; from 25.08 it sets PATH itself."""
-        return self < Release(25, 8)
-
-    @property
     def env_dirs_supported(self) -> bool:
         """EXECUTION_ENV_PATH may name an unpacked folder from 23.07 on."""
         return not self < Release(23, 7)
-
-    def sagemaker_image(self, account: str, region: str) -> str:
-        """The SageMaker Triton image URI for this release."""
-        domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-        return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{self}-py3"

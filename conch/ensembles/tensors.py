@@ -1,22 +1,19 @@
-"""Tensor specs (what a model declares) and tensor handles (what wiring passes around)."""
+"""Tensor specs as a model declares them, and the rules for their sizes: values, no wiring."""
 
 from __future__ import annotations
 
 import math
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from conch.ensembles.dtypes import DType
 from conch.ensembles.names import check_tensor_name
 from conch.errors import DeclarationError
-
-if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble, StepCall
 
 
 def whole(value: object, what: str) -> int:
@@ -126,53 +123,11 @@ class Tensor:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)  # TF names hold '/'
         return f"{safe}_labels.txt"
 
-    def renamed(self, name: str) -> Tensor:
-        """The same spec under another name."""
-        check_tensor_name(name, "tensor")
-        return replace(self, name=name)
-
-    def shape_text(self) -> str:
-        return "[" + ", ".join(str(d) for d in self.dims) + "]"
 
 
 def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
     """Same rank, and each pair of sizes equal or one of them -1 (Triton's wildcard)."""
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=True))
-
-
-class TensorHandle:
-    """A value flowing through an ensemble: an ensemble input or a step's output."""
-
-    def __init__(
-        self,
-        ensemble: Ensemble,
-        name: str,
-        dtype: DType,
-        dims: tuple[int, ...],
-        producer: StepCall | None = None,
-        output_name: str | None = None,
-    ) -> None:
-        self.ensemble = ensemble
-        self.name = name
-        self.dtype = dtype
-        self.dims = dims
-        self.producer = producer
-        self.output_name = output_name
-
-    def describe(self) -> str:
-        if self.producer is None:
-            return f"ensemble input {self.name!r}"
-        return f"output {self.output_name!r} of step {self.producer.step.name!r}"
-
-    def __repr__(self) -> str:
-        dims = ", ".join(str(d) for d in self.dims)
-        return f"<TensorHandle {self.describe()} {self.dtype.wire}[{dims}] in {self.ensemble.name!r}>"
-
-    def __iter__(self) -> Any:
-        raise TypeError(
-            f"{self.describe()} is a single tensor handle; a step with one output returns one handle, "
-            "so do not unpack it"
-        )
 
 
 def as_array(value: Any, dtype: DType) -> np.ndarray:

@@ -3,16 +3,26 @@ at load (Triton refuses model_warmup on an ensemble itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from conch.ensembles.samples import Sample
 from conch.errors import DeclarationError
 
-if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble
+
+class Ensemble(Protocol):
+    """What a warmup request needs of its ensemble (the Ensemble, without importing it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def samples(self) -> Sequence[Sample]: ...
+
+    def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]: ...
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """A client of SageMaker's multi-model-endpoint contract as Triton's SageMaker front end serves it, and
-of the KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+json bodies."""
+of the KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+json bodies (encoded by
+conch.wire)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,11 +13,15 @@ import numpy as np
 import requests
 import tritonclient.http as httpclient
 
-from conch.ensembles.dtypes import DType
 from conch.errors import ServeError
-
-BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+from conch.wire import (
+    TARGET_HEADER,
+    binary_request,
+    infer_input,
+    json_request,
+    parse_binary_response,
+    parse_json_response,
+)
 
 
 def model_hash(target_model: str) -> str:
@@ -118,7 +122,7 @@ class MultiModelClient:
         client = httpclient.InferenceServerClient(address, network_timeout=self.request_timeout,
                                                   connection_timeout=self.request_timeout)
         try:
-            infer_inputs = [_infer_input(name, array) for name, array in inputs.items()]
+            infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
             result = client.infer(model, infer_inputs)
         except Exception as exc:  # tritonclient raises its own InferenceServerException
             raise InvokeError(str(exc)) from exc
@@ -127,82 +131,8 @@ class MultiModelClient:
         return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
 
 
-def json_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
-    """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it."""
-    body = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
-    return json.dumps(body).encode(), "application/json"
-
-
-def binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
-    """(body, content type) of a binary+json request: the JSON header, then the raw tensors."""
-    infer_inputs = [_infer_input(name, array) for name, array in inputs.items()]
-    body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
-    content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
-    return body, content_type
-
-
-def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
-    """The outputs of a KServe v2 JSON response."""
-    try:
-        body = json.loads(content)
-        return _parse_json_outputs(body)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ServeError(f"the answer is not a KServe v2 JSON inference response ({exc}): {_head(content)}") from None
-
-
-def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.ndarray]:
-    """The outputs of a binary+json response (or of a JSON one, when the server answered in JSON)."""
-    header = None
-    if content_type.startswith(BINARY_CONTENT_TYPE):
-        header = int(content_type[len(BINARY_CONTENT_TYPE):])
-    try:
-        result = httpclient.InferenceServerClient.parse_response_body(content, header_length=header)
-        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
-    except Exception as exc:  # tritonclient raises whatever its JSON and buffer handling raise
-        raise ServeError(
-            f"the answer ({content_type or 'no content type'}) is not a KServe v2 inference response ({exc}): "
-            f"{_head(content)}"
-        ) from None
-
-
-def _head(content: bytes, limit: int = 80) -> str:
-    text = content[:limit].decode("utf-8", "replace")
-    return repr(text + ("..." if len(content) > limit else ""))
-
-
 def _error_text(response: requests.Response) -> str:
     try:
         return str(response.json().get("error", response.text))
     except ValueError:
         return response.text or response.reason
-
-
-def _infer_input(name: str, array: np.ndarray) -> httpclient.InferInput:
-    dtype = DType.of(array.dtype)
-    item = httpclient.InferInput(name, list(array.shape), dtype.wire)
-    item.set_data_from_numpy(array, binary_data=True)
-    return item
-
-
-def _json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
-    dtype = DType.of(array.dtype)
-    if dtype is DType.BYTES:
-        try:
-            data: list[Any] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
-        except UnicodeDecodeError:
-            raise ServeError(f"input {name!r} holds non-UTF-8 bytes, which a JSON body cannot carry") from None
-    else:
-        data = array.ravel().tolist()
-    return {"name": name, "shape": list(array.shape), "datatype": dtype.wire, "data": data}
-
-
-def _parse_json_outputs(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    outputs = {}
-    for o in body.get("outputs", []):
-        dtype = DType.of(o["datatype"])
-        if dtype is DType.BYTES:
-            arr = np.array([s.encode() if isinstance(s, str) else s for s in o["data"]], dtype=object)
-        else:
-            arr = np.array(o["data"], dtype=dtype.numpy)
-        outputs[o["name"]] = arr.reshape(o["shape"])
-    return outputs

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from conch.builder.manifest import read_manifest
 from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_requests
-from conch.sagemaker.invoke import archive_manifest
 
 MIN_AVAILABLE_BYTES = 1 << 30  # stop before the machine itself runs short, whatever the budget says
 
@@ -91,11 +91,11 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     import psutil
 
     from conch.harness.endpoint import LocalMME
-    from conch.harness.mme import TARGET_HEADER
+    from conch.wire import TARGET_HEADER
 
     if not 0 < threshold <= 1:
         raise BenchError(f"threshold {threshold}: give a share of the budget between 0 and 1, e.g. 0.9")
-    manifest = archive_manifest(archive)
+    manifest = read_manifest(archive)
     request = archive_requests(archive)[0]
     import base64
 
@@ -103,7 +103,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     stem = archive.name.removesuffix(".tar.gz")
     with scratch_temp("conch-probe-") as tmp, \
             LocalMME(Path(tmp), load_timeout=load_timeout) as mme, httpx.Client(timeout=load_timeout + 60) as http:
-        result = ProbeResult(manifest["ensemble"], archive.name, memory_budget, threshold,
+        result = ProbeResult(manifest.ensemble, archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))
         if result.base_memory_bytes > threshold * memory_budget:
             result.stopped_because = "the empty server already uses more than the threshold of the budget"

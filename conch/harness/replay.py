@@ -13,15 +13,14 @@ import numpy as np
 
 from conch.builder.archive import safe_extract
 from conch.builder.check import check_folder
-from conch.builder.manifest import MANIFEST_NAME, read_manifest
-from conch.ensembles.samples import Tolerance, compare, decode_array
-from conch.errors import ConchError, ServeError
+from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.ensembles.samples import OutputCheck, check_of, compare
+from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
 
 ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
 BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
-_MANIFEST_KEYS = ("target", "release", "steps", "samples")
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
@@ -77,22 +76,18 @@ def stage(archive: Path, triton: LocalTriton) -> Path:
     return folder
 
 
-def staged_manifest(archive: Path, folder: Path) -> dict[str, Any]:
+def staged_manifest(archive: Path, folder: Path) -> Manifest:
     """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
-    try:
-        manifest = read_manifest(folder)
-        if not isinstance(manifest, dict) or not all(key in manifest for key in _MANIFEST_KEYS):
-            raise ValueError(f"it lacks one of {', '.join(_MANIFEST_KEYS)}")
-        return manifest
-    except FileNotFoundError:
+    if not (folder / MANIFEST_NAME).is_file():
         raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; build it with "
-                         "`conch build`") from None
-    except (OSError, ValueError) as exc:
-        raise ServeError(f"{archive.name}: its {MANIFEST_NAME} is not readable JSON ({exc}); rebuild it with "
-                         "`conch build`") from None
+                         "`conch build`")
+    try:
+        return read_manifest(folder)
+    except ArchiveError as exc:
+        raise ServeError(str(exc).replace(str(folder), archive.name)) from None
 
 
 def target_name(archive: Path) -> str:
@@ -107,12 +102,14 @@ def replay_archives(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
+    done: Callable[[Path], None] | None = None,
 ) -> ReplayReport:
-    """Load every archive into one server (as an MME does) and replay its samples on each endpoint."""
+    """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
+    ``done`` hears of each archive once its rows are in (for a progress bar)."""
     endpoints = tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
-            raise ConchError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
+            raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
     report = ReplayReport()
     own = server is None
     if server is None:
@@ -129,6 +126,8 @@ def replay_archives(
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
             _replay_one(archive, triton, client, endpoints, load_timeout, report, progress)
+            if done:
+                done(archive)
     finally:
         if own:
             triton.stop()
@@ -152,15 +151,15 @@ def _replay_one(
         report.rows.append(ReplayRow(name, "-", "check", False, str(exc)))
         return
     try:
-        lacking = [s for s in manifest["steps"] if s["served_as"] not in LOCAL_BACKENDS]
+        lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
         if lacking:
-            names = ", ".join(f"{s['model_name']} ({s['served_as']})" for s in lacking)
+            names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
             raise ServeError(
-                f"{archive.name} is a {manifest['target']} build whose steps {names} need backends the local "
+                f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
                 "server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
             )
         if progress:
-            progress(f"loading {name} ({manifest['target']} build for {manifest['release']})")
+            progress(f"loading {name} ({manifest.target} build for {manifest.release})")
         start = time.perf_counter()
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
@@ -168,12 +167,12 @@ def _replay_one(
         report.rows.append(ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}"))
         return
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
-    if not manifest["samples"]:
+    if not manifest.samples:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    for sample in manifest["samples"]:
-        inputs, expected, tolerance = sample_payloads(sample)
+    for sample in manifest.samples:
+        inputs, expected = sample.input_arrays(), sample.expected_arrays()
         for endpoint in endpoints:
-            report.rows.append(_replay_sample(client, name, sample["name"], endpoint, inputs, expected, tolerance))
+            report.rows.append(_replay_sample(client, name, sample.name, endpoint, inputs, expected, sample.checks))
             if progress:
                 progress(_short(report.rows[-1]))
 
@@ -189,7 +188,7 @@ def _replay_sample(
     endpoint: str,
     inputs: dict[str, np.ndarray],
     expected: dict[str, np.ndarray],
-    tolerance: Tolerance,
+    checks: Mapping[str, OutputCheck],
 ) -> ReplayRow:
     call: Callable[[str, dict[str, np.ndarray]], dict[str, Any]] = {
         "kserve": client.invoke_kserve,
@@ -204,14 +203,7 @@ def _replay_sample(
     except ConchError as exc:
         return ReplayRow(name, sample, endpoint, False, str(exc))
     millis = (time.perf_counter() - start) * 1000
-    return judge(name, sample, endpoint, got, expected, tolerance, millis)
-
-
-def sample_payloads(sample: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Tolerance]:
-    """(inputs, expected outputs, tolerance) of one sample as the manifest records it."""
-    inputs = {k: decode_array(v) for k, v in sample["inputs"].items()}
-    expected = {k: decode_array(v) for k, v in sample["expected"].items()}
-    return inputs, expected, Tolerance.from_json(sample["tolerance"])
+    return judge(name, sample, endpoint, got, expected, checks, millis)
 
 
 def judge(
@@ -220,11 +212,12 @@ def judge(
     endpoint: str,
     got: Mapping[str, np.ndarray],
     expected: Mapping[str, np.ndarray],
-    tolerance: Tolerance,
+    checks: OutputCheck | Mapping[str, OutputCheck],
     millis: float,
 ) -> ReplayRow:
-    """Compare every expected output with what an endpoint answered: one row of the report (a sample that
-    expects nothing fails: an archive built before conch refused such samples would pass any answer)."""
+    """Compare every expected output with what an endpoint answered, each with its own check (one check
+    for all, or one per output): one row of the report (a sample that expects nothing fails: an archive
+    built before conch refused such samples would pass any answer)."""
     if not expected:
         return ReplayRow(name, sample, endpoint, False, "the sample expects no outputs, so nothing was compared; "
                          "declare its expected outputs and rebuild the archive", millis)
@@ -233,7 +226,9 @@ def judge(
         if out not in got:
             verdicts.append((False, f"{out}: missing from the response"))
             continue
-        c = compare(out, got[out], want, tolerance)
-        verdicts.append((c.passed, f"{out}: {c.detail} ({tolerance.describe()})"))
+        check = check_of(checks, out, want)
+        c = compare(out, got[out], want, check)
+        shown = "" if c.detail.startswith(check.describe()) else f" ({check.describe()})"
+        verdicts.append((c.passed, f"{out}: {c.detail}{shown}"))
     passed = all(v[0] for v in verdicts)
     return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)

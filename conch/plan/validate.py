@@ -28,7 +28,7 @@ def replay_trace(url: str, endpoint: str, targets: Sequence[Target], trace: Sequ
     """Send the trace in order, one request at a time, through the SageMaker runtime API at ``url``."""
     import httpx
 
-    from conch.harness.mme import TARGET_HEADER
+    from conch.wire import TARGET_HEADER
 
     with httpx.Client(timeout=timeout) as http:
         for index in trace:

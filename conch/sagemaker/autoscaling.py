@@ -56,6 +56,19 @@ class Autoscaling:
         if self.scale_in_cooldown < 0 or self.scale_out_cooldown < 0:
             raise DeployError("cooldowns are seconds and cannot be negative")
 
+    @classmethod
+    def for_instance_type(cls, instance_type: str, max_instances: int, metric: str | None = None,
+                          **settings: Any) -> Autoscaling:
+        """Autoscaling on ``metric``, by default GPU utilisation on GPU instances and invocations elsewhere."""
+        from conch.sagemaker.instances import gpus
+
+        return cls(max_instances=max_instances, metric=metric or ("gpu" if gpus(instance_type) else "invocations"),
+                   **settings)
+
+    @property
+    def target_unit(self) -> str:
+        return "GPUUtilization %" if self.metric == "gpu" else "invocations per instance per minute"
+
     @property
     def policy_name(self) -> str:
         return f"{POLICY_PREFIX}{self.metric}"

@@ -54,12 +54,12 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
     built: dict[str, list[str]] = {}
     for archive in archives:
         manifest = archive_manifest(archive)
-        if manifest.get("target") != "production":
+        if manifest.target != "production":
             raise DeployError(
-                f"{archive.name} is a {manifest.get('target')!r} build (CPU stand-ins for the local server); build "
+                f"{archive.name} is a {manifest.target!r} build (CPU stand-ins for the local server); build "
                 "it for SageMaker with `conch build --target production`"
             )
-        built.setdefault(str(manifest["release"]), []).append(archive.name)
+        built.setdefault(manifest.release, []).append(archive.name)
     if release is not None:
         wanted = Release.of(release)
         others = {r: names for r, names in built.items() if Release.of(r) != wanted}
@@ -92,6 +92,7 @@ def deploy(
     multipart_threshold: int | None = None,
     progress: Callable[[str], None] | None = None,
     checked: bool = False,
+    sent: Callable[[int], None] | None = None,
 ) -> Deployment:
     """Upload ``archives`` to ``location`` and serve them all from the MME ``spec`` describes.
 
@@ -111,7 +112,7 @@ def deploy(
                               "invocations (--scale-on invocations --target-value N)")
     warnings: list[str] = []
     threshold = {"multipart_threshold": multipart_threshold} if multipart_threshold else {}
-    uploads = upload_archives(archives, location, aws, progress=progress, **threshold)
+    uploads = upload_archives(archives, location, aws, progress=progress, sent=sent, **threshold)
     for upload in uploads:
         if upload.action == "replaced":
             warnings.append(

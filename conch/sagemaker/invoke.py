@@ -3,8 +3,6 @@ JSON and binary+json bodies the local replay sends, and replay an archive's samp
 
 from __future__ import annotations
 
-import json
-import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -12,27 +10,31 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.manifest import MANIFEST_NAME
-from conch.errors import ConchError, DeployError, ServeError
-from conch.harness.mme import binary_request, json_request, parse_binary_response, parse_json_response
-from conch.harness.replay import ReplayReport, ReplayRow, judge, sample_payloads
+from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.errors import ArchiveError, ConchError, DeployError, ServeError
+from conch.harness.replay import ReplayReport, ReplayRow, judge
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code
+from conch.wire import BODIES, check_json_request, encode_request, parse_response
 
-BODIES = ("json", "binary")
 MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 READ_TIMEOUT_S = 120.0  # a TargetModel's first call downloads and loads the archive before it answers
 
 
 def request_body(inputs: Mapping[str, np.ndarray], body: str) -> tuple[bytes, str]:
     """(body, ContentType) for ``inputs`` as a ``json`` or ``binary`` (binary+json) request."""
-    if body not in BODIES:
-        raise DeployError(f"body {body!r}: use {' or '.join(BODIES)}")
-    return json_request(inputs) if body == "json" else binary_request(inputs)
+    try:
+        return encode_request(inputs, body)
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
 
 
-def parse_body(content: bytes, content_type: str, body: str) -> dict[str, np.ndarray]:
-    """The output tensors of a response to a ``json`` or ``binary`` request."""
-    return parse_json_response(content) if body == "json" else parse_binary_response(content, content_type)
+def read_json_body(path: Path) -> bytes:
+    """A KServe v2 JSON request body from a file, checked; DeployError naming the file and the cause."""
+    try:
+        return check_json_request(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise DeployError(f"--request {path}: not a KServe v2 request body ({exc}); write {{\"inputs\": [...]}}"
+                          ) from None
 
 
 def invoke_raw(
@@ -66,24 +68,20 @@ def invoke(
     """Send ``inputs`` to ``target_model`` on the endpoint and return its output tensors."""
     content, content_type = invoke_raw(aws, endpoint, target_model, *request_body(inputs, body), runtime=runtime)
     try:
-        return parse_body(content, content_type, body)
+        return parse_response(content, content_type, body)
     except ServeError as exc:
         raise DeployError(f"{target_model!r} on endpoint {endpoint!r}: {exc}") from None
 
 
-def archive_manifest(archive: Path) -> dict[str, Any]:
-    """The ``conch-manifest.json`` at the root of a built archive."""
+def archive_manifest(archive: Path) -> Manifest:
+    """The manifest of a built archive (conch.builder.manifest.read_manifest), as a DeployError if it has none."""
     if not archive.is_file():
         raise DeployError(f"{archive}: no such archive")
     try:
-        with tarfile.open(archive) as tar:
-            member = tar.extractfile(MANIFEST_NAME)
-            if member is None:
-                raise tarfile.TarError
-            manifest: dict[str, Any] = json.load(member)
-    except (OSError, KeyError, tarfile.TarError, ValueError):
-        raise DeployError(f"{archive}: not an archive with a {MANIFEST_NAME}; build it with `conch build`") from None
-    return manifest
+        return read_manifest(archive)
+    except ArchiveError as exc:
+        raise DeployError(f"{archive}: not an archive with a {MANIFEST_NAME}; build it with `conch build` ({exc})"
+                          ) from None
 
 
 def replay_endpoint(
@@ -102,7 +100,7 @@ def replay_endpoint(
     ``invoke_endpoint`` (default: a sagemaker-runtime client)."""
     manifest = archive_manifest(archive)
     target = target_model or archive.name
-    recorded = {s["name"]: s for s in manifest["samples"]}
+    recorded = {s.name: s for s in manifest.samples}
     unknown = [s for s in samples if s not in recorded]
     if unknown:
         raise DeployError(
@@ -114,17 +112,17 @@ def replay_endpoint(
         report.rows.append(ReplayRow(target, "-", endpoint, False, "the archive has no samples to replay"))
     runtime = runtime or aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S)
     for sample in chosen:
-        inputs, expected, tolerance = sample_payloads(sample)
+        inputs, expected = sample.input_arrays(), sample.expected_arrays()
         for body in bodies:
             label = f"{endpoint} ({body})"
             start = time.perf_counter()
             try:
                 got = invoke(aws, endpoint, target, inputs, body=body, runtime=runtime)
             except ConchError as exc:
-                report.rows.append(ReplayRow(target, sample["name"], label, False, str(exc)))
+                report.rows.append(ReplayRow(target, sample.name, label, False, str(exc)))
             else:
                 millis = (time.perf_counter() - start) * 1000
-                report.rows.append(judge(target, sample["name"], label, got, expected, tolerance, millis))
+                report.rows.append(judge(target, sample.name, label, got, expected, sample.checks, millis))
             if progress:
                 row = report.rows[-1]
                 progress(f"{target} {row.sample} {label}: {'ok' if row.passed else 'FAIL'}")

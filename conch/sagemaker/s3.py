@@ -64,8 +64,10 @@ def upload_archives(
     multipart_threshold: int = MULTIPART_THRESHOLD,
     multipart_chunk: int = MULTIPART_CHUNK,
     progress: Callable[[str], None] | None = None,
+    sent: Callable[[int], None] | None = None,
 ) -> list[Upload]:
-    """Upload each archive to ``location`` unless the same bytes are there already."""
+    """Upload each archive to ``location`` unless the same bytes are there already; ``sent`` hears how many
+    bytes of the archives went up (or were found there already), for a progress bar."""
     names = [a.name for a in archives]
     for archive in archives:
         if not archive.name.endswith(".tar.gz"):
@@ -79,7 +81,8 @@ def upload_archives(
             )
     s3 = aws.client("s3", read_timeout=300)
     check_bucket(s3, location, aws)
-    return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress) for archive in archives]
+    return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress, sent)
+            for archive in archives]
 
 
 def check_bucket(s3: Any, location: ModelLocation, aws: AwsTarget) -> None:
@@ -121,6 +124,7 @@ def _upload_one(
     multipart_threshold: int,
     multipart_chunk: int,
     progress: Callable[[str], None] | None,
+    sent: Callable[[int], None] | None = None,
 ) -> Upload:
     from boto3.exceptions import S3UploadFailedError
     from boto3.s3.transfer import TransferConfig
@@ -132,6 +136,8 @@ def _upload_one(
     if existing == digest:
         if progress:
             progress(f"unchanged {url} (sha256 {digest[:12]})")
+        if sent:
+            sent(archive.stat().st_size)
         return Upload(archive, archive.name, url, digest, "unchanged")
     config = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=multipart_chunk)
     if progress:
@@ -145,6 +151,7 @@ def _upload_one(
             s3.upload_file(
                 str(archive), location.bucket, key, Config=config,
                 ExtraArgs={"Metadata": {SHA256_METADATA: digest}, "ContentType": "application/gzip"},
+                **({"Callback": sent} if sent else {}),
             )
     except S3UploadFailedError as exc:  # boto3 wraps the ClientError of the failing part or PUT
         text = str(exc)

@@ -15,7 +15,7 @@ def shm_environment(archives: Sequence[Path], environment: Mapping[str, str]) ->
     and one line per decision saying what was set and why."""
     manifests = {a.name: archive_manifest(a) for a in archives}
     default, growth = server_settings(manifests.values())
-    needs = {name: int((m.get("shm") or {}).get("need_bytes", 0)) for name, m in manifests.items()}
+    needs = {name: m.shm.need_bytes if m.shm else 0 for name, m in manifests.items()}
     largest = max(needs, key=lambda n: needs[n]) if needs else ""
     why = f"{largest}'s largest Python-backend step passes up to {needs.get(largest, 0) / 2**20:.1f} MiB per batch"
     env, said = dict(environment), []

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from cases import CASES, BackendCase
 from google.protobuf import text_format
+from round_trip import ensemble_config, step_config
 from tritonclient.grpc import model_config_pb2
 
-from conch import ConchError, Ensemble, Release, Target
+from conch import ConchError, DynamicBatching, Ensemble, InstanceGroup, Release, Target, VersionPolicy, Warmup
 from conch.builder.build import build_ensemble, render_repository
+from conch.ensembles.config import StepSettings
+from conch.ensembles.step import Step
 from conch.harness.replay import replay_archives
 
 IDS = [c.kind for c in CASES]
@@ -55,6 +58,32 @@ def test_production_layout_and_config(case: BackendCase, tmp_path: Path) -> None
     assert case.served_as in (config.platform, config.backend)
     files = {n[len(model) + 1:] for n in repo.files if n.startswith(model + "/") and not n.endswith("/")}
     assert files - {"config.pbtxt"} == case.files
+
+
+def with_every_setting(step: Step) -> Step:
+    """The step with a value for every setting a step takes (its own parameters kept)."""
+    step.settings = StepSettings.of(
+        step.max_batch_size, instance_group=[InstanceGroup("KIND_GPU", count=2, gpus=(0,)), InstanceGroup("cpu")],
+        dynamic_batching=DynamicBatching((4, 8), 100, preserve_ordering=True),
+        parameters={**step.settings.parameters, "round": 'trip "quoted"'}, warmup=Warmup("zeros", batch_size=2),
+        version_policy=VersionPolicy(latest=1),
+    )
+    return step
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("settings", ["declared", "every setting"])
+def test_rendered_configs_mean_what_was_declared(case: BackendCase, settings: str, tmp_path: Path) -> None:
+    """Each config.pbtxt, parsed as ModelConfig, equals the config built from the declaration field by field:
+    the step's in production, and the ensemble's wiring."""
+    ens = single_step_ensemble(case, tmp_path)
+    call = ens.calls[0]
+    if settings == "every setting":
+        with_every_setting(call.step)
+    found = configs(render_repository(ens, Target.PRODUCTION, Release.of("24.10")).files)
+    model = ens.model_name(call.step)
+    assert found[model] == step_config(model, call.step)
+    assert found["single"] == ensemble_config(ens)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch import DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
 from conch.builder.build import render_repository
-from conch.ensembles.tensors import TensorHandle
+from conch.ensembles.ensemble import TensorHandle
 
 DTYPES = ["FP32", "FP16", "INT64", "INT32", "UINT8", "BOOL", "BYTES"]
 dims_st = st.lists(st.sampled_from([-1, 1, 3, 16]), min_size=1, max_size=3)

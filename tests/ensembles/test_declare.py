@@ -156,7 +156,7 @@ def test_one_step_may_serve_two_ensembles() -> None:
 def test_single_output_handle_cannot_be_unpacked() -> None:
     ens = ensemble()
     y = step()(ens.input("X", "FP32", [4]))
-    with pytest.raises(TypeError, match="single tensor handle"):
+    with pytest.raises(DeclarationError, match="single tensor handle"):
         _a, _b = y
 
 
@@ -344,7 +344,7 @@ def test_label_file_name_of_a_tensor_name_with_slashes_stays_one_file() -> None:
 
 
 def test_unknown_step_setting_is_named() -> None:
-    with pytest.raises(TypeError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
+    with pytest.raises(DeclarationError, match=r"python step 's': unknown setting\(s\) instance_groups; settings are"):
         step(instance_groups=[InstanceGroup("KIND_CPU")])
 
 
@@ -403,7 +403,7 @@ REFUSED = [  # (what a user writes, the error, its message)
     (lambda: VersionPolicy(latest=0), DeclarationError, r"version_policy latest must be >= 1"),
     (lambda: step(max_batch_size=0, warmup=Warmup("w", batch_size=4)), DeclarationError,
      r"python step 's': warmup 'w' batch_size must be 1 without batching"),
-    (lambda: Ensemble("e", instance_groups=[]), TypeError, r"Ensemble\(\) got an unexpected keyword argument"),
+    (lambda: Ensemble("e", instance_groups=[]), DeclarationError, r"Ensemble\(\) got an unexpected keyword argument"),
     (lambda: Ensemble("e", max_batch_size=-1), DeclarationError, r"ensemble 'e': max_batch_size must be >= 0, got -1"),
     (lambda: Ensemble("e", env="tokenizers"), DeclarationError, r"ensemble 'e': env must be a conch.PythonEnv"),
     (lambda: step(env="tokenizers"), DeclarationError, r"python step 's': env must be a conch.PythonEnv"),
@@ -423,7 +423,7 @@ REFUSED = [  # (what a user writes, the error, its message)
      r"step 's': labels belong on outputs, not input 'x'"),
     (_no_handles, DeclarationError, r"step 's': call it with at least one tensor handle"),
     (_outputs_by_unknown_name, KeyError, r"no output 'c'; this step has 'a', 'b'"),
-    (_unpack_one_handle, TypeError, r"output 'y' of step 's' is a single tensor handle; .* do not unpack it"),
+    (_unpack_one_handle, DeclarationError, r"output 'y' of step 's' is a single tensor handle; .* do not unpack it"),
     (lambda: PythonEnv(requirements=("a",), name="my env"), DeclarationError,
      r"PythonEnv name 'my env': use letters, digits, '_' and '-'"),
     (lambda: PythonEnv(archive="env.zip"), DeclarationError,

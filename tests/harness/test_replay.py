@@ -191,3 +191,14 @@ def test_a_sample_that_expects_nothing_fails_its_row() -> None:
 
     row = judge("old.tar.gz", "empty", "kserve", {"Z": np.zeros(2, np.float32)}, {}, Tolerance(), 1.0)
     assert not row.passed and "expects no outputs" in row.detail
+
+
+def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tmp_path: Path) -> None:
+    from conch.harness.replay import staged_manifest
+
+    archive = build_ensemble(linear_ensemble("garbled"), tmp_path / "dist", "local")
+    folder = tmp_path / "staged"
+    safe_extract(archive, folder)
+    (folder / "conch-manifest.json").write_text("{oops")
+    with pytest.raises(ServeError, match=r"^garbled.tar.gz: its conch-manifest.json is not JSON"):
+        staged_manifest(archive, folder)

@@ -154,3 +154,16 @@ def test_unknown_body_kinds_and_files_that_are_not_archives_are_refused(tmp_path
     (tmp_path / "notes.tar.gz").write_bytes(b"plain text, not gzip")
     with pytest.raises(DeployError, match=r"notes.tar.gz: not an archive with a conch-manifest.json; build it with"):
         archive_manifest(tmp_path / "notes.tar.gz")
+
+
+def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from conch.sagemaker.invoke import read_json_body
+
+    good = tmp_path / "good.json"
+    good.write_text('{"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [1.0]}]}')
+    assert read_json_body(good) == good.read_bytes()
+    (tmp_path / "rows.json").write_text('[{"X": 1}]')
+    with pytest.raises(DeployError, match=r"--request .*rows.json: not a KServe v2 request body \(no 'inputs' list\)"):
+        read_json_body(tmp_path / "rows.json")
+    with pytest.raises(DeployError, match=r"--request .*absent.json: not a KServe v2 request body"):
+        read_json_body(tmp_path / "absent.json")

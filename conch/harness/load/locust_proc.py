@@ -27,10 +27,10 @@ from locust import LoadTestShape, User, task
 from locust.env import Environment
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
-from conch.ensembles.samples import Tolerance, compare, decode_array
+from conch.ensembles.samples import check_from_json, check_of, compare, decode_array
 from conch.harness.load.spec import LoadSpec, Request
 from conch.harness.load.stages import Stage, stage_index
-from conch.harness.mme import BINARY_CONTENT_TYPE, TARGET_HEADER, parse_binary_response, parse_json_response
+from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, parse_binary_response, parse_json_response
 
 WAIT_FOR_WORKERS_S = 60.0
 FLUSH_TIMEOUT_S = 30.0
@@ -114,7 +114,7 @@ class Prepared:
         self.content_type = request.content_type
         self.body_kind = request.body_kind
         self.expected = {k: decode_array(v) for k, v in request.expected.items()}
-        self.tolerance = Tolerance.from_json(request.tolerance)
+        self.checks = {k: check_from_json(v) for k, v in request.checks.items()}
 
     def wrong(self, content: bytes, content_type: str) -> str | None:
         """Why the answer is wrong, or None when every expected output matches."""
@@ -126,7 +126,7 @@ class Prepared:
         for name, want in self.expected.items():
             if name not in got:
                 return f"wrong answer: {name} missing"
-            verdict = compare(name, np.asarray(got[name]), want, self.tolerance)
+            verdict = compare(name, np.asarray(got[name]), want, check_of(self.checks, name, want))
             if not verdict.passed:
                 return f"wrong answer: {name}: {verdict.detail}"
         return None
@@ -140,7 +140,7 @@ def prepared(spec: LoadSpec) -> list[list[Prepared]]:
     if not PREPARED:
         seen: dict[str, Prepared] = {}
         for target in spec.targets:
-            keys = [json.dumps([r.body, r.expected, r.tolerance], sort_keys=True) for r in target.requests]
+            keys = [json.dumps([r.body, r.expected, r.checks], sort_keys=True) for r in target.requests]
             for key, r in zip(keys, target.requests, strict=True):
                 if key not in seen:
                     seen[key] = Prepared(r)

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.errors import BenchError, ServeError
+from conch.builder.manifest import read_manifest
+from conch.ensembles.samples import check_to_json
+from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage
-from conch.harness.replay import sample_payloads
-from conch.sagemaker.invoke import archive_manifest, request_body
+from conch.wire import encode_request
 
 # How requests reach the ensembles: the SageMaker runtime API over plain HTTP (the local MME, or anything
 # speaking it), the same API through boto3's sagemaker-runtime client (a deployed endpoint), or KServe v2.
@@ -26,7 +27,7 @@ class Request:
     content_type: str
     body_kind: str  # json | binary
     expected: dict[str, Any]  # manifest encoding of the expected outputs
-    tolerance: dict[str, Any]
+    checks: dict[str, Any]  # output -> how it is compared (conch.ensembles.samples.check_to_json)
 
 
 @dataclass
@@ -66,20 +67,25 @@ class LoadSpec:
 
 def archive_requests(archive: Path, body_kind: str = "binary") -> list[Request]:
     """One request per manifest sample; a sample JSON cannot carry (non-UTF-8 bytes) goes as binary+json."""
-    manifest = archive_manifest(archive)
-    if not manifest.get("samples"):
+    try:
+        manifest = read_manifest(archive)
+    except ArchiveError as exc:
+        raise BenchError(str(exc)) from None
+    if not manifest.samples:
         raise BenchError(f"{archive.name} has no sample payloads to send; declare one with ensemble.sample(...)")
     requests = []
-    for sample in manifest["samples"]:
-        inputs, _, _ = sample_payloads(sample)
+    for sample in manifest.samples:
+        inputs = sample.input_arrays()
         kind = body_kind
         try:
-            body, content_type = request_body(inputs, kind)
+            body, content_type = encode_request(inputs, kind)
         except ServeError:
             kind = "binary"
-            body, content_type = request_body(inputs, kind)
-        requests.append(Request(sample["name"], base64.b64encode(body).decode(), content_type, kind,
-                                sample["expected"], sample["tolerance"]))
+            body, content_type = encode_request(inputs, kind)
+        except ValueError as exc:
+            raise BenchError(str(exc)) from None
+        requests.append(Request(sample.name, base64.b64encode(body).decode(), content_type, kind,
+                                dict(sample.expected), {k: check_to_json(c) for k, c in sample.checks.items()}))
     return requests
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from conch.harness.mme import json_request
+from conch.wire import json_request
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 EXPECTED = X * 2 + 1  # linear_ensemble: Z = 2 X + 1

@@ -1,0 +1,269 @@
+"""What `conch inspect` shows of a built archive: its tree with sizes, each model's config summary, the
+environments, the manifest's warmup and shared-memory sections, and the `conch check` verdict."""
+
+from __future__ import annotations
+
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conch.builder.check import CheckReport, check_archive
+from conch.builder.envs import ENV_DIR
+from conch.builder.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.errors import ArchiveError
+
+CONFIG_LIMIT = 1 << 20  # a config.pbtxt larger than this is not read for the summary (check reports it)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One archive member: path (folders end in ``/``), kind and size in bytes (0 for folders and links)."""
+
+    path: str
+    kind: str
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "size": self.size}
+
+
+@dataclass(frozen=True)
+class TensorSummary:
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "dims": list(self.dims)}
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.datatype} {list(self.dims)}"
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A model folder's config.pbtxt, as Triton will read it."""
+
+    model: str
+    served_as: str
+    max_batch_size: int
+    instance_groups: tuple[str, ...] = ()
+    dynamic_batching: dict[str, Any] | None = None
+    inputs: tuple[TensorSummary, ...] = ()
+    outputs: tuple[TensorSummary, ...] = ()
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "served_as": self.served_as, "max_batch_size": self.max_batch_size,
+                "instance_groups": list(self.instance_groups), "dynamic_batching": self.dynamic_batching,
+                "inputs": [t.to_json() for t in self.inputs], "outputs": [t.to_json() for t in self.outputs],
+                "problem": self.problem}
+
+    def lines(self) -> list[str]:
+        if self.problem:
+            return [f"  {self.model}: {self.problem}"]
+        batching = "no dynamic batching"
+        if self.dynamic_batching is not None:
+            preferred = self.dynamic_batching["preferred_batch_size"]
+            batching = (f"dynamic batching (preferred {preferred or 'any'}, max queue delay "
+                        f"{self.dynamic_batching['max_queue_delay_microseconds']} µs)")
+        groups = ", ".join(self.instance_groups) or "default instances"
+        out = [f"  {self.model}: {self.served_as}, max_batch_size {self.max_batch_size}, {groups}, {batching}"]
+        out += [f"    input  {t}" for t in self.inputs]
+        out += [f"    output {t}" for t in self.outputs]
+        return out
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Everything `conch inspect` reports about one archive."""
+
+    archive: Path
+    compressed_bytes: int
+    manifest: Manifest
+    entries: list[Entry]
+    models: list[ModelSummary]
+    check: CheckReport
+    environments: dict[str, int] = field(default_factory=dict)  # path in archive -> bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.check.ok
+
+    @property
+    def unpacked_bytes(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "archive": str(self.archive),
+            "compressed_bytes": self.compressed_bytes,
+            "unpacked_bytes": self.unpacked_bytes,
+            "tree": [e.to_json() for e in self.entries],
+            "models": [m.to_json() for m in self.models],
+            "environments": {path: {"bytes": size, **self.manifest.environments[path].to_json()}
+                             if path in self.manifest.environments else {"bytes": size}
+                             for path, size in self.environments.items()},
+            "check": {"ok": self.check.ok, "findings": [{"level": f.level, "file": f.file, "message": f.message}
+                                                        for f in self.check.findings]},
+            "manifest": self.manifest.to_json(),
+        }
+
+    def lines(self) -> list[str]:
+        m = self.manifest
+        files = sum(e.kind == "file" for e in self.entries)
+        out = [f"ensemble {m.ensemble}  target {m.target}  release {m.release} (stub Python {m.stub_python})",
+               f"{self.archive.name}: {size(self.compressed_bytes)} compressed, {size(self.unpacked_bytes)} unpacked "
+               f"in {files} files, {len(self.entries)} archive entries"]
+        for io, tensors in (("input", m.schema.inputs), ("output", m.schema.outputs)):
+            out += [f"  {io:6} {t.name:24} {t.datatype:6} {list(t.shape)}" for t in tensors]
+        out.append("tree:")
+        out += tree_lines(self.entries)
+        out.append("models:")
+        out += [line for model in self.models for line in model.lines()]
+        if self.environments:
+            out.append("environments:")
+            for path, nbytes in self.environments.items():
+                env = m.environments.get(path)
+                what = f", Python {env.python}, {len(env.pins)} pins, {env.source}" if env else ""
+                out.append(f"  {path}: {size(nbytes)}{what}")
+        out.append("warmup: " + _warmup_line(m))
+        out.append("shared memory: " + _shm_line(m))
+        out.append(f"samples ({len(m.samples)}): " + ", ".join(s.name for s in m.samples))
+        out.append("check: " + ("ok" if self.check.ok else f"FAILED ({len(self.check.errors)} errors)"))
+        out += [f"  {f.line(self.check.archive)}" for f in self.check.findings]
+        return out
+
+
+def _warmup_line(m: Manifest) -> str:
+    if m.warmup is None:
+        return "none"
+    steps = "; ".join(f"{model} batch {s.get('batch_size')} x{s.get('count')}" for model, s in m.warmup.steps.items())
+    return f"from {m.warmup.source}: {steps}"
+
+
+def _shm_line(m: Manifest) -> str:
+    if m.shm is None:
+        return "not recorded"
+    s = m.shm
+    line = (f"needs {size(s.need_bytes)} per Python-backend instance; shm-default-byte-size {s.default_byte_size}, "
+            f"shm-growth-byte-size {s.growth_byte_size}, {size(s.instances_bytes)} over all instances")
+    if s.unknown:
+        line += f"; not sized: {', '.join(s.unknown)}"
+    return line
+
+
+def size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def tree_lines(entries: list[Entry], depth: int = 4) -> list[str]:
+    """The archive as an indented tree with sizes (folders: the sum below them); what lies deeper than
+    ``depth`` levels (e.g. an unpacked environment) is summed into its folder's line."""
+    totals: dict[str, tuple[int, int]] = {}  # folder -> (bytes, files)
+    for e in entries:
+        if e.kind == "dir":
+            continue
+        parts = e.path.split("/")
+        for i in range(1, len(parts)):
+            folder = "/".join(parts[:i]) + "/"
+            nbytes, count = totals.get(folder, (0, 0))
+            totals[folder] = (nbytes + e.size, count + 1)
+    sizes = {e.path: e.size for e in entries}
+    paths = sorted(set(sizes) | set(totals))
+    out = []
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        if len(parts) > depth:
+            continue
+        name = parts[-1] + ("/" if path.endswith("/") else "")
+        nbytes, count = totals.get(path, (0, 0))
+        if not path.endswith("/"):
+            nbytes, count = sizes[path], 0
+        below = f"  ({count} files)" if path.endswith("/") and len(parts) == depth and count else ""
+        out.append(f"  {'  ' * (len(parts) - 1)}{name:{max(1, 40 - 2 * len(parts))}} {size(nbytes):>9}{below}")
+    return out
+
+
+def inspect_archive(archive: Path) -> Inspection:
+    """Read the archive once for its tree, manifest and configs, then run `conch check` on it.
+    ArchiveError naming the archive when it is missing, unreadable, or has no manifest conch can read."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
+    entries: list[Entry] = []
+    configs: dict[str, bytes] = {}
+    manifest: Manifest | None = None
+    try:
+        with tarfile.open(archive, "r|*") as tar:
+            for member, data in _members(tar):
+                name = member.name.removeprefix("./")
+                kind = "dir" if member.isdir() else "file" if member.isreg() else "link"
+                entries.append(Entry(name + ("/" if kind == "dir" and not name.endswith("/") else ""), kind,
+                                     member.size if kind == "file" else 0))
+                if name == MANIFEST_NAME and data is not None:
+                    manifest = parse_manifest(data, archive)
+                elif name.count("/") == 1 and name.endswith("/config.pbtxt") and data is not None:
+                    configs[name.split("/")[0]] = data
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise unreadable(archive, exc) from None
+    if manifest is None:
+        raise no_manifest(archive)
+    entries.sort(key=lambda e: e.path)
+    environments: dict[str, int] = {}  # conch-envs/<name>: a packed .tar.gz or an unpacked folder
+    for e in entries:
+        parts = e.path.split("/")
+        if parts[0] == ENV_DIR and len(parts) > 1 and parts[1]:
+            key = f"{ENV_DIR}/{parts[1]}"
+            environments[key] = environments.get(key, 0) + e.size
+    models = [summarize_config(folder, text) for folder, text in sorted(configs.items())]
+    return Inspection(archive, archive.stat().st_size, manifest, entries, models, check_archive(archive),
+                      dict(sorted(environments.items())))
+
+
+def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, bytes | None]]:
+    """Each member, with the content of the small files the summary reads (manifest and configs)."""
+    for member in tar:
+        name = member.name.removeprefix("./")
+        wanted = member.isreg() and member.size <= CONFIG_LIMIT and (
+            name == MANIFEST_NAME or (name.count("/") == 1 and name.endswith("/config.pbtxt")))
+        data = None
+        if wanted:
+            fh = tar.extractfile(member)
+            data = fh.read() if fh is not None else None
+        yield member, data
+
+
+def summarize_config(folder: str, text: bytes) -> ModelSummary:
+    """A config.pbtxt's serving settings; a config that does not parse gets ``problem`` (check says more)."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(text.decode("utf-8"), config)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        return ModelSummary(folder, "?", 0, problem=f"config.pbtxt does not parse ({exc})")
+    groups = tuple(
+        f"{g.count or 1} x {model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)}"
+        + (f" gpus {list(g.gpus)}" if g.gpus else "") for g in config.instance_group)
+    batching = None
+    if config.HasField("dynamic_batching"):
+        batching = {"preferred_batch_size": list(config.dynamic_batching.preferred_batch_size),
+                    "max_queue_delay_microseconds": config.dynamic_batching.max_queue_delay_microseconds}
+    served = config.platform or config.backend
+    if config.platform == "ensemble":
+        served = f"ensemble of {len(config.ensemble_scheduling.step)} steps"
+    return ModelSummary(folder, served, config.max_batch_size, groups, batching,
+                        tuple(_tensors(config.input)), tuple(_tensors(config.output)))
+
+
+def _tensors(items: Any) -> Iterator[TensorSummary]:
+    for t in items:
+        yield TensorSummary(t.name, model_config_pb2.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(t.dims))

@@ -1,0 +1,168 @@
+"""Pictures of an ensemble's DAG: Graphviz dot (rendered to SVG or PNG through the Graphviz that the
+pygraphviz wheel bundles) and Mermaid text for READMEs. Each step shows its Triton backend, instance group
+and batching; each edge the tensor it carries, with its dtype and dims (without the batch dimension)."""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from conch.errors import BuildError, ConchError
+
+if TYPE_CHECKING:
+    from conch.ensembles.ensemble import Ensemble, TensorHandle
+    from conch.ensembles.step import Step
+
+RENDERED = ("svg", "png")
+INSTALL_HINT = "pip install 'conch[graph]' (the pygraphviz wheel, which bundles Graphviz; no system package)"
+
+
+class GraphvizMissing(ConchError):
+    """SVG or PNG was asked for, and no Graphviz is installed to lay the graph out."""
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    shape: str  # "tensor" (an ensemble input or output) or "step"
+    lines: tuple[str, ...]  # the first is the name
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    title: str
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+
+
+def dims_text(dims: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def step_lines(step: Step) -> tuple[str, ...]:
+    """A step's name, backend, instance groups and batching, one line each."""
+    settings = step.settings
+    groups = ", ".join(f"{g.count} × {g.kind}" + (f" gpus {list(g.gpus)}" if g.gpus else "")
+                       for g in settings.instance_groups) or "default"
+    if not settings.max_batch_size:
+        batching = "no batching"
+    else:
+        batching = f"max_batch_size {settings.max_batch_size}"
+        dynamic = settings.dynamic_batching
+        if dynamic is not None:
+            batching += ", dynamic"
+            if dynamic.preferred_batch_size:
+                batching += f" {dims_text(dynamic.preferred_batch_size)}"
+            if dynamic.max_queue_delay_microseconds:
+                batching += f" delay {dynamic.max_queue_delay_microseconds} us"
+    return (step.name, str(step.platform), f"instances: {groups}", batching)
+
+
+def _edge_label(handle: TensorHandle, into: str) -> str:
+    name = handle.output_name if handle.producer is not None and handle.output_name else handle.name
+    names = name if name == into else f"{name} → {into}"
+    return f"{names}: {handle.dtype.wire} {dims_text(handle.dims)}"
+
+
+def graph(ensemble: Ensemble) -> Graph:
+    """The nodes and edges of an ensemble's DAG, in declaration order."""
+    nodes: list[Node] = []
+    edges: list[Edge] = []
+    for name, handle in ensemble.inputs.items():
+        nodes.append(Node(f"in:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
+    for call in ensemble.calls:
+        nodes.append(Node(call.step.name, "step", step_lines(call.step)))
+        for key, handle in call.inputs.items():
+            source = f"in:{handle.name}" if handle.producer is None else handle.producer.step.name
+            edges.append(Edge(source, call.step.name, _edge_label(handle, key)))
+    for name, handle in ensemble.outputs.items():
+        assert handle.producer is not None  # declaration refuses an ensemble input as an output
+        nodes.append(Node(f"out:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
+        edges.append(Edge(handle.producer.step.name, f"out:{name}", _edge_label(handle, name)))
+    batching = f"max_batch_size {ensemble.max_batch_size}" if ensemble.max_batch_size else "no batching"
+    return Graph(ensemble.name, f"ensemble {ensemble.name} ({batching})", tuple(nodes), tuple(edges))
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_dot(g: Graph) -> str:
+    """Graphviz dot text, left to right; steps are boxes, ensemble inputs and outputs ovals."""
+    lines = [f"digraph {_dot_quote(g.name)} {{", "  rankdir=LR;",
+             f"  label={_dot_quote(g.title)}; labelloc=t; fontname=\"Helvetica,Arial,sans-serif\";",
+             '  node [fontname="Helvetica,Arial,sans-serif", fontsize=11];',
+             '  edge [fontname="Helvetica,Arial,sans-serif", fontsize=9];']
+    for node in g.nodes:
+        name, *rest = (html.escape(line) for line in node.lines)  # an HTML-like label: the name in bold
+        label = f'<<B>{name}</B><BR/><FONT POINT-SIZE="10">{"<BR/>".join(rest)}</FONT>>'
+        style = 'shape=box, style="rounded,filled", fillcolor="#e8f0fe"' if node.shape == "step" else "shape=oval"
+        lines.append(f"  {_dot_quote(node.id)} [{style}, label={label}];")
+    lines.extend(f"  {_dot_quote(e.source)} -> {_dot_quote(e.target)} [label={_dot_quote(e.label)}];"
+                 for e in g.edges)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_text(text: str) -> str:
+    # Mermaid's entity escapes (#quot; ...) keep quotes and its own '#' from ending or breaking a label.
+    return text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+
+def to_mermaid(g: Graph) -> str:
+    """A Mermaid flowchart (GitHub renders it in a ```mermaid block); node ids are generated, since step
+    and tensor names may hold characters Mermaid's ids cannot."""
+    ids = {node.id: f"n{i}" for i, node in enumerate(g.nodes)}
+    lines = ["flowchart LR", f"  %% {g.title}"]
+    for node in g.nodes:
+        name, *rest = (_mermaid_text(line) for line in node.lines)
+        label = "<br/>".join([f"<b>{name}</b>" if node.shape == "step" else name, *rest])
+        lines.append(f'  {ids[node.id]}["{label}"]' if node.shape == "step" else f'  {ids[node.id]}(["{label}"])')
+    lines.extend(f'  {ids[e.source]} -->|"{_mermaid_text(e.label)}"| {ids[e.target]}' for e in g.edges)
+    return "\n".join(lines) + "\n"
+
+
+def render(dot: str, fmt: str) -> bytes:
+    """``dot`` laid out by Graphviz's dot engine as SVG or PNG; GraphvizMissing saying how to get it."""
+    if fmt not in RENDERED:
+        raise BuildError(f"cannot render {fmt!r}; choose one of {', '.join(RENDERED)}")
+    try:
+        import pygraphviz
+    except ImportError:
+        raise GraphvizMissing(f"rendering {fmt} needs Graphviz: {INSTALL_HINT}") from None
+    with _fontconfig_chatter_dropped():
+        return bytes(pygraphviz.AGraph(string=dot).draw(format=fmt, prog="dot", args="-Gdpi=144" if fmt == "png"
+                                                         else ""))
+
+
+@contextmanager
+def _fontconfig_chatter_dropped() -> Iterator[None]:
+    """The wheel's fontconfig warns on stderr about newer system font configs it cannot read (harmless:
+    it falls back to the fonts it finds); every other line Graphviz writes there is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines():
+                if not line.startswith("Fontconfig "):
+                    print(line, file=sys.stderr)

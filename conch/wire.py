@@ -1,0 +1,117 @@
+"""The KServe v2 / SageMaker Triton wire format, one place for every client (the local replay, the
+SageMaker invoke, the load generator): JSON and binary+json request bodies (BYTES tensors included) and
+the parsing of responses into numpy arrays."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from conch.ensembles.dtypes import DType
+from conch.errors import ServeError
+
+BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
+
+
+def encode_request(inputs: Mapping[str, np.ndarray], body: str) -> tuple[bytes, str]:
+    """(body, content type) of a ``json`` or ``binary`` request; ValueError for another kind."""
+    if body not in BODIES:
+        raise ValueError(f"body {body!r}: use {' or '.join(BODIES)}")
+    return json_request(inputs) if body == "json" else binary_request(inputs)
+
+
+def parse_response(content: bytes, content_type: str, body: str) -> dict[str, np.ndarray]:
+    """The output tensors of a response to a ``json`` or ``binary`` request."""
+    return parse_json_response(content) if body == "json" else parse_binary_response(content, content_type)
+
+
+def check_json_request(body: bytes) -> bytes:
+    """``body`` if it is a KServe v2 JSON request (an object with ``inputs``); ValueError saying why not."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list):
+        raise ValueError("no 'inputs' list")
+    return body
+
+
+def json_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
+    """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it."""
+    body = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
+    return json.dumps(body).encode(), "application/json"
+
+
+def binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
+    """(body, content type) of a binary+json request: the JSON header, then the raw tensors."""
+    infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
+    content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
+    return body, content_type
+
+
+def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
+    """The outputs of a KServe v2 JSON response."""
+    try:
+        body = json.loads(content)
+        return _parse_json_outputs(body)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ServeError(f"the answer is not a KServe v2 JSON inference response ({exc}): {_head(content)}") from None
+
+
+def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.ndarray]:
+    """The outputs of a binary+json response (or of a JSON one, when the server answered in JSON)."""
+    header = None
+    if content_type.startswith(BINARY_CONTENT_TYPE):
+        header = int(content_type[len(BINARY_CONTENT_TYPE):])
+    try:
+        result = httpclient.InferenceServerClient.parse_response_body(content, header_length=header)
+        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+    except Exception as exc:  # tritonclient raises whatever its JSON and buffer handling raise
+        raise ServeError(
+            f"the answer ({content_type or 'no content type'}) is not a KServe v2 inference response ({exc}): "
+            f"{_head(content)}"
+        ) from None
+
+
+def _head(content: bytes, limit: int = 80) -> str:
+    text = content[:limit].decode("utf-8", "replace")
+    return repr(text + ("..." if len(content) > limit else ""))
+
+
+def infer_input(name: str, array: np.ndarray) -> httpclient.InferInput:
+    """A tritonclient input holding ``array`` as binary data."""
+    dtype = DType.of(array.dtype)
+    item = httpclient.InferInput(name, list(array.shape), dtype.wire)
+    item.set_data_from_numpy(array, binary_data=True)
+    return item
+
+
+def _json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
+    dtype = DType.of(array.dtype)
+    if dtype is DType.BYTES:
+        try:
+            data: list[Any] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
+        except UnicodeDecodeError:
+            raise ServeError(f"input {name!r} holds non-UTF-8 bytes, which a JSON body cannot carry") from None
+    else:
+        data = array.ravel().tolist()
+    return {"name": name, "shape": list(array.shape), "datatype": dtype.wire, "data": data}
+
+
+def _parse_json_outputs(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    outputs = {}
+    for o in body.get("outputs", []):
+        dtype = DType.of(o["datatype"])
+        if dtype is DType.BYTES:
+            arr = np.array([s.encode() if isinstance(s, str) else s for s in o["data"]], dtype=object)
+        else:
+            arr = np.array(o["data"], dtype=dtype.numpy)
+        outputs[o["name"]] = arr.reshape(o["shape"])
+    return outputs
