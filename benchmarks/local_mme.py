@@ -3,11 +3,15 @@ Triton's own SageMaker port (A/B, alternating), reloads from the disk cache, and
 Prints a table, writes benchmarks/results/local_mme.json.
 
     python benchmarks/local_mme.py [--archive dist/x.tar.gz | --ensemble ensembles/x.py --only x | --distinct]
-                                   [--copies 20] [--warm 200] [--reloads 20]
+                                   [--copies 20] [--warm 200] [--reloads 20] [--step-names isolate|shared]
+                                   [--churn 150 --churn-slots 10]
 
 Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target, copied
 under N names (seed 000's pattern). --distinct builds N ensembles of the same shape with names (and so step
-folder names) of their own, which Triton's namespacing does not tie together.
+folder names) of their own, which Triton's namespacing does not tie together. --step-names shared keeps every
+copy's step names (as SageMaker's image does) instead of the local MME's default renaming. --churn N ends with N
+calls in random order from 4 threads at --churn-slots loaded: loads and unloads done, and how often tritonserver
+exited and was restarted (copies sharing step names crash Triton 2.51).
 """
 
 from __future__ import annotations
@@ -60,7 +64,6 @@ def timed(call: Any) -> float:
 
 
 def main() -> int:
-    import boto3
     import httpx
     from botocore.config import Config
 
@@ -79,6 +82,9 @@ def main() -> int:
     parser.add_argument("--reloads", type=int, default=20)
     parser.add_argument("--distinct", action="store_true",
                         help="N distinct two-step ensembles (own step names) instead of N copies of one archive")
+    parser.add_argument("--step-names", choices=["isolate", "shared"], default="isolate")
+    parser.add_argument("--churn", type=int, default=0, help="calls in random order at --churn-slots loaded")
+    parser.add_argument("--churn-slots", type=int, default=10)
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
@@ -98,9 +104,8 @@ def main() -> int:
             shutil.copyfile(distinct(i, Path(tmp) / "distinct") if args.distinct else archive, source / name)
         config = Config(retries={"max_attempts": 1}, read_timeout=600)
 
-        with LocalMME(source) as mme:
-            rt = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
-                              aws_access_key_id="x", aws_secret_access_key="x", config=config)
+        with LocalMME(source, step_names=args.step_names) as mme:
+            rt = client(mme.url, config)
 
             def invoke(name: str, data: bytes = body, kind: str = content_type) -> None:
                 rt.invoke_endpoint(EndpointName="local", TargetModel=name, ContentType=kind, Body=data)["Body"].read()
@@ -138,9 +143,8 @@ def main() -> int:
                 row(f"warm p50 {side}", statistics.median(latencies), "ms")
             row("warm p90 via the front, boto3, JSON", percentile(warm["via the front, boto3, JSON"], 0.9), "ms")
 
-        with LocalMME(source, max_loaded=2) as mme:
-            rt = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
-                              aws_access_key_id="x", aws_secret_access_key="x", config=config)
+        with LocalMME(source, max_loaded=2, step_names=args.step_names) as mme:
+            rt = client(mme.url, config)
             cycle = names[:3]
             for name in cycle:
                 invoke(name)
@@ -149,18 +153,70 @@ def main() -> int:
             row("reload p50 with max-loaded 2 (unload LRU + load from disk + answer)",
                 statistics.median(reloads), "ms")
             row("Triton unload p50 (ModelUnloadingTime)", after["ModelUnloadingTime"]["p50_s"] * 1000, "ms")
+        if args.churn:
+            churn(args, source, names, row, config)
 
     width = max(len(r["metric"]) for r in rows)
     print(f"{'metric':<{width}}  {'value':>9}  unit")
     for r in rows:
         print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
-    out = ROOT / "benchmarks" / "results" / f"local_mme{'_distinct' if args.distinct else ''}.json"
+    suffix = ("_distinct" if args.distinct else "") + ("_shared" if args.step_names == "shared" else "")
+    out = ROOT / "benchmarks" / "results" / f"local_mme{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
-            "copies": args.copies, "warm": args.warm, "reloads": args.reloads, "distinct": args.distinct}
+            "copies": args.copies, "warm": args.warm, "reloads": args.reloads, "distinct": args.distinct,
+            "step_names": args.step_names, "churn": args.churn, "churn_slots": args.churn_slots}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
+
+
+def client(url: str, config: Any) -> Any:
+    import boto3
+
+    return boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x",
+                        aws_secret_access_key="x", config=config)
+
+
+def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, config: Any) -> None:
+    """Every name at least once, then random ones, from 4 threads, with few slots: loads, unloads, restarts."""
+    import random
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conch.harness.endpoint import LocalMME
+    from conch.harness.mme import json_request
+    from conch.harness.replay import sample_payloads
+    from conch.sagemaker.invoke import archive_manifest
+
+    inputs, _, _ = sample_payloads(archive_manifest(source / names[0])["samples"][0])
+    body, content_type = json_request(inputs)
+    order = names + random.Random(7).choices(names, k=max(0, args.churn - len(names)))
+    random.Random(11).shuffle(order)
+    failed = []
+    with LocalMME(source, max_loaded=args.churn_slots, step_names=args.step_names) as mme:
+        local = threading.local()
+
+        def call(name: str) -> None:
+            if not hasattr(local, "rt"):
+                local.rt = client(mme.url, config)
+            try:
+                local.rt.invoke_endpoint(EndpointName="local", TargetModel=name, ContentType=content_type,
+                                         Body=body)["Body"].read()
+            except Exception as exc:  # a crash answers errors; count them, carry on
+                failed.append(repr(exc))
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(call, order))
+        seconds = time.perf_counter() - start
+        metrics = mme.metrics_json()
+    loads = metrics["ModelLoads"]["cold"] + metrics["ModelLoads"]["reload"]
+    row(f"churn: {len(order)} calls, {args.churn_slots} slots, 4 threads", seconds, "s")
+    row("churn: loads", loads, "count")
+    row("churn: unloads", sum(metrics["ModelUnloads"].values()), "count")
+    row("churn: failed calls", len(failed), "count")
+    row("churn: tritonserver restarts (it exited)", metrics["TritonRestarts"], "count")
 
 
 def _cpus() -> int:

@@ -53,6 +53,9 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/harness/endpoint/disk.py", "TargetModel {target_model}: the archive is not a readable .tar.gz"):
         "safe_extract turns tarfile, EOF and zlib errors into an ArchiveError (passed on by the branch above); "
         "only an OSError while writing the unpacked files (a full disk) gets here",
+    ("conch/harness/endpoint/fleet.py", "{self.hop.unreachable(target_model, exc)}"):
+        "reached only by a call made between tritonserver's exit and the watcher seeing it (the watcher waits on "
+        "the process and restarts it at once); calls cut short by the exit are tested in test_mme_restart.py",
     ("conch/harness/endpoint/app.py", "TargetModel {target}: Triton lost the model twice"):
         "needs Triton to forget a just-loaded model between its load and its invocation twice in a row (another "
         "client unloading it each time); no test can time that from outside",

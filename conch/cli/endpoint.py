@@ -64,7 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         source = args.mme or _source_folder(args, Path(tmp))
         mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
                        disk_budget=args.disk_budget, cache_dir=args.cache_dir, host=args.host, port=args.port,
-                       s3_endpoint_url=args.s3_endpoint_url, load_timeout=args.load_timeout, release=args.release)
+                       s3_endpoint_url=args.s3_endpoint_url, load_timeout=args.load_timeout, release=args.release,
+                       step_names=args.step_names, max_restarts=args.max_restarts)
         with mme:
             failed = []
             if not args.mme:
@@ -80,10 +81,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             say(f"local MME endpoint {mme.endpoint_name!r} at {mme.url} (models from {mme.source.describe()}); "
                 f"boto3: sagemaker-runtime with endpoint_url={mme.url!r}, EndpointName={mme.endpoint_name!r}, "
                 "TargetModel='<archive>.tar.gz'; metrics at /metrics; Ctrl-C stops")
-            while mme.triton.running():
+            while mme.serving():
                 time.sleep(0.5)
-            say(f"conch: error: tritonserver exited\n{mme.triton.log_tail()}")
-            document({"event": "exited", "error": "tritonserver exited", "log": str(mme.triton.log_path)})
+            say(f"conch: error: tritonserver exited and was not restarted again\n{mme.triton.log_tail()}")
+            document({"event": "exited", "error": "tritonserver exited and was not restarted again",
+                      "log": str(mme.triton.log_path)})
             return 1
 
 
@@ -102,5 +104,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// sources, e.g. http://127.0.0.1:5000")
     s.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a load counts as hung")
     s.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    s.add_argument("--step-names", choices=["isolate", "shared"], default="isolate",
+                   help="isolate (default): rename a TargetModel's step models when another TargetModel uses their "
+                   "names (copies of one archive), which Triton 2.51 with namespacing does not survive; shared: keep "
+                   "the archive's names, as SageMaker's image does")
+    s.add_argument("--max-restarts", type=int, default=5, help="times tritonserver is restarted after it exits "
+                   "(default 5)")
     s.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     s.set_defaults(func=cmd_serve)

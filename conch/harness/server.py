@@ -132,6 +132,7 @@ class LocalTriton:
         self.http_port = self.grpc_port = self.sagemaker_port = 0
         self.log_path = self.workdir / "tritonserver.log"
         self.shm_prefix = shm_regions.new_prefix()
+        self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
 
     @property
     def http_url(self) -> str:
@@ -189,7 +190,7 @@ class LocalTriton:
         for attempt in range(1, START_ATTEMPTS + 1):
             self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
             self.workdir.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open("wb") as log:
+            with self.log_path.open(self._log_mode) as log:
                 self.process = subprocess.Popen(
                     self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=self.environment(), cwd=self.workdir, start_new_session=True, preexec_fn=die_with_parent,
@@ -225,6 +226,25 @@ class LocalTriton:
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def exit_status(self) -> str:
+        """How the server ended, e.g. ``was killed by SIGSEGV`` (empty while it runs)."""
+        code = self.process.poll() if self.process is not None else None
+        if code is None:
+            return ""
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"was killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+    def restart(self) -> LocalTriton:
+        """Start again after the server exited, on new ports; what the old one left (stubs, shared-memory
+        regions) is removed first and its log is kept (the new server appends to it). The new server dies
+        with the calling thread, as in ``start()``."""
+        self._kill()
+        shm_regions.remove(self.shm_prefix)
+        self._log_mode = "ab"
+        return self.start()
 
     def stop(self) -> None:
         """Terminate the server and everything it started; escalate to SIGKILL after a grace period."""

@@ -19,6 +19,8 @@ from conch.harness.endpoint.protocol import TARGET_HEADER, EndpointError, ModelE
 from conch.sagemaker.invoke import MAX_BODY_BYTES
 
 log = logging.getLogger("conch.endpoint")
+# What Triton 2.51 answers when its name lookup misses: the name is gone from its map, or maps to nothing
+LOOKUP_MISSES = ("Request for unknown model", "is not found in global map")
 
 
 def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Callable[[], None],
@@ -79,7 +81,7 @@ async def invoke(fleet: Fleet, endpoint_name: str, request: Request) -> Response
         raise ValidationError(f"TargetModel {target!r}: the request body is {len(body)} bytes; SageMaker takes at "
                               f"most {MAX_BODY_BYTES} bytes per invocation")
     content_type = request.headers.get("content-type", "application/json")
-    for _ in range(2):  # a second round when Triton lost a model we counted loaded
+    for attempt in range(2):  # a second round when Triton lost a model we counted loaded, or missed its name
         model = await fleet.acquire(target)
         start = time.monotonic()
         try:
@@ -88,12 +90,19 @@ async def invoke(fleet: Fleet, endpoint_name: str, request: Request) -> Response
             raise ModelError(f"TargetModel {target!r}: the invocation timed out waiting for Triton", 504,
                              "timed out") from None
         except httpx.HTTPError as exc:
-            raise EndpointError(fleet.hop.unreachable(target, exc)) from None
+            raise fleet.unreachable(target, exc) from None
         finally:
             await fleet.release(model)
         fleet.metrics.time("ModelLatency", time.monotonic() - start)
         if answer.status == 404 and not answer.content:
             await fleet.forget(model)
+            continue
+        if attempt == 0 and answer.status == 400 and any(m in answer.error_text() for m in LOOKUP_MISSES):
+            # Triton 2.51 looks the name up without the lock its loads and unloads hold while they rewrite the
+            # map (core's FindModelIdentifier): a load or unload of another model can make it miss a loaded one
+            fleet.metrics.lookup_retries.inc()
+            log.warning("TargetModel %s: Triton answered %r while it is loaded (an unlocked lookup raced another "
+                        "model's load or unload); asking once more", target, answer.error_text())
             continue
         if answer.status != 200:
             raise model_error(target, answer.status, answer.error_text())

@@ -1,7 +1,9 @@
 """The TargetModels behind one local MME and what the SageMaker platform does with them: download on first
 use, load once however many callers ask at the same time, unload the least recently used ones when a load
 would pass ``max_loaded`` or the memory budget (and on a 507), and delete unpacked files of unloaded models
-past the disk budget.
+past the disk budget. With ``StepNames.ISOLATE`` each archive's step models are renamed on unpacking when
+another TargetModel already uses their names (``stage.py``). When tritonserver exits, every model counts as
+unloaded (``server_lost``) and loads wait until the restarted server is back (``server_back``).
 
 All state lives on the front's event loop; network and disk work happens outside the lock, so a slow load
 of one TargetModel never holds up invocations of loaded ones.
@@ -26,11 +28,13 @@ from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import EndpointError, ModelError
 from conch.harness.endpoint.sources import ModelSource
+from conch.harness.endpoint.stage import StepClaims, StepNames, read_configs, rename_steps, step_models
 
 log = logging.getLogger("conch.endpoint")
 
 LOAD_RETRIES_ON_507 = 3
 WAIT_FOR_SLOT_S = 1.0  # re-check capacity at least this often while every loaded model is busy
+WAIT_FOR_SERVER_S = 180.0  # a load waits this long for a restarting tritonserver
 
 
 class State(enum.Enum):
@@ -69,13 +73,20 @@ class Fleet:
     """The table of TargetModels; ``acquire``/``release`` bracket every invocation."""
 
     def __init__(self, source: ModelSource, disk: DiskCache, hop: TritonHop, metrics: Metrics, budgets: Budgets,
-                 memory_probe: Callable[[], int]) -> None:
+                 memory_probe: Callable[[], int], *, step_names: StepNames = StepNames.ISOLATE,
+                 server_alive: Callable[[], bool] = lambda: True) -> None:
         self.source, self.disk, self.hop, self.metrics, self.budgets = source, disk, hop, metrics, budgets
-        self.memory_probe = memory_probe
+        self.memory_probe, self.step_names, self.server_alive = memory_probe, step_names, server_alive
         self.models: dict[str, Model] = {}
         self.changed = asyncio.Condition()
         self.loading = 0
         self.baseline_memory = 0
+        self.claims = StepClaims()
+        self.renamed: set[str] = set()  # TargetModels whose renamed steps were logged
+        self.server_up = asyncio.Event()
+        self.server_up.set()
+        self.down: str | None = None  # why tritonserver is not serving ("was killed by SIGSEGV"), until it is back
+        self.gone = False  # tritonserver is not restarted again
 
     # -- invocations -------------------------------------------------------------------------------------
     async def acquire(self, name: str) -> Model:
@@ -133,6 +144,7 @@ class Fleet:
         try:
             if m.state is State.FETCHING:
                 await self._fetch(m)
+            await self._wait_for_server(m)
             await self._reserve_slot(m)
             try:
                 await self._load(m)
@@ -144,7 +156,7 @@ class Fleet:
         except ConchError as exc:
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: {exc}"))
         except httpx.HTTPError as exc:
-            await self._failed(m, EndpointError(self.hop.unreachable(m.name, exc)))
+            await self._failed(m, self.unreachable(m.name, exc))
         except Exception as exc:  # keep the endpoint serving whatever happened to this one model
             log.exception("bringing up %s failed", m.name)
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: internal failure: {exc!r}"))
@@ -164,11 +176,34 @@ class Fleet:
     async def _fetch(self, m: Model) -> None:
         start = time.monotonic()
         folder, size = await asyncio.to_thread(self.disk.fetch, m.name, self.source)
+        try:
+            await self._stage(m, folder)
+        except BaseException:
+            async with self.changed:
+                self.claims.release(m.name)
+            await asyncio.to_thread(self.disk.remove, folder)
+            raise
         self.metrics.time("ModelDownloadingTime", time.monotonic() - start)
         self.metrics.downloads.inc()
         async with self.changed:
             m.folder, m.disk_bytes, m.state = folder, size, State.LOADING
         self._update_disk()
+
+    async def _stage(self, m: Model, folder: Path) -> None:
+        """Give the steps of ``m`` names of their own if another TargetModel uses theirs (isolate mode)."""
+        if self.step_names is StepNames.SHARED:
+            return
+        configs = await asyncio.to_thread(read_configs, folder)
+        async with self.changed:
+            renames = self.claims.plan(m.name, step_models(configs))
+        if not renames:
+            return
+        await asyncio.to_thread(rename_steps, folder, m.name, renames)
+        if m.name not in self.renamed:
+            self.renamed.add(m.name)
+            log.info("TargetModel %s: step models renamed %s, because another TargetModel uses their names "
+                     "(Triton 2.51 with namespacing reloads every copy sharing step names; --step-names shared "
+                     "keeps them)", m.name, ", ".join(f"{a} -> {b}" for a, b in sorted(renames.items())))
 
     async def _load(self, m: Model) -> None:
         assert m.folder is not None
@@ -291,6 +326,53 @@ class Fleet:
             self._count()
             self.changed.notify_all()
 
+    # -- the server's restarts ------------------------------------------------------------------------------
+    async def server_lost(self, why: str) -> None:
+        """tritonserver exited: nothing is loaded any more; loads wait for ``server_back`` (or fail)."""
+        async with self.changed:
+            self.down = why
+            self.server_up.clear()
+            for m in self.models.values():
+                if m.state in (State.LOADED, State.HUNG):  # loads and unloads under way fail on their own
+                    m.state, m.failure = State.ON_DISK, None
+            self._count()
+            self.changed.notify_all()
+
+    async def server_back(self, sagemaker_url: str) -> None:
+        self.hop.rebind(sagemaker_url)
+        async with self.changed:
+            self.down = None
+            self.server_up.set()
+            self.changed.notify_all()
+
+    async def server_gone(self, why: str) -> None:
+        """tritonserver is not restarted again: every load fails at once with ``why``."""
+        async with self.changed:
+            self.down, self.gone = why, True
+            self.server_up.set()  # wake waiting loads, which then fail
+            self.changed.notify_all()
+
+    async def _wait_for_server(self, m: Model) -> None:
+        if not self.server_up.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.server_up.wait(), WAIT_FOR_SERVER_S)
+        if self.gone:
+            raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down}")
+        if not self.server_up.is_set():
+            raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down} and is not back after "
+                                f"{WAIT_FOR_SERVER_S:g} s of restarting; see the endpoint's log")
+
+    def unreachable(self, target_model: str, exc: httpx.HTTPError) -> EndpointError:
+        """What to answer when tritonserver did not: a restart under way, or a server that stalled."""
+        if self.down is None and self.server_alive():
+            return EndpointError(self.hop.unreachable(target_model, exc))
+        if self.gone:
+            return EndpointError(f"TargetModel {target_model!r}: tritonserver {self.down}")
+        why = f" ({self.down})" if self.down else ""
+        return ModelError(f"TargetModel {target_model!r}: tritonserver exited while serving it{why}; the local MME "
+                          f"restarts it and loads {target_model!r} again on its next call: retry the call", 503,
+                          "tritonserver exited and is restarted")
+
     # -- disk --------------------------------------------------------------------------------------------
     def _update_disk(self) -> None:
         self.metrics.disk.set(sum(m.disk_bytes for m in self.models.values() if m.folder is not None))
@@ -311,6 +393,7 @@ class Fleet:
                     return
                 victim = min(idle, key=lambda m: m.last_used)
                 folder, victim.folder, victim.disk_bytes, victim.state = victim.folder, None, 0, State.REMOTE
+                self.claims.release(victim.name)
             assert folder is not None
             await asyncio.to_thread(self.disk.remove, folder)
             self.metrics.disk_evictions.inc()

@@ -38,6 +38,10 @@ class TritonHop:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
 
+    def rebind(self, sagemaker_url: str) -> None:
+        """Talk to a restarted server (on new ports) from now on."""
+        self.sagemaker.base_url = httpx.URL(sagemaker_url)
+
     async def close(self) -> None:
         await self.sagemaker.aclose()
 

@@ -25,11 +25,17 @@ from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.sources import open_source
+from conch.harness.endpoint.stage import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
 
 ENDPOINT_NAME = "local"
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+DEFAULT_MAX_RESTARTS = 5
 FRONT_START_TIMEOUT_S = 30.0
+WATCH_INTERVAL_S = 0.2  # how often the watcher looks whether tritonserver still runs
+FLEET_CALL_TIMEOUT_S = 60.0
+
+log = logging.getLogger("conch.endpoint")
 
 
 class LocalMME:
@@ -44,9 +50,14 @@ class LocalMME:
         s3_endpoint_url: an S3-compatible server for ``s3://`` sources (e.g. moto on 127.0.0.1).
         load_timeout: seconds a load may take before the TargetModel answers with an error.
         release: the Triton release whose SageMaker image is emulated (``--model-namespacing`` from 23.04).
+        step_names: ``isolate`` (default) renames a TargetModel's step models when another TargetModel already
+            uses their names, which keeps Triton 2.51 from reloading (and crashing on) copies of one archive;
+            ``shared`` keeps every name, as SageMaker's image does.
+        max_restarts: how many times tritonserver is started again after it exits (segfault, kill).
 
     tritonserver is killed when the thread that called ``start()`` ends (so that it never outlives conch,
-    even on SIGKILL): start the endpoint from a thread that lives as long as it should.
+    even on SIGKILL): start the endpoint from a thread that lives as long as it should. A restarted server
+    belongs to the endpoint's watcher thread, which lives until ``stop()``.
     """
 
     endpoint_name = ENDPOINT_NAME
@@ -64,9 +75,17 @@ class LocalMME:
         s3_endpoint_url: str | None = None,
         load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
         release: str = DEFAULT_RELEASE,
+        step_names: StepNames | str = StepNames.ISOLATE,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
     ) -> None:
         if max_loaded is not None and max_loaded < 1:
             raise ServeError(f"max_loaded {max_loaded}: at least one model must fit")
+        try:
+            self.step_names = StepNames(step_names)
+        except ValueError:
+            choices = " or ".join(repr(s.value) for s in StepNames)
+            raise ServeError(f"step_names {step_names!r}: choose {choices}") from None
+        self.max_restarts = max_restarts
         self.source = open_source(source, s3_endpoint_url)
         self.budgets = Budgets(max_loaded, memory_budget, disk_budget, load_timeout)
         self.host, self.port = host, port
@@ -78,6 +97,9 @@ class LocalMME:
         self._thread: threading.Thread | None = None
         self._fleet: Fleet | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._gone = False
 
     @property
     def url(self) -> str:
@@ -90,25 +112,77 @@ class LocalMME:
         except BaseException:
             self.stop()
             raise
+        self._stopping.clear()
+        self._watcher = threading.Thread(target=self._watch, name="conch-mme-watcher", daemon=True)
+        self._watcher.start()
         return self
+
+    def serving(self) -> bool:
+        """Whether the endpoint serves, or will again once tritonserver has restarted."""
+        return self._server is not None and not self._gone
+
+    def _watch(self) -> None:
+        """Restart tritonserver when it exits, at most ``max_restarts`` times; tell the fleet before and after."""
+        restarts = 0
+        while not self._stopping.wait(WATCH_INTERVAL_S):
+            if self.triton.running():
+                continue
+            why = self.triton.exit_status() or "exited"
+            self._tell_fleet("server_lost", why)
+            while not self._stopping.is_set():
+                if restarts >= self.max_restarts:
+                    log.error("tritonserver %s; not restarted: it was restarted %d times already (max_restarts); its "
+                              "log: %s", why, restarts, self.triton.log_path)
+                    self._gone = True
+                    self._tell_fleet("server_gone", f"{why} and was not restarted: it was restarted "
+                                     f"{restarts} times already (--max-restarts {self.max_restarts}); its log: "
+                                     f"{self.triton.log_path}")
+                    return
+                restarts += 1
+                self.metrics.restarts.inc()
+                log.error("tritonserver %s; restarting it (%d of at most %d); every TargetModel counts as unloaded and "
+                          "loads again on its next call; its log: %s", why, restarts, self.max_restarts,
+                          self.triton.log_path)
+                try:
+                    self.triton.restart()
+                except Exception as exc:  # the watcher must live on: a server it started dies with it
+                    why = f"did not restart ({exc})"
+                    continue
+                self._tell_fleet("server_back", self.triton.sagemaker_url)
+                break
+
+    def _tell_fleet(self, what: str, arg: str) -> None:
+        """Run ``fleet.<what>(arg)`` on the front's loop. Never raises: the watcher thread must live on, since a
+        server it restarted dies with it."""
+        fleet, loop = self._fleet, self._loop
+        if fleet is None or loop is None or loop.is_closed():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(getattr(fleet, what)(arg), loop).result(FLEET_CALL_TIMEOUT_S)
+        except Exception:
+            log.exception("the endpoint's fleet.%s(%r) failed", what, arg)
 
     def _start_front(self) -> None:
         triton, metrics, disk = self.triton, self.metrics, DiskCache(self.cache_dir / "models")
-        pid = triton.process.pid if triton.process else 0
-        baseline = tree_pss(pid)
+
+        def memory() -> int:  # the server's pid changes when it restarts
+            process = triton.process
+            return tree_pss(process.pid) if process is not None else 0
+
+        baseline = memory()
         for gauge, value in ((metrics.max_loaded, self.budgets.max_loaded), (metrics.memory_budget,
                              self.budgets.memory), (metrics.disk_budget, self.budgets.disk)):
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
             fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.log_path), metrics, self.budgets,
-                          lambda: tree_pss(pid))
+                          memory, step_names=self.step_names, server_alive=triton.running)
             fleet.baseline_memory = baseline
             self._fleet, self._loop = fleet, asyncio.get_running_loop()
             return fleet
 
         def refresh() -> None:
-            metrics.memory.set(tree_pss(pid))
+            metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
@@ -124,6 +198,10 @@ class LocalMME:
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=FLEET_CALL_TIMEOUT_S + 30)  # a restart under way finishes first
+            self._watcher = None
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -156,7 +234,7 @@ class LocalMME:
         return {
             "url": self.url, "endpoint_name": self.endpoint_name, "port": self.port,
             "invocations": f"{self.url}/endpoints/{self.endpoint_name}/invocations",
-            "metrics": f"{self.url}/metrics", "source": self.source.describe(),
+            "metrics": f"{self.url}/metrics", "source": self.source.describe(), "step_names": self.step_names.value,
             "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
                        "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
         }

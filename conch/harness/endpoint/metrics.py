@@ -37,6 +37,9 @@ class Metrics:
         self.load_failures = Counter("ModelLoadFailures", "loads that failed or timed out", registry=r)
         self.unloads = Counter("ModelUnloads", "archives unloaded, by cause", ["reason"], registry=r)
         self.downloads = Counter("ModelDownloads", "archives downloaded and unpacked", registry=r)
+        self.restarts = Counter("TritonRestarts", "tritonserver started again after it exited", registry=r)
+        self.lookup_retries = Counter("TritonLookupRetries", "invocations asked again after Triton answered 'unknown "
+                                      "model' for a loaded TargetModel", registry=r)
         self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
                                       registry=r)
         self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
@@ -79,7 +82,8 @@ class Metrics:
         out["ModelLoads"] = {"cold": _count(self.loads, "false"), "reload": _count(self.loads, "true")}
         out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for s in _samples(self.unloads, "_total")}
         for name, metric in (("ModelLoadFailures", self.load_failures), ("ModelDownloads", self.downloads),
-                             ("ModelDiskEvictions", self.disk_evictions)):
+                             ("ModelDiskEvictions", self.disk_evictions),
+                             ("TritonRestarts", self.restarts), ("TritonLookupRetries", self.lookup_retries)):
             out[name] = int(metric._value.get())
         for name, gauge in (("LoadedModelCount", self.loaded), ("LoadedModelCountPeak", self.loaded_peak),
                             ("LoadedModelCountLimit", self.max_loaded), ("MemoryUsedBytes", self.memory),

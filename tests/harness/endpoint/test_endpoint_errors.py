@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import socket
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,18 +131,28 @@ def test_an_s3_server_that_cannot_be_reached_names_the_object(tmp_path: Path, mo
         source.fetch("x.tar.gz", tmp_path / "x.tar.gz")
 
 
-def test_after_tritonserver_dies_calls_say_it_did_not_answer(folder: Path, tmp_path: Path) -> None:
+def test_a_cache_folder_removed_under_a_running_endpoint_is_an_internal_failure_naming_the_model(
+        folder: Path, tmp_path: Path) -> None:
     with LocalMME(folder, cache_dir=tmp_path / "cache") as endpoint:
         np.testing.assert_array_equal(invoke_linear(runtime(endpoint.url), GOOD[0]), EXPECTED)
-        endpoint.triton.stop()
-        loaded = error_of(endpoint.url, GOOD[0])  # counted loaded: the invocation finds no server
-        fresh = error_of(endpoint.url, GOOD[1])  # the load finds no server
-        shutil.rmtree(tmp_path / "cache")  # and a cache folder removed under a running endpoint
+        shutil.rmtree(tmp_path / "cache")
         no_cache = error_of(endpoint.url, GOOD[2])
-    for name, error in ((GOOD[0], loaded), (GOOD[1], fresh)):
-        assert f"TargetModel {name!r}: tritonserver did not answer (ConnectError" in error["message"], error
-        assert "it may have exited or stalled" in error["message"]
     assert f"TargetModel {GOOD[2]!r}: internal failure: FileNotFoundError" in no_cache["message"], no_cache
+
+
+def test_after_tritonserver_dies_past_its_restarts_calls_say_it_is_gone(folder: Path, tmp_path: Path) -> None:
+    with LocalMME(folder, cache_dir=tmp_path / "cache", max_restarts=0) as endpoint:
+        np.testing.assert_array_equal(invoke_linear(runtime(endpoint.url), GOOD[0]), EXPECTED)
+        endpoint.triton.stop()
+        deadline = time.monotonic() + 60
+        while endpoint.serving() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not endpoint.serving()
+        loaded = error_of(endpoint.url, GOOD[0])  # counted loaded before the server went
+        fresh = error_of(endpoint.url, GOOD[1])  # never loaded
+    for name, error in ((GOOD[0], loaded), (GOOD[1], fresh)):
+        assert f"{name!r}" in error["message"], error
+        assert "was not restarted" in error["message"] and "--max-restarts 0" in error["message"], error
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's failed bind

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,3 +98,56 @@ def test_serve_refuses_paths_and_mme_together_in_one_line(tmp_path: Path) -> Non
     assert "Traceback" not in result.stderr
     bad_size = conch("serve", "--mme", str(tmp_path), "--memory-budget", "lots")
     assert bad_size.returncode == 2 and "write a size such as 6GiB" in bad_size.stderr
+
+
+def serve_mme(archive: Path, *options: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conch.cli", "serve", "--mme", str(archive.parent), "--port", "0", *options],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=without_aws(dict(os.environ)),
+    )
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline())
+
+
+def test_serve_mme_restarts_a_killed_server_which_still_dies_with_conch(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("cli_restart"), tmp_path / "dist", "local")
+    proc, ready = serve_mme(archive)
+    try:
+        assert proc.stderr is not None
+        rt = runtime(ready["url"])
+        np.testing.assert_array_equal(invoke_linear(rt, archive.name), EXPECTED)
+        first = children(proc.pid)
+        os.kill(first[0], signal.SIGKILL)
+        line = "-"
+        while line and "restarting it (1 of at most 5)" not in line:
+            line = proc.stderr.readline()
+        assert line, "conch serve ended without restarting tritonserver"
+        np.testing.assert_array_equal(invoke_linear(rt, archive.name), EXPECTED)  # loaded again on this call
+        restarted = [pid for pid in children(proc.pid) if pid not in first and alive(pid)]
+        assert restarted
+        proc.send_signal(signal.SIGKILL)  # the restarted server belongs to a thread of conch: it goes too
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in restarted) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in restarted)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_serve_mme_exits_when_the_server_is_not_restarted(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("cli_gone"), tmp_path / "dist", "local")
+    proc, _ = serve_mme(archive, "--max-restarts", "0")
+    try:
+        os.kill(children(proc.pid)[0], signal.SIGKILL)
+        assert proc.wait(timeout=120) == 1
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+        assert "conch: error: tritonserver exited and was not restarted again" in stderr
+        assert "Traceback" not in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

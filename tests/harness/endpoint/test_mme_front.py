@@ -86,3 +86,21 @@ def test_wrong_endpoint_name_and_missing_header_are_validation_errors(mme: Local
         rt.invoke_endpoint(EndpointName="local", ContentType="application/json", Body=b"{}")
     assert no_header.value.response["Error"]["Code"] == "ValidationError"
     assert "target model header" in no_header.value.response["Error"]["Message"]
+
+
+def test_an_unknown_model_answer_for_a_loaded_model_is_asked_once_more_then_passed_on(
+        linear_archive: Path, tmp_path: Path) -> None:
+    """Triton 2.51 can miss a loaded model's name while another model loads or unloads (a race); here the miss
+    is made lasting by unloading the ensemble behind the SageMaker front end's back."""
+    copies(linear_archive, tmp_path / "src", ["lost.tar.gz"])
+    with LocalMME(tmp_path / "src") as endpoint:
+        rt = runtime(endpoint.url)
+        np.testing.assert_array_equal(invoke_linear(rt, "lost.tar.gz"), EXPECTED)
+        unload = requests.post(f"{endpoint.triton.http_url}/v2/repository/models/lost.tar.gz/unload", timeout=60)
+        assert unload.status_code == 200
+        with pytest.raises(ClientError) as lost:
+            invoke_linear(rt, "lost.tar.gz")
+        metrics = endpoint.metrics_json()
+    error = lost.value.response["Error"]
+    assert error["Code"] == "ModelError" and "model 'lost.tar.gz' is not found" in error["Message"]
+    assert metrics["TritonLookupRetries"] == 1

@@ -9,6 +9,7 @@ import pytest
 
 from conch import ServeError
 from conch.cli.endpoint import size
+from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import ValidationError
 from conch.harness.endpoint.sources import FolderSource, S3Source, checked_key, open_source
@@ -62,3 +63,8 @@ def test_metrics_keep_sagemakers_names_and_the_peak_of_loaded_models() -> None:
     assert snapshot["ModelUnloads"] == {"max_loaded": 1}
     text = metrics.prometheus().decode()
     assert "LoadedModelCount 2.0" in text and 'ModelCacheHit_total{hit="1"} 1.0' in text
+
+
+def test_step_names_are_isolate_or_shared(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match="'isolate' or 'shared'"):
+        LocalMME(tmp_path, step_names="unique")
