@@ -17,6 +17,8 @@ from conch.errors import ServeError
 BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
 BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
+# Where a replay sends each sample: Triton's KServe v2 endpoint, or its SageMaker front end with either body.
+ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
 
 
 def encode_request(inputs: Mapping[str, np.ndarray], body: str) -> tuple[bytes, str]:

@@ -16,6 +16,7 @@ from conch.cli.console import bars_shown, document, say
 from conch.cli.console import result as shown
 from conch.cli.endpoint import size
 from conch.errors import BenchError
+from conch.wire import BODIES
 
 
 def _archives(paths: list[Path]) -> list[Path]:
@@ -190,7 +191,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load.add_argument("--max-users", type=int, help="with the seed ramp: stop at this many users (default 200)")
     load.add_argument("--zipf", type=float, default=0.0, help="skew over the TargetModels in the order given "
                                                               "(0: uniform)")
-    load.add_argument("--body", choices=("json", "binary"), default="binary",
+    load.add_argument("--body", choices=BODIES, default="binary",
                       help="request bodies (binary+json by default; JSON where the inputs allow)")
     load.add_argument("--no-check", action="store_true", help="count HTTP 200 as success without checking answers")
     load.add_argument("--wait", type=float, default=0.0, help="seconds each user waits between requests")

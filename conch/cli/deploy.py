@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.local import replay_document
+from conch.sagemaker.autoscaling import METRICS
+from conch.wire import BODIES
 
 if TYPE_CHECKING:
     from conch.sagemaker.autoscaling import Autoscaling
@@ -139,7 +141,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     if args.archive is None:
         raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --request FILE")
     with progress_bar(f"invoking {args.endpoint}", None) as bar:
-        report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or ("json", "binary"),
+        report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or BODIES,
                                  samples=args.sample or (), target_model=args.target_model,
                                  progress=bar.line)
     result(report.table())
@@ -181,7 +183,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--env", action="append", metavar="KEY=VALUE", help="container environment (repeatable)")
     d.add_argument("--min-instances", type=int, help="autoscaling minimum (default 1)")
     d.add_argument("--max-instances", type=int, help="autoscaling maximum; turns autoscaling on")
-    d.add_argument("--scale-on", choices=("invocations", "gpu"),
+    d.add_argument("--scale-on", choices=METRICS,
                    help="metric to track (default: gpu on GPU instances, else invocations)")
     d.add_argument("--target-value", type=float,
                    help="GPU utilisation in %% (default 60), or invocations per instance per minute (required)")
@@ -202,7 +204,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--request", type=Path, help="send this KServe v2 JSON request body and print the answer "
                    "(with --json: the answer is the JSON document)")
     v.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # `--json FILE`, as --request was once spelt
-    v.add_argument("--body", action="append", choices=("json", "binary"),
+    v.add_argument("--body", action="append", choices=BODIES,
                    help="request body kinds for samples (default both)")
     v.set_defaults(func=cmd_invoke)
 

@@ -13,6 +13,7 @@ from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
 from conch.ensembles.target import DEFAULT_RELEASE, Target
 from conch.errors import ConchError
+from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
@@ -172,7 +173,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
-    r.add_argument("--endpoint", action="append", choices=("kserve", "sagemaker-json", "sagemaker-binary"))
+    r.add_argument("--endpoint", action="append", choices=ENDPOINTS)
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
     common(r)
     r.set_defaults(func=cmd_replay)

@@ -18,8 +18,8 @@ from conch.ensembles.samples import OutputCheck, check_of, compare
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
+from conch.wire import ENDPOINTS
 
-ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
 BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
