@@ -6,6 +6,7 @@ from __future__ import annotations
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import mme_steps
 import numpy as np
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.integration
 LOAD_TIMEOUT_S = 6.0
 
 
-def one_step(name: str, code: type) -> Ensemble:
+def one_step(name: str, code: Any) -> Ensemble:
     ens = Ensemble(name, max_batch_size=8)
     step = PythonStep("only", code, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
     ens.output("Z", step(ens.input("X", "FP32", [4])))

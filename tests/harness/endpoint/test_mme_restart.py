@@ -18,8 +18,8 @@ import restart_steps
 from botocore.exceptions import ClientError
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, invoke_linear, runtime
+from test_mme_bad_input import one_step
 
-from conch import Ensemble, PythonStep, Tensor
 from conch.builder.build import build_ensemble
 from conch.harness.endpoint import LocalMME
 
@@ -27,20 +27,13 @@ pytestmark = pytest.mark.integration
 WAIT_S = 180.0  # generous: the machine is shared; nothing here asserts how long anything took
 
 
-def one_step_ensemble(name: str, code: Any) -> Ensemble:
-    ens = Ensemble(name, max_batch_size=8)
-    step = PythonStep("slow", code, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
-    ens.output("Z", step(ens.input("X", "FP32", [4])))
-    return ens
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("restart-src")
     for name in ("ra", "rb"):
         build_ensemble(linear_ensemble(name), folder, "local")
-    build_ensemble(one_step_ensemble("slowload", basic_steps.SlowSetup), folder, "local")  # loads for 60 s
-    build_ensemble(one_step_ensemble("slowcall", restart_steps.sleepy), folder, "local")  # answers after 60 s
+    build_ensemble(one_step("slowload", basic_steps.SlowSetup), folder, "local")  # loads for 60 s
+    build_ensemble(one_step("slowcall", restart_steps.sleepy), folder, "local")  # answers after 60 s
     return folder
 
 
