@@ -15,6 +15,7 @@ from pathlib import Path
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
+from conch.harness.endpoint.step_names import StepNames
 
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -104,7 +105,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// sources, e.g. http://127.0.0.1:5000")
     s.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a load counts as hung")
     s.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-    s.add_argument("--step-names", choices=["isolate", "shared"], default="isolate",
+    s.add_argument("--step-names", choices=[s.value for s in StepNames], default=StepNames.ISOLATE.value,
                    help="isolate (default): rename a TargetModel's step models when another TargetModel uses their "
                    "names (copies of one archive), which Triton 2.51 with namespacing does not survive; shared: keep "
                    "the archive's names, as SageMaker's image does")

@@ -28,7 +28,8 @@ from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import EndpointError, ModelError
 from conch.harness.endpoint.sources import ModelSource
-from conch.harness.endpoint.stage import StepClaims, StepNames, read_configs, rename_steps, step_models
+from conch.harness.endpoint.stage import StepClaims, read_configs, rename_steps, step_models
+from conch.harness.endpoint.step_names import StepNames
 
 log = logging.getLogger("conch.endpoint")
 

@@ -25,7 +25,7 @@ from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.sources import open_source
-from conch.harness.endpoint.stage import StepNames
+from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
 
 ENDPOINT_NAME = "local"

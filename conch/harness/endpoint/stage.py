@@ -10,7 +10,6 @@ name: the SageMaker front end maps it to the TargetModel.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -21,11 +20,6 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.builder.archive import atomic_output
 from conch.harness.endpoint.protocol import ValidationError
-
-
-class StepNames(enum.Enum):
-    ISOLATE = "isolate"  # rename a TargetModel's steps when another TargetModel uses their names
-    SHARED = "shared"  # keep every name as in the archive (what SageMaker's image does)
 
 
 def read_configs(folder: Path) -> dict[str, model_config_pb2.ModelConfig]:

@@ -1,0 +1,11 @@
+"""How the local MME names the step models of a TargetModel it stages (a module of its own, light enough for
+the CLI's parser to take its choices from it)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class StepNames(enum.Enum):
+    ISOLATE = "isolate"  # rename a TargetModel's steps when another TargetModel uses their names
+    SHARED = "shared"  # keep every name as in the archive (what SageMaker's image does)
