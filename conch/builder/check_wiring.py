@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from tritonclient.grpc import model_config_pb2
 
@@ -14,6 +14,8 @@ _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
 # A tensor in the ensemble's scope: data type, full shape (batch dimension included as -1), who writes it.
 Produced = tuple[int, list[int], str]
+
+Spec: TypeAlias = model_config_pb2.ModelInput | model_config_pb2.ModelOutput
 
 
 def _full(dims: Sequence[int], max_batch_size: int) -> list[int]:
@@ -63,13 +65,8 @@ def check_wiring(ensemble: Model, models: dict[str, Model], report: CheckReport)
 
 def _outputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
              report: CheckReport, file: str) -> None:
-    outputs = {o.name: o for o in model.config.output}
-    for key, value in step.output_map.items():
-        spec = outputs.get(key)
-        if spec is None:
-            report.error(file, f"step {model.folder!r}: output_map key {key!r} is not an output of that model "
-                         f"(its outputs: {', '.join(sorted(outputs)) or 'none'})")
-        elif value in produced:
+    for key, value, spec in _mapped("output", step.output_map, model.config.output, model, report, file):
+        if value in produced:
             report.error(file, f"tensor {value!r} is written by both {produced[value][2]} and output {key!r} of "
                          f"step {model.folder!r}; each tensor is written once")
         else:
@@ -79,13 +76,7 @@ def _outputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced
 
 def _inputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
             report: CheckReport, file: str) -> None:
-    inputs = {i.name: i for i in model.config.input}
-    for key, value in step.input_map.items():
-        spec = inputs.get(key)
-        if spec is None:
-            report.error(file, f"step {model.folder!r}: input_map key {key!r} is not an input of that model "
-                         f"(its inputs: {', '.join(sorted(inputs)) or 'none'})")
-            continue
+    for key, value, spec in _mapped("input", step.input_map, model.config.input, model, report, file):
         src = produced.get(value)
         if src is None:
             report.error(file, f"step {model.folder!r} input {key!r} reads tensor {value!r}, which is neither an "
@@ -93,9 +84,23 @@ def _inputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced:
             continue
         full = _full(spec.dims, model.config.max_batch_size)
         _agree(f"step {model.folder!r} input {key!r}", spec.data_type, full, src, report, file)
-    for name, spec in inputs.items():
-        if name not in step.input_map and not spec.optional:
-            report.error(file, f"step {model.folder!r}: required input {name!r} is not in its input_map")
+    for spec in model.config.input:
+        if spec.name not in step.input_map and not spec.optional:
+            report.error(file, f"step {model.folder!r}: required input {spec.name!r} is not in its input_map")
+
+
+def _mapped(kind: str, mapping: Mapping[str, str], declared: Iterable[Spec], model: Model, report: CheckReport,
+            file: str) -> Iterator[tuple[str, str, Spec]]:
+    """``(key, tensor, spec)`` for each entry of a step's input_map or output_map whose key the model
+    declares as one of its ``kind``s; the other keys are reported."""
+    specs: dict[str, Spec] = {s.name: s for s in declared}
+    for key, value in mapping.items():
+        spec = specs.get(key)
+        if spec is None:
+            report.error(file, f"step {model.folder!r}: {kind}_map key {key!r} is not an {kind} of that model "
+                         f"(its {kind}s: {', '.join(sorted(specs)) or 'none'})")
+        else:
+            yield key, value, spec
 
 
 def _agree(what: str, dtype: int, shape: list[int], src: Produced, report: CheckReport, file: str) -> None:
