@@ -234,7 +234,11 @@ def _check_model(model: Model, root: Path, report: CheckReport) -> None:
 
 def _check_labels(model: Model, output: model_config_pb2.ModelOutput, report: CheckReport) -> None:
     file = f"{model.folder}/{output.label_filename}"
-    path = model.path / output.label_filename
+    path = (model.path / output.label_filename).resolve()
+    if not path.is_relative_to(model.path.resolve()):
+        report.error(f"{model.folder}/config.pbtxt", f"output {output.name!r}: label_filename "
+                     f"{output.label_filename!r} points outside the model folder; put the labels file in it")
+        return
     if not path.is_file():
         report.error(file, f"is missing: output {output.name!r} names it as its label_filename")
         return

@@ -70,6 +70,15 @@ def test_label_file_with_a_line_short_fails(tmp_path: Path) -> None:
             "'InceptionV3/Predictions/Softmax' has 1001 classes") in text
 
 
+@pytest.mark.parametrize("name", ["../../../../../../etc/hostname", "/etc/hostname"])
+def test_label_file_outside_the_model_folder_is_refused_unread(tmp_path: Path, name: str) -> None:
+    repo = edit(inception_repo(), "inception_graphdef/config.pbtxt", '"inception_labels.txt"', f'"{name}"')
+    text = only_error(check_repo(tmp_path, repo))
+    assert (f"hand.tar.gz/inception_graphdef/config.pbtxt: error: output 'InceptionV3/Predictions/Softmax': "
+            f"label_filename '{name}' points outside the model folder") in text
+    assert "labels, but output" not in text
+
+
 BAD = {
     "no ensemble": (lambda r: edit(r, "ensemble/config.pbtxt", 'platform: "ensemble"', 'platform: "ensemble2"'),
                     "no model folder holds an ensemble config"),
