@@ -179,7 +179,7 @@ class Executor:
             )
         folder = self._workdir / name
         for rel, source in layout.files.items():
-            _place(folder / rel, source)
+            _place(folder, rel, source)
         before = list(sys.path)  # model.py puts its version folder first on sys.path, as in the stub
         try:
             module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
@@ -259,8 +259,9 @@ def _presented(array: np.ndarray, spec: Tensor, batching: bool) -> tuple[np.ndar
     return array, None
 
 
-def _place(path: Path, source: bytes | Path) -> None:
-    if str(path).endswith("/"):
+def _place(folder: Path, rel: str, source: bytes | Path) -> None:
+    path = folder / rel  # a Path drops the trailing "/" that marks a folder entry: test ``rel``
+    if rel.endswith("/"):
         path.mkdir(parents=True, exist_ok=True)
         return
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,13 +11,13 @@ import pytest
 
 from conch import BuildError, Ensemble, PythonStep, Tensor
 from conch.builder.build import render_repository
-from conch.run import run
+from conch.run import Executor, run
 
 
-def _ensemble(assets: Path) -> Ensemble:
+def _ensemble(assets: Path, **extra: bytes) -> Ensemble:
     ens = Ensemble("folder_files", max_batch_size=4)
     step = PythonStep("prefix", basic_steps.FolderPrefixer, [Tensor("TEXT", "BYTES", [1])],
-                      [Tensor("OUT", "BYTES", [1])], files={"assets": assets}, max_batch_size=4)
+                      [Tensor("OUT", "BYTES", [1])], files={"assets": assets, **extra}, max_batch_size=4)
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     return ens
 
@@ -32,6 +32,17 @@ def test_a_folder_in_files_ships_whole_and_the_step_reads_inside_it(tmp_path: Pa
     assert [name.split("/assets/", 1)[1] for name in shipped] == ["nested/prefix.txt", "other.bin"]
     answer = run(ens, {"TEXT": np.array([[b"hello"]], dtype=object)})
     assert answer.outputs["OUT"].tolist() == [[b">> hello"]]
+
+
+def test_an_empty_folder_entry_is_a_folder_in_the_run_as_in_the_archive(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    (assets / "nested").mkdir(parents=True)
+    (assets / "nested" / "prefix.txt").write_bytes(b">> \n")
+    ens = _ensemble(assets, **{"cache/": b""})
+    with Executor(ens) as executor:
+        executor.run({"TEXT": np.array([[b"hello"]], dtype=object)})
+        placed = [p for p in executor._workdir.rglob("cache")]
+        assert len(placed) == 1 and placed[0].is_dir()
 
 
 def test_a_files_entry_that_does_not_exist_names_the_step_and_the_fix(tmp_path: Path) -> None:
