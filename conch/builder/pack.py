@@ -154,12 +154,9 @@ def _explain_pip_failure(stderr: str, requirements: tuple[str, ...], python: str
     tail = "\n".join(line for line in stderr.strip().splitlines()[-6:])
     if match and "(from versions: none)" in stderr:
         name = match.group(1)
-        probe = tempfile.mkdtemp(prefix="conch-sdist-", dir=scratch_dir())
-        try:
+        with scratch_temp("conch-sdist-") as probe:
             has_sdist = _pip("download", "--no-deps", "--no-binary=:all:", "--quiet", "--dest", probe,
                              name).returncode == 0
-        finally:
-            shutil.rmtree(probe, ignore_errors=True)
         if has_sdist:
             return PackError(
                 f"{name} has no wheel for CPython {python} on Linux x86-64, only a source distribution, which "
