@@ -69,10 +69,8 @@ def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
 
 def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.ndarray]:
     """The outputs of a binary+json response (or of a JSON one, when the server answered in JSON)."""
-    header = None
-    if content_type.startswith(BINARY_CONTENT_TYPE):
-        header = int(content_type[len(BINARY_CONTENT_TYPE):])
     try:
+        header = int(content_type[len(BINARY_CONTENT_TYPE):]) if content_type.startswith(BINARY_CONTENT_TYPE) else None
         result = httpclient.InferenceServerClient.parse_response_body(content, header_length=header)
         return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
     except Exception as exc:  # tritonclient raises whatever its JSON and buffer handling raise

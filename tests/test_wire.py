@@ -35,6 +35,9 @@ def test_binary_bodies_carry_any_bytes() -> None:
         json_request({"T": np.array([[b"\x00\xff"]], dtype=object)})
     with pytest.raises(ServeError, match=r"is not a KServe v2 inference response"):
         parse_binary_response(b"nonsense", content_type)
+    with pytest.raises(ServeError, match=r"\(application/vnd.sagemaker-triton.binary\+json;json-header-size=x\) "
+                                         r"is not a KServe v2 inference response"):
+        parse_binary_response(body, "application/vnd.sagemaker-triton.binary+json;json-header-size=x")
 
 
 def test_unknown_body_kinds_and_json_request_checks() -> None:
