@@ -131,11 +131,12 @@ def locate(
                 on_error(exc)
                 continue
             for ensemble in ensembles:
-                if ensemble.name in seen and not any(e is ensemble for _, e in found):
+                if any(e is ensemble for _, e in found):  # imported by another file of the paths
+                    continue
+                if ensemble.name in seen:
                     raise DeclarationError(
                         f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
                     )
-                if not any(e is ensemble for _, e in found):
-                    seen[ensemble.name] = file
-                    found.append((file, ensemble))
+                seen[ensemble.name] = file
+                found.append((file, ensemble))
     return found

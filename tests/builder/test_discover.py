@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.builder.discover import sort_paths
-from conch.errors import ArchiveError
+from conch.builder.discover import locate, sort_paths
+from conch.errors import ArchiveError, DeclarationError
 
 
 def test_folders_give_their_archives_and_are_sources_when_they_hold_ensemble_files(tmp_path: Path) -> None:
@@ -28,3 +28,21 @@ def test_commands_that_take_archives_only_say_what_to_do(tmp_path: Path) -> None
         sort_paths([Path("x.py")], archives_for="deploy")
     with pytest.raises(ArchiveError, match=r"holds no .tar.gz archives: run `conch build --out"):
         sort_paths([tmp_path], archives_for="bench")
+
+
+def test_an_ensemble_reached_twice_is_found_once_and_a_second_of_its_name_is_refused(tmp_path: Path) -> None:
+    declare = ("from conch import Ensemble, PythonStep, Tensor\n"
+               "from basic_steps import double\n"
+               "ens = Ensemble('dup_{0}', max_batch_size=4)\n"
+               "step = PythonStep('double', double, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])], "
+               "max_batch_size=4)\n"
+               "ens.output('Y', step(ens.input('X', 'FP32', [4])))\n")
+    (tmp_path / "conch_discover_one.py").write_text(declare.format("a"))
+    (tmp_path / "conch_discover_reexport.py").write_text("from conch_discover_one import ens\n")
+    (tmp_path / "conch_discover_twin.py").write_text(declare.format("a"))
+    one, reexport, twin = (tmp_path / f"conch_discover_{n}.py" for n in ("one", "reexport", "twin"))
+    found = locate([one, reexport, one])
+    assert [(path.name, e.name) for path, e in found] == [("conch_discover_one.py", "dup_a")]
+    with pytest.raises(DeclarationError, match=r"ensemble name 'dup_a' is declared in both .*conch_discover_one.py "
+                                               r"and .*conch_discover_twin.py"):
+        locate([one, twin])
