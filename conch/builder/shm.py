@@ -178,11 +178,16 @@ def _mb(n: int) -> str:
 def server_settings(manifests: Iterable[Manifest | Mapping[str, Any]]) -> tuple[int, int]:
     """(shm-default-byte-size, shm-growth-byte-size) that hold every archive's Python-backend steps:
     SageMaker's defaults unless an archive needs more (manifests typed, or in their JSON form)."""
-    sized = [m.shm.to_json() if isinstance(m, Manifest) and m.shm else {} if isinstance(m, Manifest)
-             else m.get("shm") or {} for m in manifests]
+    sized = [_shm_json(m) for m in manifests]
     default = max([SAGEMAKER_DEFAULT_BYTES, *(int(s.get("default_byte_size", 0)) for s in sized)])
     growth = max([SAGEMAKER_GROWTH_BYTES, *(int(s.get("growth_byte_size", 0)) for s in sized)])
     return default, growth
+
+
+def _shm_json(manifest: Manifest | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(manifest, Manifest):
+        return manifest.shm.to_json() if manifest.shm else {}
+    return manifest.get("shm") or {}
 
 
 def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
