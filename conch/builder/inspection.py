@@ -13,9 +13,11 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check import CheckReport, check_archive
+from conch.builder.check import CheckReport, check_folder
 from conch.builder.envs import ENV_DIR
+from conch.builder.extract import safe_extract
 from conch.builder.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
 
 CONFIG_LIMIT = 1 << 20  # a config.pbtxt larger than this is not read for the summary (check reports it)
@@ -195,11 +197,61 @@ def tree_lines(entries: list[Entry], depth: int = 4) -> list[str]:
 
 
 def inspect_archive(archive: Path) -> Inspection:
-    """Read the archive once for its tree, manifest and configs, then run `conch check` on it.
+    """Unpack the archive once (through the one safe extraction) for its tree, manifest, configs and
+    `conch check`; an archive the extraction refuses is listed without unpacking, and its check says why.
     ArchiveError naming the archive when it is missing, unreadable, or has no manifest conch can read."""
     archive = Path(archive)
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
+    with scratch_temp("conch-inspect-") as tmp:
+        folder = Path(tmp) / "archive"
+        try:
+            safe_extract(archive, folder)
+        except ArchiveError as exc:
+            entries, manifest, configs = _listed(archive)
+            check = CheckReport(archive.name)
+            check.error("", str(exc))
+        else:
+            entries, manifest, configs = _unpacked(folder, archive)
+            check = check_folder(folder, archive.name)
+    if manifest is None:
+        raise no_manifest(archive)
+    entries.sort(key=lambda e: e.path)
+    environments: dict[str, int] = {}  # conch-envs/<name>: a packed .tar.gz or an unpacked folder
+    for e in entries:
+        parts = e.path.split("/")
+        if parts[0] == ENV_DIR and len(parts) > 1 and parts[1]:
+            key = f"{ENV_DIR}/{parts[1]}"
+            environments[key] = environments.get(key, 0) + e.size
+    models = [summarize_config(name, text) for name, text in sorted(configs.items())]
+    return Inspection(archive, archive.stat().st_size, manifest, entries, models, check,
+                      dict(sorted(environments.items())))
+
+
+Found = tuple[list[Entry], "Manifest | None", dict[str, bytes]]
+
+
+def _unpacked(folder: Path, archive: Path) -> Found:
+    """Tree, manifest and configs of ``archive``, which the safe extraction unpacked at ``folder``."""
+    entries: list[Entry] = []
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            entries.append(Entry(name, "link", 0))
+        elif path.is_dir():
+            entries.append(Entry(name + "/", "dir", 0))
+        else:
+            entries.append(Entry(name, "file", path.stat().st_size))
+    manifest_path = folder / MANIFEST_NAME
+    manifest = parse_manifest(manifest_path.read_bytes(), archive) if manifest_path.is_file() else None
+    configs = {p.parent.name: p.read_bytes() for p in folder.glob("*/config.pbtxt")
+               if p.is_file() and not p.is_symlink() and p.stat().st_size <= CONFIG_LIMIT}
+    return entries, manifest, configs
+
+
+def _listed(archive: Path) -> Found:
+    """Tree, manifest and configs read from the archive's stream without unpacking it (for an archive
+    the safe extraction refuses)."""
     entries: list[Entry] = []
     configs: dict[str, bytes] = {}
     manifest: Manifest | None = None
@@ -216,18 +268,7 @@ def inspect_archive(archive: Path) -> Inspection:
                     configs[name.split("/")[0]] = data
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise unreadable(archive, exc) from None
-    if manifest is None:
-        raise no_manifest(archive)
-    entries.sort(key=lambda e: e.path)
-    environments: dict[str, int] = {}  # conch-envs/<name>: a packed .tar.gz or an unpacked folder
-    for e in entries:
-        parts = e.path.split("/")
-        if parts[0] == ENV_DIR and len(parts) > 1 and parts[1]:
-            key = f"{ENV_DIR}/{parts[1]}"
-            environments[key] = environments.get(key, 0) + e.size
-    models = [summarize_config(folder, text) for folder, text in sorted(configs.items())]
-    return Inspection(archive, archive.stat().st_size, manifest, entries, models, check_archive(archive),
-                      dict(sorted(environments.items())))
+    return entries, manifest, configs
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, bytes | None]]:
