@@ -80,6 +80,8 @@ class LocalMME:
     ) -> None:
         if max_loaded is not None and max_loaded < 1:
             raise ServeError(f"max_loaded {max_loaded}: at least one model must fit")
+        if max_restarts < 0:
+            raise ServeError(f"max_restarts {max_restarts}: give 0 (never restart tritonserver) or more")
         try:
             self.step_names = StepNames(step_names)
         except ValueError:
