@@ -40,7 +40,12 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     archives, sources = given.archives, given.sources
     folder = tmp / "archives"
     folder.mkdir()
-    for archive in archives:
+    taken: dict[str, Path] = {}
+    for archive in archives:  # the file name is the TargetModel: a second one of that name would replace the first
+        first = taken.setdefault(archive.name, archive.resolve())
+        if first != archive.resolve():
+            raise ServeError(f"{archive} and {first} are both named {archive.name!r}, and an archive's name is its "
+                             "TargetModel; rename one")
         shutil.copyfile(archive, folder / archive.name)
     for ensemble in discover(sources) if sources else []:
         if not args.only or ensemble.name in args.only:
