@@ -28,9 +28,31 @@ def is_startup_line(line: bytes) -> bool:
     return STARTUP_LINE.match(line) is not None
 
 
+_active = 0  # blocks open now: descriptor 2 is process-wide, so only the outermost one sets up a filter
+_active_lock = threading.Lock()
+
+
 @contextmanager
 def startup_lines_dropped() -> Iterator[None]:
-    """Within the block, lines written to descriptor 2 pass through a filter dropping native start-up lines."""
+    """Within the block, lines written to descriptor 2 pass through a filter dropping native start-up lines.
+    Inside another such block (every ensemble file's import under a ``conch`` command) it adds nothing."""
+    global _active
+    with _active_lock:
+        _active += 1
+        nested = _active > 1
+    try:
+        if nested:
+            yield
+        else:
+            with _filtered():
+                yield
+    finally:
+        with _active_lock:
+            _active -= 1
+
+
+@contextmanager
+def _filtered() -> Iterator[None]:
     try:
         sys.stderr.flush()
         saved = os.dup(2)

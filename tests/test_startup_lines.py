@@ -45,6 +45,22 @@ def test_only_the_startup_lines_are_dropped_and_the_rest_passes_in_order() -> No
     assert result.stdout == "stdout untouched\n"
 
 
+def test_a_block_inside_another_adds_no_second_filter() -> None:
+    script = textwrap.dedent(f"""
+        import os, threading
+        from conch.startup_lines import startup_lines_dropped
+        with startup_lines_dropped():
+            with startup_lines_dropped():  # as discover's import of each ensemble file within a command
+                os.write(2, {STARTUP[0].encode()!r} + b"\\nuser line\\n")
+                print(sum(t.name == "conch-startup-lines" for t in threading.enumerate()))
+            os.write(2, {STARTUP[1].encode()!r} + b"\\n")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "user line\n"
+    assert result.stdout == "1\n"
+
+
 def test_importing_tensorflow_through_conch_prints_nothing_and_keeps_onednn_as_the_user_has_it() -> None:
     script = textwrap.dedent("""
         import os

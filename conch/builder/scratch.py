@@ -18,7 +18,7 @@ def alive(pid: int) -> bool:
     """Whether a process of that id runs (a reused id reads as alive: its folder waits for a later sweep)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: a number no process id can be (a stray name)
         return False
     except PermissionError:
         return True

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conch.builder.scratch import scratch_temp
-from conch.cli.console import document, result, say
+from conch.cli.console import document, error, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.harness.endpoint.step_names import StepNames
 
@@ -40,7 +40,12 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     archives, sources = given.archives, given.sources
     folder = tmp / "archives"
     folder.mkdir()
-    for archive in archives:
+    taken: dict[str, Path] = {}
+    for archive in archives:  # the file name is the TargetModel: a second one of that name would replace the first
+        first = taken.setdefault(archive.name, archive.resolve())
+        if first != archive.resolve():
+            raise ServeError(f"{archive} and {first} are both named {archive.name!r}, and an archive's name is its "
+                             "TargetModel; rename one")
         shutil.copyfile(archive, folder / archive.name)
     for ensemble in discover(sources) if sources else []:
         if not args.only or ensemble.name in args.only:
@@ -74,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     try:  # one archive that cannot load does not keep the others from being served
                         mme.load(archive.name)
                     except ConchError as exc:
-                        say(f"conch: error: {exc}")
+                        error(str(exc))
                         failed.append(archive.name)
             ready = {"event": "ready", **mme.ready_line(), "failed": failed}
             result(json.dumps(ready))  # a JSON line in every mode but --quiet: scripts wait for it
@@ -84,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "TargetModel='<archive>.tar.gz'; metrics at /metrics; Ctrl-C stops")
             while mme.serving():
                 time.sleep(0.5)
-            say(f"conch: error: tritonserver exited and was not restarted again\n{mme.triton.log_tail()}")
+            error(f"tritonserver exited and was not restarted again\n{mme.triton.log_tail()}")
             document({"event": "exited", "error": "tritonserver exited and was not restarted again",
                       "log": str(mme.triton.log_path)})
             return 1

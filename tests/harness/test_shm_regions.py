@@ -53,3 +53,13 @@ def test_regions_of_conch_processes_that_are_gone_are_swept_at_the_next_start() 
     finally:
         for path in (orphan, live, other):
             path.unlink(missing_ok=True)
+
+
+def test_a_region_named_with_a_number_no_process_can_have_is_swept_without_an_error() -> None:
+    stray = shm_regions.SHM_DIR / "conch_99999999999999999999_0badc0de_region"  # os.kill would overflow on it
+    stray.write_bytes(b"x")
+    try:
+        assert shm_regions.sweep_orphans() >= 1
+        assert not stray.exists()
+    finally:
+        stray.unlink(missing_ok=True)

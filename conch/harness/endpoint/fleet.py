@@ -199,7 +199,7 @@ class Fleet:
             renames = self.claims.plan(m.name, step_models(configs))
         if not renames:
             return
-        await asyncio.to_thread(rename_steps, folder, m.name, renames)
+        await asyncio.to_thread(rename_steps, folder, m.name, renames, configs)
         if m.name not in self.renamed:
             self.renamed.add(m.name)
             log.info("TargetModel %s: step models renamed %s, because another TargetModel uses their names "

@@ -80,6 +80,8 @@ class LocalMME:
     ) -> None:
         if max_loaded is not None and max_loaded < 1:
             raise ServeError(f"max_loaded {max_loaded}: at least one model must fit")
+        if max_restarts < 0:
+            raise ServeError(f"max_restarts {max_restarts}: give 0 (never restart tritonserver) or more")
         try:
             self.step_names = StepNames(step_names)
         except ValueError:
@@ -99,7 +101,6 @@ class LocalMME:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
-        self._gone = False
 
     @property
     def url(self) -> str:
@@ -118,8 +119,10 @@ class LocalMME:
         return self
 
     def serving(self) -> bool:
-        """Whether the endpoint serves, or will again once tritonserver has restarted."""
-        return self._server is not None and not self._gone
+        """Whether the endpoint serves, or will again once tritonserver has restarted: its watcher ends only in
+        ``stop()`` or when it gives up, after the fleet knows (so calls then say the server is gone)."""
+        watcher = self._watcher
+        return self._server is not None and watcher is not None and watcher.is_alive()
 
     def _watch(self) -> None:
         """Restart tritonserver when it exits, at most ``max_restarts`` times; tell the fleet before and after."""
@@ -133,7 +136,6 @@ class LocalMME:
                 if restarts >= self.max_restarts:
                     log.error("tritonserver %s; not restarted: it was restarted %d times already (max_restarts); its "
                               "log: %s", why, restarts, self.triton.log_path)
-                    self._gone = True
                     self._tell_fleet("server_gone", f"{why} and was not restarted: it was restarted "
                                      f"{restarts} times already (--max-restarts {self.max_restarts}); its log: "
                                      f"{self.triton.log_path}")

@@ -68,13 +68,14 @@ class StepClaims:
             del self.owners[name]
 
 
-def rename_steps(folder: Path, target_model: str, renames: dict[str, str]) -> None:
-    """Rename step folders under ``folder`` and every reference to them: each config's ``name`` and the
-    ensembles' ``model_name``. Nothing else in a conch archive depends on a step's name (model.py finds its
-    files beside itself, EXECUTION_ENV_PATH is relative to the model directory)."""
+def rename_steps(folder: Path, target_model: str, renames: dict[str, str],
+                 configs: dict[str, model_config_pb2.ModelConfig]) -> None:
+    """Rename step folders under ``folder`` and every reference to them in ``configs`` (its ``read_configs``,
+    changed in place): each config's ``name`` and the ensembles' ``model_name``. Nothing else in a conch
+    archive depends on a step's name (model.py finds its files beside itself, EXECUTION_ENV_PATH is relative
+    to the model directory)."""
     if not renames:
         return
-    configs = read_configs(folder)
     for old, new in renames.items():
         if (folder / new).exists():
             raise ValidationError(f"TargetModel {target_model!r}: cannot rename step {old!r} to {new!r}, the archive "

@@ -100,6 +100,15 @@ def test_serve_refuses_paths_and_mme_together_in_one_line(tmp_path: Path) -> Non
     assert bad_size.returncode == 2 and "write a size such as 6GiB" in bad_size.stderr
 
 
+def test_serve_refuses_two_archives_of_one_name_in_one_line(tmp_path: Path) -> None:
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same.tar.gz").write_bytes(b"not read: refused first")
+    result = conch("serve", str(tmp_path / "a" / "same.tar.gz"), str(tmp_path / "b" / "same.tar.gz"))
+    assert result.returncode == 2 and "are both named 'same.tar.gz'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def serve_mme(archive: Path, *options: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "conch.cli", "serve", "--mme", str(archive.parent), "--port", "0", *options],

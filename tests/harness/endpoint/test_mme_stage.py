@@ -44,10 +44,11 @@ def test_a_taken_isolated_name_is_not_handed_out_twice() -> None:
 def test_renamed_steps_keep_the_archive_valid(unpacked: Path, tmp_path: Path) -> None:
     folder = tmp_path / "model"
     shutil.copytree(unpacked, folder)
-    steps = step_models(read_configs(folder))
+    configs = read_configs(folder)
+    steps = step_models(configs)
     assert steps == ["stage__add_one", "stage__double"]
     renames = {s: isolated_name(s, "copy.tar.gz") for s in steps}
-    rename_steps(folder, "copy.tar.gz", renames)
+    rename_steps(folder, "copy.tar.gz", renames, configs)
     configs = read_configs(folder)
     assert sorted(configs) == sorted([*renames.values(), "stage"])
     assert [s.model_name for s in configs["stage"].ensemble_scheduling.step] == [
@@ -61,5 +62,5 @@ def test_a_rename_onto_a_folder_of_the_archive_is_refused(unpacked: Path, tmp_pa
     folder = tmp_path / "model"
     shutil.copytree(unpacked, folder)
     with pytest.raises(ValidationError, match="--step-names shared"):
-        rename_steps(folder, "copy.tar.gz", {"stage__double": "stage__add_one"})
+        rename_steps(folder, "copy.tar.gz", {"stage__double": "stage__add_one"}, read_configs(folder))
     assert check_folder(folder, "copy.tar.gz").ok  # nothing was changed

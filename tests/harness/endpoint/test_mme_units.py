@@ -68,3 +68,8 @@ def test_metrics_keep_sagemakers_names_and_the_peak_of_loaded_models() -> None:
 def test_step_names_are_isolate_or_shared(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="'isolate' or 'shared'"):
         LocalMME(tmp_path, step_names="unique")
+
+
+def test_max_restarts_below_zero_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match=r"max_restarts -1: give 0"):
+        LocalMME(tmp_path, max_restarts=-1)
