@@ -131,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
         profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
                                                  max_copies=args.measure_copies).to_json()))
-    if args.memory_per_model:
+    if args.memory_per_model is not None:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
                                 args.base_memory or 0))
     if not profiles:
