@@ -49,6 +49,15 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+def finish(name: str, header: Sequence[str], rows: Sequence[Sequence[Any]], data: dict[str, Any]) -> int:
+    """End of an A/B benchmark: the whole table, then results/<name>.json; 0 for ``sys.exit``."""
+    print()
+    print(table(header, rows))
+    path = write_json(name, data)
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
 def wrk(url: str, body: bytes, content_type: str, connections: int, seconds: int) -> float:
     """Requests per second that wrk reaches with ``connections`` keep-alive connections (one thread);
     non-2xx answers make it fail."""

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, alternate, kserve_json, median, stub_cpu_seconds, table, write_json, wrk, wrk_run
+from _common import ROOT, alternate, finish, kserve_json, median, stub_cpu_seconds, table, wrk, wrk_run
 
 sys.path.insert(0, str(ROOT / "ensembles"))
 
@@ -152,11 +152,7 @@ def main() -> int:
                                     "ratio_of_medians": gen / hnd, "generated_stub_cpu_us": cpu["generated"],
                                     "hand_stub_cpu_us": cpu["hand-written"], "cpu_ratio": hnd_cpu / gen_cpu})
                     print(table(HEADER, rows[-1:]), flush=True)
-    print()
-    print(table(HEADER, rows))
-    path = write_json("python_step", {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
-    print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return finish("python_step", HEADER, rows, {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import ROOT, alternate, kserve_json, median, table, tree_cpu_seconds, write_json, wrk, wrk_run
+from _common import ROOT, alternate, finish, kserve_json, median, table, tree_cpu_seconds, wrk, wrk_run
 
 sys.path.insert(0, str(ROOT / "ensembles"))
 
@@ -156,11 +156,7 @@ def main() -> int:
                             "ensemble_cpu_ms": cpu["ensemble"], "in_process_cpu_ms": cpu["in-process"],
                             "cpu_ratio": inp_cpu / ens_cpu})
             print(table(HEADER, rows[-1:]), flush=True)
-    print()
-    print(table(HEADER, rows))
-    path = write_json("text_ensemble", {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
-    print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return finish("text_ensemble", HEADER, rows, {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tritonclient.http as httpclient
 
 from conch.ensembles.dtypes import DType
 from conch.errors import ServeError
+
+if TYPE_CHECKING:  # tritonclient.http (and gevent under it) is loaded on first use: the CLI's parser needs
+    import tritonclient.http as httpclient  # only the vocabularies below
 
 BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
@@ -52,6 +54,8 @@ def json_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
 
 def binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
     """(body, content type) of a binary+json request: the JSON header, then the raw tensors."""
+    import tritonclient.http as httpclient
+
     infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
     body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
     content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
@@ -69,6 +73,8 @@ def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
 
 def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.ndarray]:
     """The outputs of a binary+json response (or of a JSON one, when the server answered in JSON)."""
+    import tritonclient.http as httpclient
+
     try:
         header = int(content_type[len(BINARY_CONTENT_TYPE):]) if content_type.startswith(BINARY_CONTENT_TYPE) else None
         result = httpclient.InferenceServerClient.parse_response_body(content, header_length=header)
@@ -87,6 +93,8 @@ def _head(content: bytes, limit: int = 80) -> str:
 
 def infer_input(name: str, array: np.ndarray) -> httpclient.InferInput:
     """A tritonclient input holding ``array`` as binary data."""
+    import tritonclient.http as httpclient
+
     dtype = DType.of(array.dtype)
     item = httpclient.InferInput(name, list(array.shape), dtype.wire)
     item.set_data_from_numpy(array, binary_data=True)

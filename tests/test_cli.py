@@ -174,3 +174,13 @@ def test_replay_checks_each_output_its_own_way() -> None:
     wrong = rows["cli_per_output.tar.gz"]
     assert " FAIL " in wrong and "LABEL: exact" in wrong and "(atol=0.001 rtol=0)" in wrong, wrong
     assert "3 passed, 1 failed" in result.stdout  # two loads, one sample each
+
+
+def test_the_parser_loads_no_http_client_or_server_stack() -> None:
+    """`conch --help` and every argument error stay quick: tritonclient (gevent), starlette, uvicorn,
+    boto3 and locust are loaded by the commands that use them, not by the parser."""
+    heavy = ("tritonclient.http", "gevent", "starlette", "uvicorn", "boto3", "locust")
+    code = f"import sys, conch.cli; conch.cli.parser(); print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -66,6 +66,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_probe(args)
     if not args.archives:
         raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
+    _check_load_figures(args)
     named = copy_names(_archives(args.archives), args.copies)
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
@@ -91,6 +92,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     say(f"wrote {output.json_path} and {output.png_path}")
     document({**output.summary, "json_path": str(output.json_path), "png_path": str(output.png_path)})
     return 0 if output.summary["requests"] else 1
+
+
+def _check_load_figures(args: argparse.Namespace) -> None:
+    """Refuse what argparse lets through but the load test would misread (--max-users 0 meant the full ramp,
+    --copies 0 one copy, --timeout 0 a crash on the first request)."""
+    wrong = [f"{flag} {value:g}" for flag, value, ok in (
+        ("--copies", args.copies, args.copies >= 1),
+        ("--max-users", args.max_users, args.max_users is None or args.max_users >= 1),
+        ("--workers", args.workers, args.workers >= 0),
+        ("--remote-workers", args.remote_workers, args.remote_workers >= 0),
+        ("--timeout", args.timeout, args.timeout > 0),
+        ("--wait", args.wait, args.wait >= 0),
+        ("--zipf", args.zipf, args.zipf >= 0),
+    ) if not ok]
+    if wrong:
+        raise BenchError(f"out of range: {', '.join(wrong)} (copies and users count from 1, workers from 0; "
+                         "--timeout is positive; --wait and --zipf are not negative)")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -131,7 +149,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
         profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
                                                  max_copies=args.measure_copies).to_json()))
-    if args.memory_per_model:
+    if args.memory_per_model is not None:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
                                 args.base_memory or 0))
     if not profiles:

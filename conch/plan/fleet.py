@@ -188,7 +188,28 @@ def plan(profiles: Sequence[Profile], count: int, traffic: Traffic, targets: Tar
         raise BenchError("a plan needs at least one ensemble profile (a probe JSON, or --memory-per-model)")
     if count < 1 or traffic.rps <= 0:
         raise BenchError("a plan needs at least one ensemble and a positive request rate")
+    _check_ranges(profiles, traffic, targets, options.get("threshold", 0.9))
     return [plan_type(profiles, count, traffic, targets, t, **options) for t in types]
+
+
+def _check_ranges(profiles: Sequence[Profile], traffic: Traffic, targets: Targets, threshold: float) -> None:
+    """Refuse figures the simulation would quietly turn into a plan (a share above 1, a negative time)."""
+    shares = {"--utilisation": targets.utilisation, "--threshold": threshold}
+    positive = {"--service-ms": traffic.service_ms, "--instance-rps": traffic.instance_rps,
+                "--p99-ms": targets.p99_ms}
+    wrong = [f"{flag} {value:g} is not in (0, 1]" for flag, value in shares.items() if not 0 < value <= 1]
+    if not 0 <= targets.miss_rate <= 1:
+        wrong.append(f"--miss-rate {targets.miss_rate:g} is not in [0, 1]")
+    wrong += [f"{flag} {value:g} is not positive" for flag, value in positive.items()
+              if value is not None and not value > 0]
+    if not traffic.zipf >= 0:
+        wrong.append(f"--zipf {traffic.zipf:g} is negative (0: uniform)")
+    for profile in profiles:
+        if not profile.memory_bytes > 0 or not profile.load_s >= 0:
+            wrong.append(f"ensemble profile {profile.name!r}: memory {profile.memory_bytes} bytes and load "
+                         f"{profile.load_s:g} s (memory must be positive, load time not negative)")
+    if wrong:
+        raise BenchError("a plan cannot use these figures: " + "; ".join(wrong))
 
 
 def to_json(rows: Sequence[Row], **context: Any) -> dict[str, Any]:

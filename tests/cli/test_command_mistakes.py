@@ -131,3 +131,11 @@ def test_invoke_with_a_json_file_that_is_not_a_kserve_body(tmp_path: Path, bad_j
 def test_invoke_with_an_archive_that_does_not_exist(tmp_path: Path) -> None:
     stderr = fails_with("invoke", *AWS, "--archive", str(tmp_path / "missing.tar.gz"))
     assert_one_line_each(stderr, [f"{tmp_path / 'missing.tar.gz'}: no such archive"])
+
+
+@pytest.mark.parametrize("flags", [("--copies", "0"), ("--max-users", "0"), ("--workers", "-1"), ("--timeout", "0"),
+                                   ("--wait", "-1"), ("--zipf", "-1")])
+def test_bench_figures_out_of_range(tmp_path: Path, flags: tuple[str, str]) -> None:
+    stderr = fails_with("bench", str(tmp_path / "x.tar.gz"), "--endpoint-url", NOWHERE, *flags)
+    assert f"conch: error: out of range: {flags[0]} {flags[1]} (" in stderr
+    assert "Traceback" not in stderr

@@ -30,12 +30,18 @@ def plan_of(out: str) -> list[tuple[str, str]]:
     return [(line.split()[1], line.split()[2]) for line in out.splitlines() if line[:3].strip().isdigit()]
 
 
-def test_dry_run_prints_every_call_with_the_shm_environment_and_sends_nothing(
-    moto: Moto, bucket: str, archives: list[Path], capsys: pytest.CaptureFixture[str]
-) -> None:
+def dry_run_with_shm_images(moto: Moto, archives: list[Path]) -> Path:
+    """`conch deploy --dry-run` of the archives plus one that needs shared memory; their folder."""
     dist = archives[0].parent
     build_ensemble(image_ensemble("shm_images"), dist, "production")
     assert main(deploy_args(dist, moto.url, "--dry-run")) == 0
+    return dist
+
+
+def test_dry_run_prints_every_call_with_the_shm_environment_and_sends_nothing(
+    moto: Moto, bucket: str, archives: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dry_run_with_shm_images(moto, archives)
     captured = capsys.readouterr()
     assert moto.calls == []  # no boto3 client was even made
     assert moto.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0
@@ -55,9 +61,7 @@ def test_dry_run_prints_every_call_with_the_shm_environment_and_sends_nothing(
 def test_the_plan_is_what_a_real_deploy_on_a_fresh_account_does(
     moto: Moto, bucket: str, archives: list[Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    dist = archives[0].parent
-    build_ensemble(image_ensemble("shm_images"), dist, "production")
-    assert main(deploy_args(dist, moto.url, "--dry-run")) == 0
+    dist = dry_run_with_shm_images(moto, archives)
     planned = plan_of(capsys.readouterr().out)
     assert main(deploy_args(dist, moto.url)) == 0
     made = [(service, operation) for service, operation, _ in moto.calls]
