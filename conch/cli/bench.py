@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from conch.cli.console import bars_shown, document, say
+from conch.cli.console import bars_shown, document, error, say
 from conch.cli.console import result as shown
-from conch.cli.endpoint import size
+from conch.cli.endpoint import add_step_names, size
+from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BenchError
 from conch.wire import BODIES
 
@@ -33,7 +34,8 @@ def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
     if args.triton:
         return "kserve", None, local_triton(named)
     if args.mme:
-        mme = local_mme(named, max_loaded=args.max_loaded, memory_budget=args.memory_budget)
+        mme = local_mme(named, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
+                        step_names=args.step_names)
         return ("boto3" if args.client == "boto3" else "sagemaker"), None, mme
     if args.endpoint_url:
         return ("boto3" if args.client == "boto3" else "sagemaker"), args.endpoint_url, nullcontext()
@@ -49,7 +51,7 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.bench import copy_names, run_bench
+    from conch.harness.load.bench import copy_names, endpoint_metrics, run_bench
     from conch.harness.load.display import load_progress
     from conch.harness.load.report import table
     from conch.harness.load.runner import locust_command
@@ -81,17 +83,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
         # The server's CPUs, when it runs on this machine: `conch plan` scales CPU instance types by them.
         here = spec.url is not None and urlsplit(spec.url).hostname in ("127.0.0.1", "localhost", "::1")
-        extra = {"machine": {"cpus": os.cpu_count()}} if here else {}
-        if mme is not None:
-            extra["mme_metrics_before"] = mme.metrics_json()
+        extra: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}} if here else {}
+        # the endpoint's own counts (restarts, lookup retries, collisions), when conch serves it
+        url = spec.url
+
+        def finish() -> dict[str, Any] | None:
+            return mme.metrics_json() if mme is not None else endpoint_metrics(url) if url else None
+
+        before = finish()
+        if before is not None:
+            extra["mme_metrics_before"] = before
         with load_progress(spec) if bars_shown() else nullcontext(_ignore) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
                                bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
-                               finish=mme.metrics_json if mme is not None else None)
+                               finish=finish if before is not None else None)
     shown(table(output.summary))
     say(f"wrote {output.json_path} and {output.png_path}")
     document({**output.summary, "json_path": str(output.json_path), "png_path": str(output.png_path)})
-    return 0 if output.summary["requests"] else 1
+    found = output.summary["problems"]
+    if found:
+        error(f"bench failed: {'; '.join(found)}")
+        return 1
+    say(f"clean run: {output.summary['requests']} requests, 0 failed")
+    return 0
 
 
 def _check_load_figures(args: argparse.Namespace) -> None:
@@ -112,6 +126,7 @@ def _check_load_figures(args: argparse.Namespace) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from conch.harness.endpoint.metrics import lenient
     from conch.harness.load.report import write_json
     from conch.harness.probe import plot_probe, probe
 
@@ -125,20 +140,25 @@ def cmd_probe(args: argparse.Namespace) -> int:
             f"{copy.loaded} loaded")
 
     found = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
-                  progress=show).to_json()
+                  progress=show, step_names=args.step_names).to_json()
     write_json(found, args.out / "probe.json")
     plot_probe(found, args.out / "probe.png")
     shown(json.dumps({k: v for k, v in found.items() if k != "copies"}, indent=1))
     say(f"{found['copies_fit']} copies fit ({found['stopped_because']}); wrote {args.out / 'probe.json'} and "
         f"{args.out / 'probe.png'}")
     document({**found, "json_path": str(args.out / "probe.json"), "png_path": str(args.out / "probe.png")})
+    kind = lenient(found["endpoint"])
+    if kind:
+        error(f"probe not clean: {', '.join(kind)} (--step-names {found['endpoint']['step_names']}; isolate "
+              "measures what `conch deploy --copies` uploads)")
+        return 1
     return 0 if found["copies_fit"] else 1
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from conch.plan.fleet import Profile, Targets, Traffic, plan, to_json
     from conch.plan.instances import load_instances
-    from conch.plan.report import plot_plan, table
+    from conch.plan.report import churn_line, plot_plan, table
 
     profiles = [Profile.read(p) for p in args.probe or []]
     for archive in _archives(args.measure or []):  # measured on the spot: a short probe of a few copies
@@ -147,8 +167,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from conch.harness.probe import probe
 
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
+        # copies with step names of their own: what `conch deploy --copies` uploads
         profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
-                                                 max_copies=args.measure_copies).to_json()))
+                                                 max_copies=args.measure_copies, step_names="isolate").to_json()))
     if args.memory_per_model is not None:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
                                 args.base_memory or 0))
@@ -173,6 +194,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     write_json(planned, args.out / "plan.json")
     plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
     shown(table(rows))
+    say(churn_line(rows, args.rps, args.release))
     say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
     say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
     document({**planned, "json_path": str(args.out / "plan.json"), "png_path": str(args.out / "plan.png")})
@@ -197,7 +219,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mme = b.add_argument_group("the local MME (--mme) and the probe (--probe)")
     mme.add_argument("--max-loaded", type=int, help="at most this many TargetModels loaded (LRU unloads the rest)")
     mme.add_argument("--memory-budget", type=size, help="memory budget of the MME, e.g. 8GiB")
-    mme.add_argument("--copies", type=int, default=1, help="serve each archive under this many TargetModels")
+    mme.add_argument("--copies", type=int, default=1, help="serve each archive under this many TargetModels (with "
+                     "--step-names shared, copies collide and the run fails: isolate measures what `conch deploy "
+                     "--copies` uploads)")
+    add_step_names(mme)
     mme.add_argument("--probe", type=Path, metavar="ARCHIVE",
                      help="instead of a load test: load copies of ARCHIVE until --threshold of --memory-budget")
     mme.add_argument("--threshold", type=float, default=0.9, help="with --probe: share of the budget (default 0.9)")
@@ -258,5 +283,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kinds.add_argument("--gpu-only", action="store_true")
     kinds.add_argument("--cpu-only", action="store_true")
     kinds.add_argument("--instances", type=Path, help="your own instance data file (format of conch's)")
+    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM of the SageMaker image (default "
+                   f"{DEFAULT_RELEASE}): which of Triton's load/unload races apply")
     p.add_argument("--out", type=Path, default=Path("plan-results"), help="folder for plan.json and plan.png")
     p.set_defaults(func=cmd_plan)

@@ -4,18 +4,24 @@ or an S3 prefix (`--mme`), or over the ensembles and archives given, all loaded 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.harness.endpoint.step_names import StepNames
+
+if TYPE_CHECKING:
+    from conch.harness.endpoint import LocalMME
 
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -71,8 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         mme = LocalMME(source, max_loaded=args.max_loaded, memory_budget=args.memory_budget,
                        disk_budget=args.disk_budget, cache_dir=args.cache_dir, host=args.host, port=args.port,
                        s3_endpoint_url=args.s3_endpoint_url, load_timeout=args.load_timeout, release=args.release,
-                       step_names=args.step_names, max_restarts=args.max_restarts)
-        with mme:
+                       step_names=args.step_names, max_restarts=args.max_restarts, endpoint_name=args.endpoint_name,
+                       invocation_timeout=args.invocation_timeout, load_wait=args.load_wait,
+                       retry_lookup=args.retry_lookup)
+        with mme, _summary_at_exit(mme):
             failed = []
             if not args.mme:
                 for archive in sorted(Path(source).glob("*.tar.gz")):
@@ -95,6 +103,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 1
 
 
+@contextlib.contextmanager
+def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
+    """When serve ends (Ctrl-C, or a server not restarted): one line counting what production would not have
+    done (restarts, lookup retries, step name collisions) and the lookup race, never silent."""
+    from conch.harness.endpoint.metrics import lenient
+
+    try:
+        yield
+    finally:
+        counts = mme.counts()
+        line = (f"served with --step-names {counts['step_names']}: {counts['restarts']} tritonserver restarts, "
+                f"{counts['collisions']} step name collisions, {counts['lookup_misses']} 'unknown model' answers "
+                f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
+                f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
+        (error if lenient(counts) else say)(line)
+        document({"event": "summary", **counts})
+
+
+def add_step_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--step-names``, the same for serve and bench."""
+    parser.add_argument("--step-names", choices=[n.value for n in StepNames], default=StepNames.SHARED.value,
+                        help="shared (default): keep each archive's step model names, as SageMaker's image does; "
+                        "TargetModels sharing names are counted and warned about as collisions. isolate: give a "
+                        "TargetModel's step models names of their own when another uses theirs, which is what "
+                        "`conch deploy` uploads (it stamps copies)")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("serve", help="a local SageMaker multi-model endpoint (boto3 sagemaker-runtime) until Ctrl-C")
     s.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz, "
@@ -110,11 +145,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// sources, e.g. http://127.0.0.1:5000")
     s.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a load counts as hung")
     s.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-    s.add_argument("--step-names", choices=[s.value for s in StepNames], default=StepNames.ISOLATE.value,
-                   help="isolate (default): rename a TargetModel's step models when another TargetModel uses their "
-                   "names (copies of one archive), which Triton 2.51 with namespacing does not survive; shared: keep "
-                   "the archive's names, as SageMaker's image does")
+    add_step_names(s)
     s.add_argument("--max-restarts", type=int, default=5, help="times tritonserver is restarted after it exits "
-                   "(default 5)")
+                   "(default 5; each restart is counted and reported: SageMaker's container does not come back "
+                   "this way)")
+    s.add_argument("--endpoint-name", default="local", help="the EndpointName callers use (default 'local'): boto3 "
+                   "code written for a real endpoint name runs unchanged; other names get SageMaker's ValidationError")
+    s.add_argument("--invocation-timeout", type=float, default=60.0, help="seconds an invocation is answered within "
+                   "(default 60, SageMaker's limit); past them SageMaker's timeout ModelError")
+    s.add_argument("--load-wait", type=float, default=60.0, help="seconds a call waits for its TargetModel to load "
+                   "(default 60, SageMaker's); past them ModelNotReadyException (429) while the load goes on")
+    s.add_argument("--retry-lookup", action="store_true", help="ask Triton once more when it answers 'unknown model' "
+                   "for a loaded TargetModel (a race in Triton; SageMaker passes the answer on); retries are counted")
     s.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     s.set_defaults(func=cmd_serve)

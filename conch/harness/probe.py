@@ -39,6 +39,7 @@ class ProbeResult:
     base_memory_bytes: int
     copies: list[Copy] = field(default_factory=list)
     stopped_because: str = ""
+    endpoint: dict[str, Any] = field(default_factory=dict)  # step_names, restarts, retries, collisions (run_counts)
 
     @property
     def fit(self) -> int:
@@ -64,7 +65,7 @@ class ProbeResult:
             "gpu_memory_per_copy_bytes": int(np.diff([0, *gpu]).mean()) if gpu else None,
             "load_s_mean": float(loads.mean()) if len(loads) else 0.0, "load_s_slope_per_copy": slope,
             "load_s_last_over_first_quarter": growth, "load_time_grows": bool(growth > 1.25),
-            "copies": [asdict(c) for c in self.copies],
+            "endpoint": self.endpoint, "copies": [asdict(c) for c in self.copies],
         }
 
 
@@ -84,9 +85,13 @@ def gpu_memory_used() -> int | None:
 
 
 def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copies: int = 200,
-          load_timeout: float = 300.0, progress: Callable[[Copy], None] | None = None) -> ProbeResult:
+          load_timeout: float = 300.0, progress: Callable[[Copy], None] | None = None,
+          step_names: str = "shared") -> ProbeResult:
     """Load copies of ``archive`` one by one (each by a first invocation of a new TargetModel) until the
-    MME's memory passes ``threshold`` x ``memory_budget``, ``max_copies`` are loaded, or the machine runs low."""
+    MME's memory passes ``threshold`` x ``memory_budget``, ``max_copies`` are loaded, or the machine runs low.
+    With ``step_names`` ``shared`` (SageMaker's way) the copies' step names collide, and the result counts it;
+    ``isolate`` loads what ``conch deploy --copies`` uploads. A load past SageMaker's 60 s wait is measured
+    whole (the probe's load wait is ``load_timeout``)."""
     import httpx
     import psutil
 
@@ -102,11 +107,13 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     body = base64.b64decode(request.body)
     stem = archive.name.removesuffix(".tar.gz")
     with scratch_temp("conch-probe-") as tmp, \
-            LocalMME(Path(tmp), load_timeout=load_timeout) as mme, httpx.Client(timeout=load_timeout + 60) as http:
+            LocalMME(Path(tmp), load_timeout=load_timeout, step_names=step_names, load_wait=load_timeout + 30,
+                     invocation_timeout=load_timeout + 60) as mme, httpx.Client(timeout=load_timeout + 90) as http:
         result = ProbeResult(manifest.ensemble, archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))
         if result.base_memory_bytes > threshold * memory_budget:
             result.stopped_because = "the empty server already uses more than the threshold of the budget"
+            result.endpoint = mme.counts()
             return result
         for index in range(1, max_copies + 1):
             target = f"{stem}-copy{index:03d}.tar.gz"
@@ -132,6 +139,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
                 break
         else:
             result.stopped_because = f"--max-copies {max_copies} reached"
+        result.endpoint = mme.counts()
     return result
 
 

@@ -56,3 +56,19 @@ def plot_plan(rows: Sequence[Row], path: Path, title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def churn_line(rows: Sequence[Row], rps: float, release: str) -> str:
+    """The cheapest plan's churn (loads per hour: its misses; each evicts a model) and what Triton's lookup race
+    of ``release`` means for it (``conch.sagemaker.images.churn_note``)."""
+    from conch.sagemaker.images import churn_note
+
+    best = min((r for r in rows if r.monthly is not None and r.hit_rate is not None), key=lambda r: r.monthly or 0,
+               default=None)
+    if best is None or best.hit_rate is None:
+        return f"churn: no plan meets the targets; {churn_note(release)}"
+    loads = rps * (1 - best.hit_rate) * 3600
+    fleet = f"{best.instances} x {best.instance_type}"
+    if loads < 1:
+        return f"churn: under 1 load per hour on {fleet}: Triton's load/unload races hardly apply"
+    return f"churn: about {loads:,.0f} loads and unloads per hour on {fleet}; {churn_note(release)}"

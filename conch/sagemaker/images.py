@@ -51,3 +51,35 @@ def sagemaker_image(release: Release, account: str, region: str) -> str:
     """The SageMaker Triton image URI of ``release`` in ``account``'s registry of ``region``."""
     domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
     return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{release}-py3"
+
+
+# Triton's races under MME churn, by release (sources read in the server and core repositories):
+# - The SageMaker front end (server src/sagemaker_server.cc) reads its TargetModel list on every invoke without
+#   the lock that its load and unload hold, and unload erased from it only at its end: server PRs #8563 and
+#   #8571, cherry-picked to r25.12 as #8574 and #8573, first in server v2.64.0 = release 25.12.
+# - Triton's model-name lookup (core src/model_repository_manager/model_repository_manager.cc,
+#   FindModelIdentifier) reads global_map_ without the mutex that loads and unloads hold while they rewrite it:
+#   a call can get "Request for unknown model" for a loaded model while another model loads or unloads.
+#   Unlocked in core r24.10 (server 2.51) and still in r26.06: no release fixes it.
+LIST_GUARD_RELEASE = Release(25, 12)
+LIST_GUARD_SOURCE = ("triton-inference-server/server PRs #8563, #8571 (r25.12: #8574, #8573), server v2.64.0, "
+                     "src/sagemaker_server.cc")
+LOOKUP_RACE_SOURCE = ("triton-inference-server/core src/model_repository_manager/model_repository_manager.cc "
+                      "FindModelIdentifier, unlocked from r24.10 through r26.06")
+# Measured here (Triton 2.51, 200 TargetModels of one archive behind 40 slots, Zipf traffic of 5 to 50 boto3
+# clients for 150 s): 21 'unknown model' answers in 1110 calls, 8 of them again when asked once more
+LOOKUP_RACE_MEASURED = (21, 1110)
+
+
+def churn_note(release: Release | str) -> str:
+    """One line on what Triton's races mean for an MME whose models load and unload while it serves (churn),
+    on ``release``; ``conch plan`` and ``conch deploy`` print it."""
+    release = Release.of(release)
+    misses, calls = LOOKUP_RACE_MEASURED
+    lookup = (f"calls that overlap another model's load or unload can get 'unknown model' (ModelError 400) on every "
+              f"release so far ({misses} of {calls} calls, {misses / calls:.1%}, under churn here)")
+    if release < LIST_GUARD_RELEASE:
+        return (f"release {release}: its SageMaker front end reads the TargetModel list unlocked during loads and "
+                f"unloads (fixed in {LIST_GUARD_RELEASE}, server 2.64.0); and {lookup}: clients should retry "
+                "ModelError 400 'unknown model' or keep churn low")
+    return f"release {release}: {lookup}: clients should retry ModelError 400 'unknown model' or keep churn low"

@@ -1,8 +1,10 @@
 """The TargetModels behind one local MME and what the SageMaker platform does with them: download on first
 use, load once however many callers ask at the same time, unload the least recently used ones when a load
 would pass ``max_loaded`` or the memory budget (and on a 507), and delete unpacked files of unloaded models
-past the disk budget. With ``StepNames.ISOLATE`` each archive's step models are renamed on unpacking when
-another TargetModel already uses their names (``stage.py``). When tritonserver exits, every model counts as
+past the disk budget. With ``StepNames.SHARED`` (the default, as SageMaker's image) names stay as uploaded and
+a TargetModel sharing step names with another is a collision (one warning, ``StepNameCollisions``); with
+``StepNames.ISOLATE`` each archive's step models are renamed on unpacking when another TargetModel already
+uses their names (``stage.py``). When tritonserver exits, every model counts as
 unloaded (``server_lost``) and loads wait until the restarted server is back (``server_back``).
 
 All state lives on the front's event loop; network and disk work happens outside the lock, so a slow load
@@ -68,22 +70,28 @@ class Budgets:
     memory: int | None = None  # bytes of PSS
     disk: int | None = None  # bytes of unpacked archives
     load_timeout: float = 300.0
+    # SageMaker's limits (AWS "Invoke a Multi-Model Endpoint"): an invocation is answered within 60 s, and
+    # one whose TargetModel is still loading then gets ModelNotReadyException while the load goes on
+    invocation_timeout: float = 60.0
+    load_wait: float = 60.0
 
 
 class Fleet:
     """The table of TargetModels; ``acquire``/``release`` bracket every invocation."""
 
     def __init__(self, source: ModelSource, disk: DiskCache, hop: TritonHop, metrics: Metrics, budgets: Budgets,
-                 memory_probe: Callable[[], int], *, step_names: StepNames = StepNames.ISOLATE,
-                 server_alive: Callable[[], bool] = lambda: True) -> None:
+                 memory_probe: Callable[[], int], *, step_names: StepNames = StepNames.SHARED,
+                 server_alive: Callable[[], bool] = lambda: True, retry_lookup: bool = False) -> None:
         self.source, self.disk, self.hop, self.metrics, self.budgets = source, disk, hop, metrics, budgets
         self.memory_probe, self.step_names, self.server_alive = memory_probe, step_names, server_alive
+        self.retry_lookup = retry_lookup  # ask Triton once more when it answers "unknown model" (not SageMaker's)
         self.models: dict[str, Model] = {}
         self.changed = asyncio.Condition()
         self.loading = 0
         self.baseline_memory = 0
         self.claims = StepClaims()
         self.renamed: set[str] = set()  # TargetModels whose renamed steps were logged
+        self.collided: set[str] = set()  # TargetModels counted in StepNameCollisions
         self.server_up = asyncio.Event()
         self.server_up.set()
         self.down: str | None = None  # why tritonserver is not serving ("was killed by SIGSEGV"), until it is back
@@ -191,10 +199,22 @@ class Fleet:
         self._update_disk()
 
     async def _stage(self, m: Model, folder: Path) -> None:
-        """Give the steps of ``m`` names of their own if another TargetModel uses theirs (isolate mode)."""
-        if self.step_names is StepNames.SHARED:
-            return
+        """Give the steps of ``m`` names of their own if another TargetModel uses theirs (isolate mode); in
+        shared mode, report a TargetModel whose step names another TargetModel uses (a collision)."""
         configs = await asyncio.to_thread(read_configs, folder)
+        if self.step_names is StepNames.SHARED:
+            async with self.changed:
+                shared = self.claims.share(m.name, step_models(configs))
+            if shared and m.name not in self.collided:
+                self.collided.add(m.name)
+                self.metrics.collisions.inc()
+                other, steps = next(iter(shared.items()))
+                more = f" (and {len(shared) - 1} other TargetModels)" if len(shared) > 1 else ""
+                log.warning("step name collision: TargetModels %s and %s%s both hold step models %s; with SageMaker's "
+                            "image (namespacing on) each load or unload of one reloads the other, which crashed "
+                            "tritonserver 2.51 here: upload copies with step names of their own (`conch deploy` "
+                            "stamps them), or serve with --step-names isolate", other, m.name, more, ", ".join(steps))
+            return
         async with self.changed:
             renames = self.claims.plan(m.name, step_models(configs))
         if not renames:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import shutil
 import tempfile
 import threading
@@ -21,14 +22,16 @@ from conch.errors import ServeError
 from conch.harness.endpoint.app import create_app
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet
-from conch.harness.endpoint.hop import TritonHop
+from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
 from conch.harness.endpoint.memory import tree_pss
-from conch.harness.endpoint.metrics import Metrics
+from conch.harness.endpoint.metrics import Metrics, run_counts
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
 
 ENDPOINT_NAME = "local"
+ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateEndpoint's EndpointName
+LOAD_WAIT_S = 60.0  # SageMaker: ModelNotReadyException when the model is not loaded within the 60 s of a call
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 DEFAULT_MAX_RESTARTS = 5
 FRONT_START_TIMEOUT_S = 30.0
@@ -50,17 +53,24 @@ class LocalMME:
         s3_endpoint_url: an S3-compatible server for ``s3://`` sources (e.g. moto on 127.0.0.1).
         load_timeout: seconds a load may take before the TargetModel answers with an error.
         release: the Triton release whose SageMaker image is emulated (``--model-namespacing`` from 23.04).
-        step_names: ``isolate`` (default) renames a TargetModel's step models when another TargetModel already
-            uses their names, which keeps Triton 2.51 from reloading (and crashing on) copies of one archive;
-            ``shared`` keeps every name, as SageMaker's image does.
-        max_restarts: how many times tritonserver is started again after it exits (segfault, kill).
+        step_names: ``shared`` (default) keeps every name as uploaded, as SageMaker's image does; a TargetModel
+            whose step models another TargetModel uses is a collision (one warning, ``StepNameCollisions``).
+            ``isolate`` renames a TargetModel's step models when another TargetModel already uses their names:
+            what ``conch deploy`` uploads (stamped copies).
+        max_restarts: how many times tritonserver is started again after it exits (segfault, kill); each
+            restart is counted (``TritonRestarts``), and bench fails a run that had one.
+        endpoint_name: the EndpointName calls must use (others get SageMaker's ValidationError).
+        invocation_timeout: seconds an invocation is answered within (SageMaker: 60); past them, SageMaker's
+            timeout ModelError.
+        load_wait: seconds an invocation waits for its TargetModel's download and load (SageMaker: 60); past
+            them it gets ModelNotReadyException (429) and the load goes on.
+        retry_lookup: ask Triton once more when it answers "unknown model" for a loaded TargetModel (a race in
+            Triton; SageMaker passes the answer on). Retries are counted (``TritonLookupRetries``).
 
     tritonserver is killed when the thread that called ``start()`` ends (so that it never outlives conch,
     even on SIGKILL): start the endpoint from a thread that lives as long as it should. A restarted server
     belongs to the endpoint's watcher thread, which lives until ``stop()``.
     """
-
-    endpoint_name = ENDPOINT_NAME
 
     def __init__(
         self,
@@ -75,8 +85,12 @@ class LocalMME:
         s3_endpoint_url: str | None = None,
         load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
         release: str = DEFAULT_RELEASE,
-        step_names: StepNames | str = StepNames.ISOLATE,
+        step_names: StepNames | str = StepNames.SHARED,
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        endpoint_name: str = ENDPOINT_NAME,
+        invocation_timeout: float = INVOKE_TIMEOUT_S,
+        load_wait: float = LOAD_WAIT_S,
+        retry_lookup: bool = False,
     ) -> None:
         if max_loaded is not None and max_loaded < 1:
             raise ServeError(f"max_loaded {max_loaded}: at least one model must fit")
@@ -87,9 +101,15 @@ class LocalMME:
         except ValueError:
             choices = " or ".join(repr(s.value) for s in StepNames)
             raise ServeError(f"step_names {step_names!r}: choose {choices}") from None
-        self.max_restarts = max_restarts
+        if not ENDPOINT_NAME_PATTERN.fullmatch(endpoint_name):
+            raise ServeError(f"endpoint name {endpoint_name!r}: SageMaker takes 1 to 63 letters, digits and hyphens, "
+                             "starting with a letter or digit, e.g. 'my-endpoint'")
+        for what, value in (("invocation_timeout", invocation_timeout), ("load_wait", load_wait)):
+            if not value > 0:
+                raise ServeError(f"{what} {value:g}: give a number of seconds above 0 (SageMaker's is 60)")
+        self.max_restarts, self.endpoint_name, self.retry_lookup = max_restarts, endpoint_name, retry_lookup
         self.source = open_source(source, s3_endpoint_url)
-        self.budgets = Budgets(max_loaded, memory_budget, disk_budget, load_timeout)
+        self.budgets = Budgets(max_loaded, memory_budget, disk_budget, load_timeout, invocation_timeout, load_wait)
         self.host, self.port = host, port
         self._own_cache = cache_dir is None
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-", dir=scratch_dir()))
@@ -178,7 +198,8 @@ class LocalMME:
 
         def make_fleet() -> Fleet:
             fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.log_path), metrics, self.budgets,
-                          memory, step_names=self.step_names, server_alive=triton.running)
+                          memory, step_names=self.step_names, server_alive=triton.running,
+                          retry_lookup=self.retry_lookup)
             fleet.baseline_memory = baseline
             self._fleet, self._loop = fleet, asyncio.get_running_loop()
             return fleet
@@ -231,12 +252,19 @@ class LocalMME:
         result: dict[str, Any] = response.json()
         return result
 
+    def counts(self) -> dict[str, Any]:
+        """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
+        step-name mode (``metrics.run_counts``)."""
+        return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
+
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""
         return {
             "url": self.url, "endpoint_name": self.endpoint_name, "port": self.port,
             "invocations": f"{self.url}/endpoints/{self.endpoint_name}/invocations",
             "metrics": f"{self.url}/metrics", "source": self.source.describe(), "step_names": self.step_names.value,
+            "invocation_timeout_s": self.budgets.invocation_timeout, "load_wait_s": self.budgets.load_wait,
+            "retry_lookup": self.retry_lookup,
             "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
                        "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
         }

@@ -39,7 +39,15 @@ class Metrics:
         self.downloads = Counter("ModelDownloads", "archives downloaded and unpacked", registry=r)
         self.restarts = Counter("TritonRestarts", "tritonserver started again after it exited", registry=r)
         self.lookup_retries = Counter("TritonLookupRetries", "invocations asked again after Triton answered 'unknown "
-                                      "model' for a loaded TargetModel", registry=r)
+                                      "model' for a loaded TargetModel (--retry-lookup)", registry=r)
+        self.lookup_misses = Counter("TritonLookupMisses", "answers 'unknown model' from Triton for a TargetModel "
+                                     "counted loaded (its unlocked name lookup raced a load or unload)", registry=r)
+        self.collisions = Counter("StepNameCollisions", "TargetModels staged with step model names another "
+                                  "TargetModel on the endpoint already uses (--step-names shared)", registry=r)
+        self.not_ready = Counter("ModelNotReady", "invocations answered ModelNotReadyException (429): their "
+                                 "TargetModel was still loading past the load wait", registry=r)
+        self.timeouts = Counter("InvocationTimeouts", "invocations not answered within the invocation timeout",
+                                registry=r)
         self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
                                       registry=r)
         self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
@@ -83,7 +91,9 @@ class Metrics:
         out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for s in _samples(self.unloads, "_total")}
         for name, metric in (("ModelLoadFailures", self.load_failures), ("ModelDownloads", self.downloads),
                              ("ModelDiskEvictions", self.disk_evictions),
-                             ("TritonRestarts", self.restarts), ("TritonLookupRetries", self.lookup_retries)):
+                             ("TritonRestarts", self.restarts), ("TritonLookupRetries", self.lookup_retries),
+                             ("TritonLookupMisses", self.lookup_misses), ("StepNameCollisions", self.collisions),
+                             ("ModelNotReady", self.not_ready), ("InvocationTimeouts", self.timeouts)):
             out[name] = int(metric._value.get())
         for name, gauge in (("LoadedModelCount", self.loaded), ("LoadedModelCountPeak", self.loaded_peak),
                             ("LoadedModelCountLimit", self.max_loaded), ("MemoryUsedBytes", self.memory),
@@ -111,3 +121,29 @@ def _samples(metric: Any, suffix: str) -> list[Any]:
 
 def _count(counter: Counter, label: str) -> int:
     return int(sum(s.value for s in _samples(counter, "_total") if label in s.labels.values()))
+
+
+# What a run on the local endpoint reports besides its answers: each count is something a production endpoint
+# does differently (a crash it would not restart from, a retry it would not make, step names it would share)
+COUNTS = {"restarts": "TritonRestarts", "lookup_retries": "TritonLookupRetries",
+          "lookup_misses": "TritonLookupMisses", "collisions": "StepNameCollisions",
+          "not_ready": "ModelNotReady", "timeouts": "InvocationTimeouts"}
+# The counts that make a run fail: the local endpoint was kinder than production would have been
+LENIENT = ("restarts", "lookup_retries", "collisions")
+
+
+def run_counts(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    """The counts of ``COUNTS`` between two snapshots (``GET /metrics.json``), with the step-name mode; a
+    metric the endpoint does not publish (an older conch, another server) is None."""
+    counts: dict[str, Any] = {"step_names": after.get("step_names")}
+    for key, metric in COUNTS.items():
+        if metric in after:
+            counts[key] = int(after[metric]) - int((before or {}).get(metric, 0))
+        else:
+            counts[key] = None
+    return counts
+
+
+def lenient(counts: dict[str, Any]) -> list[str]:
+    """``["2 restarts", ...]`` for each count of ``LENIENT`` above zero."""
+    return [f"{counts[k]} {k.replace('_', ' ')}" for k in LENIENT if counts.get(k)]

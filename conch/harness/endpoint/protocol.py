@@ -54,6 +54,26 @@ class ModelError(EndpointError):
                 "OriginalMessage": self.original_message, "LogStreamArn": LOG_STREAM}
 
 
+class ModelNotReady(EndpointError):
+    """The TargetModel is still downloading or loading past SageMaker's wait; its load goes on (botocore's
+    ``ModelNotReadyException``, HTTP 429, which boto3's retry modes retry)."""
+
+    code = "ModelNotReadyException"
+    status = 429
+
+
+# SageMaker's answer to an invocation its container did not answer in time (aws/amazon-sagemaker-examples#799:
+# ModelError, HTTP 424, "Received server error (0)"); the container is "primary" in current answers
+TIMED_OUT = ("Your invocation timed out while waiting for a response from container primary. Review the latency "
+             "metrics for each container in Amazon CloudWatch, resolve the issue, and try again.")
+
+
+def timed_out(target_model: str, seconds: float) -> ModelError:
+    """SageMaker's ModelError for an invocation of ``target_model`` not answered within ``seconds``."""
+    return ModelError(f"Received server error (0) from primary with message \"{TIMED_OUT}\" (local: TargetModel "
+                      f"{target_model!r} gave no answer within {seconds:g} s, the invocation timeout)", 0, TIMED_OUT)
+
+
 def model_error(target_model: str, status: int, message: str) -> ModelError:
     """Triton answered an invocation of ``target_model`` with ``status``: SageMaker's ModelError for it."""
     side = "client" if status < 500 else "server"

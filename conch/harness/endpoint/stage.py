@@ -1,5 +1,7 @@
-"""Staging an unpacked archive for Triton: with ``--step-names isolate`` (the default), the step models of a
-TargetModel get names of their own when another TargetModel on this endpoint already uses theirs.
+"""Staging an unpacked archive for Triton. With ``--step-names shared`` (the default, what SageMaker's image
+does) every name stays as uploaded, and a TargetModel whose step models another TargetModel already uses is a
+collision, reported and counted. With ``--step-names isolate`` (what ``conch deploy`` uploads: stamped copies)
+the step models of a TargetModel get names of their own when another TargetModel already uses theirs.
 
 Why: Triton 2.51 with ``--model-namespacing=true`` (as SageMaker's image runs it) loads an ensemble's steps by
 name from every registered repository that holds a folder of that name, so each load or unload of one copy
@@ -50,6 +52,18 @@ class StepClaims:
     are deleted)."""
 
     owners: dict[str, str] = field(default_factory=dict)
+    users: dict[str, set[str]] = field(default_factory=dict)  # shared mode: step name -> TargetModels using it
+
+    def share(self, target_model: str, steps: list[str]) -> dict[str, list[str]]:
+        """Record ``steps`` as used by ``target_model`` too (names kept): {other TargetModel: the step names it
+        shares with ``target_model``} for every TargetModel staged before with one of these names."""
+        shared: dict[str, list[str]] = {}
+        for step in steps:
+            users = self.users.setdefault(step, set())
+            for other in sorted(users - {target_model}):
+                shared.setdefault(other, []).append(step)
+            users.add(target_model)
+        return shared
 
     def plan(self, target_model: str, steps: list[str]) -> dict[str, str]:
         """Claim ``steps`` for ``target_model``: {step: new name} for those another TargetModel already uses."""
@@ -66,6 +80,8 @@ class StepClaims:
     def release(self, target_model: str) -> None:
         for name in [n for n, owner in self.owners.items() if owner == target_model]:
             del self.owners[name]
+        for users in self.users.values():
+            users.discard(target_model)
 
 
 def rename_steps(folder: Path, target_model: str, renames: dict[str, str],

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from conch.builder.scratch import scratch_temp
+from conch.harness.endpoint.metrics import run_counts
 from conch.harness.load.plots import plot_run
-from conch.harness.load.report import summarise, write_json
+from conch.harness.load.report import problems, summarise, write_json
 from conch.harness.load.runner import Progress, run_load
-from conch.harness.load.spec import LoadSpec
+from conch.harness.load.spec import LoadSpec, not_applicable
 
 
 @contextmanager
@@ -46,7 +47,7 @@ def copy_names(archives: Sequence[Path], copies: int = 1) -> list[tuple[Path, st
 @contextmanager
 def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any]:
     """conch's local MME over a folder holding the archives under their TargetModels (``options`` go to
-    ``LocalMME``); yields the running LocalMME."""
+    ``LocalMME``: ``step_names`` is ``shared`` unless given, as on SageMaker); yields the running LocalMME."""
     from conch.harness.endpoint import LocalMME
 
     with scratch_temp("conch-bench-") as tmp:
@@ -54,6 +55,19 @@ def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any
             os.symlink(archive.resolve(), Path(tmp) / name)
         with LocalMME(Path(tmp), **options) as mme:
             yield mme
+
+
+def endpoint_metrics(url: str) -> dict[str, Any] | None:
+    """``GET <url>/metrics.json`` of an endpoint conch serves (its counts of restarts, retries, collisions), or
+    None when the endpoint publishes none (a SageMaker endpoint, another server, or none answering)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{url.rstrip('/')}/metrics.json", timeout=10.0)
+        data = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "TritonRestarts" in data else None
 
 
 @dataclass
@@ -65,12 +79,17 @@ class BenchOutput:
 
 def run_bench(spec: LoadSpec, out: Path, *, workers: int = 0, remote_workers: int = 0, bind: str = "127.0.0.1",
               port: int | None = None, progress: Progress | None = None, extra: dict[str, Any] | None = None,
-              finish: Callable[[], dict[str, Any]] | None = None, title: str = "") -> BenchOutput:
+              finish: Callable[[], dict[str, Any] | None] | None = None, title: str = "") -> BenchOutput:
     """Run ``spec``'s stages and write ``out/bench.json``, ``out/bench.png`` and every request in
     ``out/bench-records.json``; ``finish`` (e.g. the local MME's
     metrics) is called right after the load and its answer kept as ``mme_metrics_after``."""
     result = run_load(spec, workers=workers, remote_workers=remote_workers, bind=bind, port=port, progress=progress)
-    summary = summarise(result, {**(extra or {}), **({"mme_metrics_after": finish()} if finish else {})})
+    after = finish() if finish else None
+    summary = summarise(result, {**(extra or {}), **({"mme_metrics_after": after} if after is not None else {})})
+    if after is not None:  # what the endpoint did that production would not (restarts, retries, collisions)
+        summary["endpoint"] = run_counts(summary.get("mme_metrics_before"), after)
+    summary["not_applicable"] = not_applicable(spec.targets)
+    summary["problems"] = problems(summary)
     json_path, png_path = out / "bench.json", out / "bench.png"
     write_json(summary, json_path)
     write_json({"started": result.started, "ended": result.ended, "timeline": result.timeline,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from conch.harness.endpoint.metrics import lenient
 from conch.harness.load.runner import RunResult
 from conch.harness.load.stages import stage_index, stage_start
 
@@ -126,9 +127,33 @@ def table(summary: dict[str, Any]) -> str:
     lines.append("no failed request" if first is None else
                  f"first failed request at {first['users']} users (stage {first['stage']}, {first['seconds']} s, "
                  f"{first['target']}): {first['error']}")
+    for name, why in (summary.get("not_applicable") or {}).items():
+        lines.append(f"JSON bodies not applicable to {name}, sent binary+json: {why}")
+    counts = summary.get("endpoint")
+    if counts:
+        lines.append(f"endpoint (--step-names {counts['step_names']}): {_n(counts['restarts'])} tritonserver restarts, "
+                     f"{_n(counts['collisions'])} step name collisions, {_n(counts['lookup_misses'])} 'unknown model' "
+                     f"answers (Triton's lookup race), {_n(counts['lookup_retries'])} retried, "
+                     f"{_n(counts['not_ready'])} ModelNotReadyException, {_n(counts['timeouts'])} timeouts")
     lines.append(f"{summary['requests']} requests, {summary['failures']} failed, "
                  f"{summary['throughput_rps']:.1f} successful req/s overall")
     return "\n".join(lines)
+
+
+def problems(summary: dict[str, Any]) -> list[str]:
+    """Why a run is not clean: failed requests (errors or wrong answers), none sent, or an endpoint that was
+    kinder than production (restarts, lookup retries, step name collisions); [] for a clean run."""
+    found = []
+    if not summary["requests"]:
+        found.append("no request was sent")
+    if summary["failures"]:
+        found.append(f"{summary['failures']} of {summary['requests']} requests failed")
+    found += lenient(summary.get("endpoint") or {})
+    return found
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def _ms(value: float | None) -> str:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.builder.manifest import read_manifest
+from conch.builder.manifest import Schema, read_manifest
 from conch.ensembles.samples import check_to_json
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage
@@ -28,6 +28,7 @@ class Request:
     body_kind: str  # json | binary
     expected: dict[str, Any]  # manifest encoding of the expected outputs
     checks: dict[str, Any]  # output -> how it is compared (conch.ensembles.samples.check_to_json)
+    not_applicable: str = ""  # why the body asked for (json) could not be sent, and binary+json went instead
 
 
 @dataclass
@@ -65,28 +66,52 @@ class LoadSpec:
         return cls(**data)
 
 
+# Tensor types Triton's KServe JSON cannot carry either way (server src/http_server.cc, v2.51.0: "receiving FP16
+# data via JSON is not supported", "sending FP16 data via JSON is not supported"; the same for BF16)
+JSON_CANNOT_CARRY = ("FP16", "BF16")
+
+
+def json_not_applicable(schema: Schema) -> str:
+    """Why an ensemble of ``schema`` cannot be called with JSON bodies ("" when it can)."""
+    found = [f"{kind} {t.name!r} ({t.datatype})" for kind, tensors in (("input", schema.inputs),
+                                                                       ("output", schema.outputs))
+             for t in tensors if t.datatype.upper().removeprefix("TYPE_") in JSON_CANNOT_CARRY]
+    if not found:
+        return ""
+    return (f"{', '.join(found)}: Triton's JSON body carries no {'/'.join(JSON_CANNOT_CARRY)} data "
+            "(\"receiving/sending FP16 data via JSON is not supported\"); only binary+json bodies can call it")
+
+
 def archive_requests(archive: Path, body_kind: str = "binary") -> list[Request]:
-    """One request per manifest sample; a sample JSON cannot carry (non-UTF-8 bytes) goes as binary+json."""
+    """One request per manifest sample. With ``json`` bodies, a sample JSON cannot carry (non-UTF-8 bytes, FP16
+    tensors) goes as binary+json, its ``not_applicable`` saying why."""
     try:
         manifest = read_manifest(archive)
     except ArchiveError as exc:
         raise BenchError(str(exc)) from None
     if not manifest.samples:
         raise BenchError(f"{archive.name} has no sample payloads to send; declare one with ensemble.sample(...)")
+    no_json = json_not_applicable(manifest.schema) if body_kind == "json" else ""
     requests = []
     for sample in manifest.samples:
         inputs = sample.input_arrays()
-        kind = body_kind
+        kind, why = ("binary", no_json) if no_json else (body_kind, "")
         try:
             body, content_type = encode_request(inputs, kind)
-        except ServeError:
-            kind = "binary"
+        except ServeError as exc:
+            kind, why = "binary", str(exc)
             body, content_type = encode_request(inputs, kind)
         except ValueError as exc:
             raise BenchError(str(exc)) from None
         requests.append(Request(sample.name, base64.b64encode(body).decode(), content_type, kind,
-                                dict(sample.expected), {k: check_to_json(c) for k, c in sample.checks.items()}))
+                                dict(sample.expected), {k: check_to_json(c) for k, c in sample.checks.items()}, why))
     return requests
+
+
+def not_applicable(targets: Sequence[Target]) -> dict[str, str]:
+    """{TargetModel: why its JSON bodies went as binary+json} for the targets that could not take JSON."""
+    return {t.name: next(r.not_applicable for r in t.requests if r.not_applicable) for t in targets
+            if any(r.not_applicable for r in t.requests)}
 
 
 def archive_targets(archives: Sequence[Path], names: Sequence[str] | None = None,
