@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
-from contextlib import AbstractContextManager, nullcontext
+import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,16 +49,28 @@ def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
                      "--endpoint NAME (a deployed SageMaker endpoint)")
 
 
+@contextmanager
+def _endpoint_warnings() -> Iterator[None]:
+    """The local endpoint's warnings (a step name collision, Triton's lookup race, a restart) on stderr while the
+    command runs, one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("conch bench: %(message)s"))
+    logger = logging.getLogger("conch.endpoint")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _ignore(event: dict[str, Any]) -> None:
     """Load progress events when no bar is drawn (--quiet, or stderr is not a terminal)."""
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.bench import copy_names, endpoint_metrics, run_bench
-    from conch.harness.load.display import load_progress
-    from conch.harness.load.report import table
+    from conch.harness.load.bench import copy_names
     from conch.harness.load.runner import locust_command
-    from conch.harness.load.spec import LoadSpec, archive_targets
     from conch.harness.load.stages import parse_stages, seed_ramp
 
     if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
@@ -65,14 +80,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   "exit_code": code})
         return code
     if args.probe:
-        return cmd_probe(args)
+        with _endpoint_warnings():
+            return cmd_probe(args)
     if not args.archives:
         raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
     _check_load_figures(args)
     named = copy_names(_archives(args.archives), args.copies)
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
-    targets = archive_targets([a for a, _ in named], [n for _, n in named], body_kind=args.body)
+    with _endpoint_warnings():
+        return _run(args, kind, url, server, targets_of(named, args.body), stages)
+
+
+def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
+    from conch.harness.load.spec import archive_targets
+
+    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body)
+
+
+def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
+         targets: list[Any], stages: list[Any]) -> int:
+    from conch.harness.load.bench import endpoint_metrics, run_bench
+    from conch.harness.load.display import load_progress
+    from conch.harness.load.report import table
+    from conch.harness.load.spec import LoadSpec
+
     with server as own:
         own_url = own if isinstance(own, str) or own is None else own.url
         mme = None if isinstance(own, str) or own is None else own

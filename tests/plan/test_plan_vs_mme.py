@@ -33,7 +33,7 @@ def test_predicted_hit_rate_matches_the_local_mme(tmp_path: Path, copies: int, l
     named = copy_names(archives)
     targets = archive_targets(archives, body_kind="json")
     trace = zipf_trace(len(targets), length, 1.0, seed=3)
-    with local_mme(named, max_loaded=max_loaded) as mme:
+    with local_mme(named, max_loaded=max_loaded, step_names="isolate") as mme:
         rates = compare_hit_rate(mme, targets, trace, max_loaded=max_loaded)
     print(rates)
     assert 0.2 < rates.predicted < 0.9  # the trace both hits and misses, so the comparison means something

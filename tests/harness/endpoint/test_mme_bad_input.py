@@ -47,7 +47,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def mme(folder: Path) -> Iterator[LocalMME]:
-    with LocalMME(folder, max_loaded=3, load_timeout=LOAD_TIMEOUT_S) as endpoint:
+    # the good copies with step names of their own, as `conch deploy` uploads copies
+    with LocalMME(folder, max_loaded=3, load_timeout=LOAD_TIMEOUT_S, step_names="isolate") as endpoint:
         yield endpoint
 
 

@@ -1,5 +1,6 @@
 """The platform's bookkeeping on the local MME: concurrent first calls load once, the memory budget unloads
-by measured PSS, and the disk budget deletes files of unloaded models only."""
+by measured PSS, and the disk budget deletes files of unloaded models only. Copies of one archive run with
+--step-names isolate, what `conch deploy` uploads (stamped copies), so that the churn is the platform's only."""
 
 from __future__ import annotations
 
@@ -38,14 +39,14 @@ def test_concurrent_first_calls_download_and_load_once(linear_archive: Path, tmp
 
 def test_the_memory_budget_unloads_least_recently_used_models(linear_archive: Path, tmp_path: Path) -> None:
     names = copies(linear_archive, tmp_path / "src", [f"mem-{i}.tar.gz" for i in range(5)])
-    with LocalMME(tmp_path / "src") as probe:  # what the server and one loaded copy cost here
+    with LocalMME(tmp_path / "src", step_names="isolate") as probe:  # what the server and one loaded copy cost here
         empty = probe.metrics_json()["MemoryUsedBytes"]
         probe.load(names[0])
         one = probe.metrics_json()["MemoryUsedBytes"]
     per_copy = one - empty
     assert per_copy > 0
     budget = empty + int(2.5 * per_copy)  # room for two copies, not three
-    with LocalMME(tmp_path / "src", memory_budget=budget) as mme:
+    with LocalMME(tmp_path / "src", memory_budget=budget, step_names="isolate") as mme:
         rt = runtime(mme.url)
         for name in names:
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
@@ -57,12 +58,12 @@ def test_the_memory_budget_unloads_least_recently_used_models(linear_archive: Pa
 
 def test_the_disk_budget_deletes_files_of_unloaded_models_only(linear_archive: Path, tmp_path: Path) -> None:
     names = copies(linear_archive, tmp_path / "src", [f"disk-{i}.tar.gz" for i in range(4)])
-    with LocalMME(tmp_path / "src") as probe:
+    with LocalMME(tmp_path / "src", step_names="isolate") as probe:
         probe.load(names[0])
         unpacked = probe.metrics_json()["DiskUsedBytes"]
     # room for two unpacked archives: two loaded ones keep theirs, every unloaded one loses its files
     with LocalMME(tmp_path / "src", max_loaded=2, disk_budget=int(2.5 * unpacked),
-                  cache_dir=tmp_path / "cache") as mme:
+                  cache_dir=tmp_path / "cache", step_names="isolate") as mme:
         rt = runtime(mme.url)
         for name in [*names, names[0]]:
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
@@ -76,7 +77,7 @@ def test_the_disk_budget_deletes_files_of_unloaded_models_only(linear_archive: P
 
 def test_files_of_unloaded_models_stay_within_the_disk_budget(linear_archive: Path, tmp_path: Path) -> None:
     names = copies(linear_archive, tmp_path / "src", [f"keep-{i}.tar.gz" for i in range(3)])
-    with LocalMME(tmp_path / "src", max_loaded=1) as mme:
+    with LocalMME(tmp_path / "src", max_loaded=1, step_names="isolate") as mme:
         rt = runtime(mme.url)
         for name in [*names, names[0]]:
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)

@@ -155,6 +155,8 @@ def test_serve_mme_exits_when_the_server_is_not_restarted(tmp_path: Path) -> Non
         assert proc.stderr is not None
         stderr = proc.stderr.read()
         assert "conch: error: tritonserver exited and was not restarted again" in stderr
+        assert ("served with --step-names shared: 0 tritonserver restarts, 0 step name collisions, 0 'unknown "
+                "model' answers (Triton's lookup race), 0 retried") in stderr  # the summary, never silent
         assert "Traceback" not in stderr
     finally:
         if proc.poll() is None:

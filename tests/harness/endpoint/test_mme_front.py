@@ -26,10 +26,11 @@ def linear_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def mme(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMME]:
-    """Four copies of one archive behind one endpoint that keeps at most two loaded."""
+    """Four copies of one archive behind one endpoint that keeps at most two loaded; the copies get step names
+    of their own (--step-names isolate: what `conch deploy` uploads), so that LRU is the only churn."""
     source = tmp_path_factory.mktemp("source")
     copies(linear_archive, source, [f"m{i}.tar.gz" for i in range(4)])
-    with LocalMME(source, max_loaded=2) as endpoint:
+    with LocalMME(source, max_loaded=2, step_names="isolate") as endpoint:
         yield endpoint
 
 
@@ -88,12 +89,14 @@ def test_wrong_endpoint_name_and_missing_header_are_validation_errors(mme: Local
     assert "target model header" in no_header.value.response["Error"]["Message"]
 
 
-def test_an_unknown_model_answer_for_a_loaded_model_is_asked_once_more_then_passed_on(
-        linear_archive: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("retry_lookup, retries", [(False, 0), (True, 1)])
+def test_an_unknown_model_answer_for_a_loaded_model_is_passed_on_and_counted(
+        linear_archive: Path, tmp_path: Path, retry_lookup: bool, retries: int) -> None:
     """Triton 2.51 can miss a loaded model's name while another model loads or unloads (a race); here the miss
-    is made lasting by unloading the ensemble behind the SageMaker front end's back."""
+    is made lasting by unloading the ensemble behind the SageMaker front end's back. By default the answer goes
+    to the caller as SageMaker passes it on; --retry-lookup asks once more first, and counts it."""
     copies(linear_archive, tmp_path / "src", ["lost.tar.gz"])
-    with LocalMME(tmp_path / "src") as endpoint:
+    with LocalMME(tmp_path / "src", retry_lookup=retry_lookup) as endpoint:
         rt = runtime(endpoint.url)
         np.testing.assert_array_equal(invoke_linear(rt, "lost.tar.gz"), EXPECTED)
         unload = requests.post(f"{endpoint.triton.http_url}/v2/repository/models/lost.tar.gz/unload", timeout=60)
@@ -101,6 +104,10 @@ def test_an_unknown_model_answer_for_a_loaded_model_is_asked_once_more_then_pass
         with pytest.raises(ClientError) as lost:
             invoke_linear(rt, "lost.tar.gz")
         metrics = endpoint.metrics_json()
+        counts = endpoint.counts()
     error = lost.value.response["Error"]
     assert error["Code"] == "ModelError" and "model 'lost.tar.gz' is not found" in error["Message"]
-    assert metrics["TritonLookupRetries"] == 1
+    assert lost.value.response["OriginalStatusCode"] == 400
+    assert metrics["TritonLookupRetries"] == retries
+    assert metrics["TritonLookupMisses"] == 1 + retries  # every 'unknown model' answer, retried or not
+    assert counts["lookup_retries"] == retries and counts["lookup_misses"] == 1 + retries

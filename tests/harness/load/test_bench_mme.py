@@ -22,10 +22,14 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_bench_on_the_local_mme_answers_correctly_and_reports_its_metrics(archive: Path, tmp_path: Path) -> None:
-    code = main(["bench", str(archive), "--mme", "--copies", "3", "--stages", "test", "--workers", "1",
-                 "--out", str(tmp_path)])
+    code = main(["bench", str(archive), "--mme", "--copies", "3", "--step-names", "isolate", "--stages", "test",
+                 "--workers", "1", "--out", str(tmp_path)])
     assert code == 0
     summary = json.loads((tmp_path / "bench.json").read_text())
+    assert summary["endpoint"]["step_names"] == "isolate" and summary["problems"] == []
+    assert {k: summary["endpoint"][k] for k in ("restarts", "collisions", "lookup_retries")} == {
+        "restarts": 0, "collisions": 0, "lookup_retries": 0}
+    assert summary["endpoint"]["lookup_misses"] is not None  # the lookup race, counted on its own
     assert summary["requests"] > 0 and summary["failures"] == 0
     assert summary["throughput_rps"] > 0 and len(summary["per_target"]) == 3
     assert summary["cold"]["requests"] >= 3  # every copy's first call loaded it
@@ -39,9 +43,10 @@ def test_probe_stops_at_the_threshold_of_a_small_budget(archive: Path, tmp_path:
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     budget = 200 * MIB  # the empty server takes ~10 MiB here, each copy of two Python steps ~40 MiB
     code = main(["bench", "--probe", str(archive), "--memory-budget", "200MiB", "--max-copies", "20",
-                 "--out", str(tmp_path)])
+                 "--step-names", "isolate", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "probe.json").read_text())
     assert code == 0, result["stopped_because"]
+    assert result["endpoint"]["step_names"] == "isolate" and result["endpoint"]["collisions"] == 0
     assert result["stopped_because"] == "memory passed 90% of the budget"
     copies = result["copies"]
     assert 1 <= result["copies_fit"] == len(copies) - 1 < 20
@@ -61,3 +66,40 @@ def test_bench_through_boto3_sagemaker_runtime(archive: Path, tmp_path: Path, mo
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert summary["target"]["kind"] == "boto3"
     assert summary["requests"] > 0 and summary["failures"] == 0, summary["errors"]
+
+
+def test_copies_sharing_step_names_are_a_collision_that_fails_the_run(archive: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The default --step-names shared serves copies as SageMaker's image does: their step names collide, which
+    the run records, and a run with a collision is not a clean run."""
+    stages = '[{"duration": 3, "users": 2, "spawn_rate": 2}]'
+    code = main(["bench", str(archive), "--mme", "--copies", "2", "--stages", stages, "--out", str(tmp_path)])
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert code == 1
+    assert summary["endpoint"]["step_names"] == "shared" and summary["endpoint"]["collisions"] == 1
+    assert summary["problems"][-1] == "1 collisions"
+    err = capsys.readouterr().err
+    assert "step name collision: TargetModels mme_load-copy001.tar.gz and mme_load-copy002.tar.gz" in err
+    assert err.strip().splitlines()[-1].endswith("bench failed: 1 collisions")
+
+
+def test_json_bodies_of_an_fp16_ensemble_are_not_applicable_and_go_as_binary(tmp_path: Path) -> None:
+    import half_steps
+    import numpy as np
+
+    from conch import Ensemble, PythonStep, Tensor
+
+    ens = Ensemble("half", max_batch_size=8)
+    step = PythonStep("halve", half_steps.halve, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
+                      max_batch_size=8)
+    ens.output("Z", step(ens.input("X", "FP16", [4])))
+    x = np.arange(8, dtype=np.float16).reshape(2, 4)
+    ens.sample("two rows", {"X": x}, {"Z": x / 2})
+    built = build_ensemble(ens, tmp_path / "dist", "local")
+    stages = '[{"duration": 3, "users": 1, "spawn_rate": 1}]'
+    code = main(["bench", str(built), "--mme", "--body", "json", "--stages", stages, "--out", str(tmp_path)])
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    assert code == 0, summary["errors"]
+    assert summary["requests"] > 0 and summary["failures"] == 0
+    assert "input 'X' (FP16), output 'Z' (FP16): Triton's JSON body carries no FP16" in \
+        summary["not_applicable"]["half.tar.gz"]

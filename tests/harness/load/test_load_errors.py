@@ -3,6 +3,7 @@ log, instead of an empty report."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -33,3 +34,15 @@ def test_remote_workers_that_never_connect_end_the_run_saying_how_many_came(tmp_
     spec = LoadSpec("sagemaker", "http://127.0.0.1:9", archive_targets([archive]), [Stage(2, 1, 1)])
     with pytest.raises(BenchError, match=r"load generator: only 0 of 1 workers connected within 60 s"):
         run_load(spec, remote_workers=1)
+
+
+def test_bench_against_an_unreachable_url_exits_non_zero_with_the_count(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from conch.cli import main
+
+    archive = build_ensemble(linear_ensemble("load_nowhere"), tmp_path, "local")
+    code = main(["bench", str(archive), "--endpoint-url", "http://127.0.0.1:9", "--stages",
+                 '[{"duration": 2, "users": 1, "spawn_rate": 1}]', "--wait", "0.2", "--out", str(tmp_path / "out")])
+    assert code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(r"bench failed: (\d+) of \1 requests failed", last), last
