@@ -1,7 +1,8 @@
 """Seed 000's pattern on the local MME: one archive uploaded under many names to a real S3-compatible server
 (moto on 127.0.0.1), invoked in random order from several threads through boto3's sagemaker-runtime client,
-with far fewer models allowed loaded than there are names. The default --step-names isolate gives each copy's
-steps names of their own; --step-names shared keeps the archive's names, as SageMaker's image does."""
+with far fewer models allowed loaded than there are names. --step-names isolate gives each copy's steps names of
+their own (what `conch deploy` uploads: stamped copies); the default --step-names shared keeps the archive's
+names, as SageMaker's image does, and counts each copy sharing them as a collision."""
 
 from __future__ import annotations
 
@@ -43,12 +44,14 @@ def upload(moto_server: str, archives: list[Path], prefix: str) -> list[str]:
     return names
 
 
-def run_fleet(moto_server: str, archives: list[Path], prefix: str, max_loaded: int, calls: int) -> dict[str, Any]:
+def run_fleet(moto_server: str, archives: list[Path], prefix: str, max_loaded: int, calls: int,
+              step_names: str = "isolate") -> dict[str, Any]:
     names = upload(moto_server, archives, prefix)
     count = len(names)
     order = names + random.Random(7).choices(names, k=calls - count)  # every name at least once
     random.Random(11).shuffle(order)
-    with LocalMME(f"s3://{BUCKET}/{prefix}", s3_endpoint_url=moto_server, max_loaded=max_loaded) as mme:
+    with LocalMME(f"s3://{BUCKET}/{prefix}", s3_endpoint_url=moto_server, max_loaded=max_loaded,
+                  step_names=step_names) as mme:
         seen_loaded: list[int] = []
         done = threading.Event()
 
@@ -96,6 +99,7 @@ def run_fleet(moto_server: str, archives: list[Path], prefix: str, max_loaded: i
     assert metrics["LoadedModelCountPeak"] <= max_loaded
     assert seen_loaded and max(seen_loaded) <= max_loaded
     assert metrics["TritonRestarts"] <= MAX_CRASHES and (not cut_short or metrics["TritonRestarts"] >= 1)
+    assert metrics["StepNameCollisions"] == 0
     return metrics
 
 
@@ -106,29 +110,30 @@ def distinct(count: int, folder: Path) -> list[Path]:
 
 def test_thirty_names_of_one_archive_behind_five_slots(moto_server: str, linear_archive: Path) -> None:
     """The default run's fleet: loaded and unloaded over and over, which copies sharing step names do not
-    survive on Triton 2.51 (--step-names shared crashed it here after 18 to 85 loads)."""
+    survive on Triton 2.51 (--step-names shared crashed it here after 18 to 85 loads): isolate, as deployed."""
     run_fleet(moto_server, [linear_archive] * 30, "thirty", max_loaded=5, calls=45)
 
 
 def test_shared_step_names_load_copies_side_by_side(moto_server: str, linear_archive: Path) -> None:
-    """--step-names shared, the image's behaviour: two names of one archive, both loaded at once under the
-    archive's own step names (namespacing, as the image runs Triton)."""
+    """--step-names shared, the image's behaviour and the default: two names of one archive, both loaded at once
+    under the archive's own step names (namespacing, as the image runs Triton), the second one a collision."""
     names = upload(moto_server, [linear_archive] * 2, "shared")
-    with LocalMME(f"s3://{BUCKET}/shared", s3_endpoint_url=moto_server, step_names="shared") as mme:
+    with LocalMME(f"s3://{BUCKET}/shared", s3_endpoint_url=moto_server) as mme:
         rt = runtime(mme.url)
         for name in names + names:
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
         metrics = mme.metrics_json()
         steps = sorted(p.name for p in (mme.cache_dir / "models").glob("*/model/fleet__*"))
     assert metrics["LoadedModelCount"] == 2 and metrics["ModelCacheHit"]["hits"] == 2
+    assert metrics["StepNameCollisions"] == 1 and mme.counts()["collisions"] == 1
     assert steps == ["fleet__add_one", "fleet__add_one", "fleet__double", "fleet__double"]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_two_hundred_names_of_one_archive_behind_twenty_slots(moto_server: str, linear_archive: Path) -> None:
-    """The issue's done-means test as written: one archive under 200 names, 4 threads, 20 slots, with the
-    default --step-names isolate."""
+    """The issue's done-means test as written: one archive under 200 names, 4 threads, 20 slots, with
+    --step-names isolate (the copies `conch deploy --copies` uploads)."""
     metrics = run_fleet(moto_server, [linear_archive] * 200, "two-hundred", max_loaded=20, calls=300)
     assert metrics["LoadedModelCountPeak"] == 20
 
