@@ -74,8 +74,9 @@ def test_plan_command_writes_json_png_and_prints_the_table(tmp_path: Path, capsy
     code = main(["plan", "--ensembles", "50", "--rps", "20", "--probe", str(probe), "--bench", str(bench),
                  "--instance-type", "ml.m5.xlarge", "--instance-type", "ml.g4dn.xlarge", "--out", str(tmp_path)])
     assert code == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "ml.m5.xlarge" in out and "ml.g4dn.xlarge" in out and "cheapest:" in out
+    assert "churn: under 1 load per hour on" in err  # every ensemble fits: no load/unload races to speak of
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert saved["instance_data"]["date"] and len(saved["rows"]) == 2
     assert saved["traffic"]["instance_rps"] == 30.0 and saved["traffic"]["bench_cpus"] == 2
@@ -85,3 +86,23 @@ def test_plan_command_writes_json_png_and_prints_the_table(tmp_path: Path, capsy
 def test_plan_without_a_model_cost_says_what_to_give(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--ensembles", "5", "--rps", "1"]) == 2
     assert "--probe" in capsys.readouterr().err
+
+
+def test_the_churn_note_names_the_release_that_guards_the_list_and_the_race_no_release_fixes() -> None:
+    from conch.sagemaker.images import churn_note
+
+    assert "(fixed in 25.12, server 2.64.0)" in churn_note("25.11")
+    assert "unlocked" not in churn_note("25.12")
+    for release in ("24.10", "25.12"):
+        assert "can get 'unknown model' (ModelError 400) on every release so far" in churn_note(release)
+
+
+def test_the_churn_line_counts_the_cheapest_plans_loads_and_says_what_the_release_means() -> None:
+    from conch.plan.fleet import Row
+    from conch.plan.report import churn_line
+
+    rows = [Row("ml.m5.large", 0.115, 10, 3, 0.99, 5.0, 2.0, 80.0, 250.0, 5000.0, "miss rate"),
+            Row("ml.m5.xlarge", 0.23, 20, 2, 0.995, 5.0, 2.0, 80.0, 330.0, 5000.0, "miss rate")]
+    line = churn_line(rows, 20.0, "24.10")
+    assert line.startswith("churn: about 720 loads and unloads per hour on 3 x ml.m5.large; release 24.10: its "
+                           "SageMaker front end reads the TargetModel list unlocked"), line
