@@ -8,10 +8,12 @@ Prints a table, writes benchmarks/results/local_mme.json.
 
 Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target, copied
 under N names (seed 000's pattern). --distinct builds N ensembles of the same shape with names (and so step
-folder names) of their own, which Triton's namespacing does not tie together. --step-names shared keeps every
-copy's step names (as SageMaker's image does) instead of the local MME's default renaming. --churn N ends with N
-calls in random order from 4 threads at --churn-slots loaded: loads and unloads done, and how often tritonserver
-exited and was restarted (copies sharing step names crash Triton 2.51).
+folder names) of their own, which Triton's namespacing does not tie together. The default --step-names shared
+keeps every copy's step names, as SageMaker's image does (each copy after the first is a collision);
+--step-names isolate gives each copy step names of its own, as `conch deploy` uploads copies. --churn N ends
+with N calls in random order from 4 threads at --churn-slots loaded: loads and unloads done, failed calls, how
+often Triton answered 'unknown model' for a loaded copy (its lookup race; passed on, never retried), and how
+often tritonserver exited and was restarted (copies sharing step names crash Triton 2.51).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def main() -> int:
     parser.add_argument("--reloads", type=int, default=20)
     parser.add_argument("--distinct", action="store_true",
                         help="N distinct two-step ensembles (own step names) instead of N copies of one archive")
-    parser.add_argument("--step-names", choices=["isolate", "shared"], default="isolate")
+    parser.add_argument("--step-names", choices=["isolate", "shared"], default="shared")
     parser.add_argument("--churn", type=int, default=0, help="calls in random order at --churn-slots loaded")
     parser.add_argument("--churn-slots", type=int, default=10)
     args = parser.parse_args()
@@ -160,7 +162,7 @@ def main() -> int:
     print(f"{'metric':<{width}}  {'value':>9}  unit")
     for r in rows:
         print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
-    suffix = ("_distinct" if args.distinct else "") + ("_shared" if args.step_names == "shared" else "")
+    suffix = ("_distinct" if args.distinct else "") + ("_isolate" if args.step_names == "isolate" else "")
     out = ROOT / "benchmarks" / "results" / f"local_mme{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
@@ -203,7 +205,7 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
             try:
                 local.rt.invoke_endpoint(EndpointName="local", TargetModel=name, ContentType=content_type,
                                          Body=body)["Body"].read()
-            except Exception as exc:  # a crash answers errors; count them, carry on
+            except Exception as exc:  # a crash or Triton's lookup race answers errors; count them, carry on
                 failed.append(repr(exc))
 
         start = time.perf_counter()
@@ -216,7 +218,10 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
     row("churn: loads", loads, "count")
     row("churn: unloads", sum(metrics["ModelUnloads"].values()), "count")
     row("churn: failed calls", len(failed), "count")
+    row("churn: of which 'unknown model' for a loaded copy (Triton's lookup race)", metrics["TritonLookupMisses"],
+        "count")
     row("churn: tritonserver restarts (it exited)", metrics["TritonRestarts"], "count")
+    row("churn: step name collisions (copies sharing step names)", metrics["StepNameCollisions"], "count")
 
 
 def _cpus() -> int:
