@@ -72,7 +72,6 @@ def main() -> int:
     from conch.harness.endpoint import LocalMME
     from conch.harness.endpoint.protocol import TARGET_HEADER
     from conch.harness.mme import binary_request, json_request, model_hash
-    from conch.harness.replay import sample_payloads
     from conch.sagemaker.invoke import archive_manifest
 
     parser = argparse.ArgumentParser()
@@ -96,7 +95,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         archive = build(args, Path(tmp) / "built")
-        inputs, _, _ = sample_payloads(archive_manifest(archive)["samples"][0])
+        inputs = archive_manifest(archive).samples[0].input_arrays()
         body, content_type = json_request(inputs)
         binary_body, binary_type = binary_request(inputs)
         source = Path(tmp) / "source"
@@ -188,10 +187,9 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
 
     from conch.harness.endpoint import LocalMME
     from conch.harness.mme import json_request
-    from conch.harness.replay import sample_payloads
     from conch.sagemaker.invoke import archive_manifest
 
-    inputs, _, _ = sample_payloads(archive_manifest(source / names[0])["samples"][0])
+    inputs = archive_manifest(source / names[0]).samples[0].input_arrays()
     body, content_type = json_request(inputs)
     order = names + random.Random(7).choices(names, k=max(0, args.churn - len(names)))
     random.Random(11).shuffle(order)
