@@ -55,3 +55,23 @@ def test_a_run_without_failures_plots_both_figures(tmp_path: Path) -> None:
     assert summary["first_failure"] is None and "no failed request" in table(summary)
     png = plot_run(summary, tmp_path / "bench.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_is_clean_only_without_failures_restarts_retries_or_collisions() -> None:
+    from conch.harness.endpoint.metrics import run_counts
+    from conch.harness.load.report import problems
+
+    ok = summarise(run([[T0 + 2, 5.0, True, 0, ""], [T0 + 12, 5.0, True, 1, ""]]))
+    assert problems(ok) == []
+    before = {"TritonRestarts": 1, "TritonLookupRetries": 0, "TritonLookupMisses": 0, "StepNameCollisions": 0,
+              "ModelNotReady": 0, "InvocationTimeouts": 0}
+    after = {**before, "TritonRestarts": 2, "TritonLookupMisses": 3, "StepNameCollisions": 1, "step_names": "shared"}
+    counts = run_counts(before, after)
+    assert counts == {"step_names": "shared", "restarts": 1, "lookup_retries": 0, "lookup_misses": 3,
+                      "collisions": 1, "not_ready": 0, "timeouts": 0}
+    failed = summarise(run([[T0 + 2, 5.0, True, 0, ""], [T0 + 12, 5.0, False, 1, "HTTP 424"]]), {"endpoint": counts})
+    assert problems(failed) == ["1 of 2 requests failed", "1 restarts", "1 collisions"]
+    assert "endpoint (--step-names shared): 1 tritonserver restarts, 1 step name collisions, 3 'unknown model'" \
+        in table({**failed, "not_applicable": {}})
+    # an endpoint that publishes no counts (a SageMaker endpoint) leaves them unknown, not zero
+    assert run_counts(None, {"step_names": None})["restarts"] is None
