@@ -117,8 +117,7 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
                 f"{counts['collisions']} step name collisions, {counts['lookup_misses']} 'unknown model' answers "
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
                 f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
-        (error if lenient(counts) else say)(line)
-        document({"event": "summary", **counts})
+        (error if lenient(counts) else say)(line)  # stderr: stdout holds the ready line only
 
 
 def add_step_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
