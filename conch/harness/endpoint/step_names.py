@@ -7,5 +7,5 @@ import enum
 
 
 class StepNames(enum.Enum):
-    ISOLATE = "isolate"  # rename a TargetModel's steps when another TargetModel uses their names
-    SHARED = "shared"  # keep every name as in the archive (what SageMaker's image does)
+    SHARED = "shared"  # keep every name as in the archive, what SageMaker's image does (the default)
+    ISOLATE = "isolate"  # rename a TargetModel's steps when another uses their names: what `conch deploy` uploads

@@ -70,6 +70,9 @@ def test_serve_mme_prints_one_ready_line_answers_conch_invoke_and_dies_with_conc
         assert proc.stdout is not None
         ready = json.loads(proc.stdout.readline())
         assert ready["endpoint_name"] == "local" and ready["url"].startswith("http://127.0.0.1:")
+        # SageMaker's defaults: the archive's own step names, its 60 s limits, Triton's answers passed on
+        assert ready["step_names"] == "shared" and ready["retry_lookup"] is False
+        assert ready["invocation_timeout_s"] == 60 and ready["load_wait_s"] == 60
         np.testing.assert_array_equal(invoke_linear(runtime(ready["url"]), archive.name), EXPECTED)
         replayed = conch("invoke", "--endpoint", "local", "--endpoint-url", ready["url"], "--archive", str(archive))
         assert replayed.returncode == 0, replayed.stderr
