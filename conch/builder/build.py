@@ -97,7 +97,12 @@ def render_repository(
         steps.append(StepRecord(model, str(served), step.describe(layout.info)))
     python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
-    notes.extend(shm.warn(ensemble.name, progress))
+    # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
+    # backend, but only the steps that are Python models in production need SageMaker's setting changed
+    production = [ensemble.model_name(c.step) for c in ensemble.calls if c.step.platform is Platform.PYTHON]
+    warned = shm if target is Target.PRODUCTION else plan_shm(ensemble, production, observed.row_bytes,
+                                                              observed.unmeasured)
+    notes.extend(warned.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
