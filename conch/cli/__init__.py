@@ -42,9 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from conch.cli.extras import check_command
     from conch.errors import ConchError
 
     try:
+        check_command(args)  # a missing optional package is one line before any work
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))
