@@ -16,13 +16,14 @@ from conch.errors import ConchError
 from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:
+    from conch.builder.parallel import BuildOutcome
     from conch.ensembles.ensemble import Ensemble
     from conch.harness.replay import ReplayReport
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.discover import locate
-    from conch.builder.parallel import BuildJob, BuildOutcome, build_all
+    from conch.builder.parallel import BuildJob, build_all
 
     failed: list[str] = []
     found = locate(args.paths, on_error=_skipping(failed))
@@ -48,6 +49,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                     f"{args.target}, release {args.release}, {outcome.seconds:.1f} s)")
             else:
                 say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+            _say_output(outcome, args.verbose)
 
         # under --quiet no progress at all, so parallel workers print none either
         outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
@@ -56,12 +58,26 @@ def cmd_build(args: argparse.Namespace) -> int:
         "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
         "ensembles": [{"ensemble": o.ensemble, "archive": None if o.archive is None else str(o.archive),
                        "written": o.written, "bytes": None if o.archive is None else o.archive.stat().st_size,
-                       "seconds": round(o.seconds, 3), "error": o.error} for o in outcomes],
+                       "seconds": round(o.seconds, 3), "error": o.error,
+                       "output": [c.to_json() for c in o.output]} for o in outcomes],
     })
     if failed:
         say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
     return 0
+
+
+def _say_output(outcome: BuildOutcome, verbose: bool) -> None:
+    """What the ensemble's code said while it was built: one line, or everything with ``-v``."""
+    from conch.builder.capture import summary
+
+    if not verbose:
+        line = summary(outcome.ensemble, outcome.output)
+        if line:
+            say(line)
+        return
+    for said in outcome.output:
+        say(f"--- {outcome.ensemble}: {said.what}\n{said.text()}")
 
 
 def discover_each(paths: Sequence[Path], failed: list[str]) -> list[Ensemble]:
@@ -168,6 +184,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
     b.add_argument("--refresh", action="store_true",
                    help="ask the package index again and recompute sample expected outputs (normally cached)")
+    b.add_argument("-v", "--verbose", action="store_true",
+                   help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
+                        "full, not one line per ensemble")
     common(b)
     b.set_defaults(func=cmd_build)
 
