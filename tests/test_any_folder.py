@@ -106,7 +106,7 @@ def test_every_command_works_from_any_folder(where: str, tmp_path: Path) -> None
         ("graph", source, "--format", "svg", "--out", _relative(tmp_path / "pictures", cwd)),
         ("replay", f"{local}/three_frameworks.tar.gz"),
         ("replay", source),
-        ("bench", f"{local}/three_frameworks.tar.gz", "--mme", "--stages", "quick", "--workers", "1",
+        ("bench", f"{local}/three_frameworks.tar.gz", "--mme", "--stages", "quick",
          "--out", _relative(tmp_path / "bench", cwd)),
     ]
     for args in steps:

@@ -177,8 +177,10 @@ def common(sp: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
     b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
-    b.add_argument("--out", type=Path, default=Path("dist"))
-    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value)
+    b.add_argument("--out", type=Path, default=Path("dist"), help="folder for the .tar.gz archives (default dist)")
+    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value,
+                   help="production (default): the archives SageMaker serves; local: every step with a CPU "
+                        "stand-in, for `conch replay` and `conch serve` on this machine")
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
     b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
@@ -192,14 +194,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
-    r.add_argument("--endpoint", action="append", choices=ENDPOINTS)
+    r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
+                   help="replay through this endpoint only (repeatable; default: every one)")
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
     common(r)
     r.set_defaults(func=cmd_replay)
 
     i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
                        "and its `conch check` (exit 1 when the check fails)")
-    i.add_argument("archive", type=Path)
+    i.add_argument("archive", type=Path, help="a .tar.gz archive built by `conch build` (or a hand-made one)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="everything as one JSON object (manifest included)")
     out.add_argument("--quiet", "-q", action="store_true", help="print nothing; the exit code tells")
