@@ -39,7 +39,7 @@ EXAMPLES = {
     "graph": "conch graph ensembles/text_embeddings.py --format mermaid",
     "serve": "conch serve dist/ --port 8080",
     "check": "conch check dist/",
-    "run": "conch run ensembles/text_embeddings.py --sample 'three sentences'",
+    "run": "conch run ensembles/text_embeddings.py --sample 'one sentence, non-ASCII'",
     "deploy": "conch deploy dist/ --bucket my-bucket --role arn:aws:iam::123456789012:role/SageMakerRole "
               "--endpoint my-mme --dry-run",
     "invoke": "conch invoke --endpoint my-mme --archive dist/text_embeddings.tar.gz",

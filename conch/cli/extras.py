@@ -32,8 +32,8 @@ EXTRA_OF = {
 COMMAND_NEEDS = {
     "bench": lambda args: ("locust", "matplotlib"),
     "plan": lambda args: ("matplotlib",),
-    "graph": lambda args: ("pygraphviz",) if getattr(args, "format", None) in ("svg", "png") else (),
 }
+# (`conch graph --format svg` without pygraphviz writes the dot text instead, with one warning naming the extra)
 
 # step kind -> modules that build it, or run it here (in-process or as the local server's stand-in)
 KIND_NEEDS = {

@@ -30,8 +30,6 @@ def conch_without(module: str, *args: str, cwd: Path) -> subprocess.CompletedPro
      "conch bench needs locust, which is not installed: pip install 'conch[bench]'"),
     ("matplotlib", ["plan", "--ensembles", "10", "--rps", "5", "--memory-per-model", "1GiB", "--out", "out"],
      "conch plan needs matplotlib, which is not installed: pip install 'conch[bench]'"),
-    ("pygraphviz", ["graph", str(ANYWHERE), "--format", "svg", "--out", "out"],
-     "conch graph needs pygraphviz, which is not installed: pip install 'conch[graph]'"),
     ("torch", ["build", str(ANYWHERE), "--out", "out"],
      "conch build: ensemble 'three_frameworks' step 'halve' (pytorch) needs torch, which is not installed: "
      "pip install 'conch[pytorch]'"),
@@ -41,7 +39,7 @@ def conch_without(module: str, *args: str, cwd: Path) -> subprocess.CompletedPro
     ("nvidia.dali", ["replay", str(ANYWHERE)],
      "conch replay: ensemble 'three_frameworks' step 'dali' (dali) needs nvidia.dali, which is not installed: "
      "pip install 'conch[dali]'"),
-], ids=["bench-locust", "plan-matplotlib", "graph-pygraphviz", "build-torch", "run-tensorflow", "replay-dali"])
+], ids=["bench-locust", "plan-matplotlib", "build-torch", "run-tensorflow", "replay-dali"])
 def test_a_missing_package_is_one_line_naming_the_extra_before_any_work(module: str, args: list[str], expected: str,
                                                                          tmp_path: Path) -> None:
     done = conch_without(module, *args, cwd=tmp_path)
