@@ -6,6 +6,7 @@ in a folder of its own holding ``ensembles/`` (the examples), with ``conch`` on 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -74,10 +75,8 @@ def _run(code: str, tmp_path: Path, timeout: float) -> None:
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
-        try:  # a server the block started in the background goes with it
+        with contextlib.suppress(ProcessLookupError):  # a server the block started in the background goes too
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         proc.wait()
     assert proc.returncode == 0, f"{code}\n---\n{out}"
 
