@@ -18,7 +18,7 @@ from conch.builder.buildcache import (
     passed_before,
     remember_passed,
 )
-from conch.builder.capture import CapturedOutput, captured
+from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.manifest import (
     MANIFEST_NAME,
@@ -205,8 +205,13 @@ def build_ensemble(
     release: Release | str = DEFAULT_RELEASE,
     progress: Progress | None = None,
 ) -> Path:
-    """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind."""
-    return write_archive(render_repository(ensemble, target, release or DEFAULT_RELEASE, progress), out_dir)
+    """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind. What the
+    ensemble's code said while it ran is summed up in one line through ``progress``."""
+    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE, progress)
+    line = summary(ensemble.name, repo.output)
+    if progress is not None and line:
+        progress(line.replace("; -v shows them", "; `conch build -v` shows them"))
+    return write_archive(repo, out_dir)
 
 
 def build_key(repo: Repository) -> str:

@@ -82,3 +82,17 @@ def test_a_build_sums_up_its_code_s_output_in_one_line_and_shows_it_with_v_and_j
     assert export["what"] == "the export of step 'encoder'" and "native: graph optimised" in export["lines"]
     assert sample["warnings"][0].startswith("UserWarning: TracerWarning stand-in")
     assert (tmp_path / "a" / "noisy.tar.gz").read_bytes() == (tmp_path / "c" / "noisy.tar.gz").read_bytes()
+
+
+def test_building_from_python_or_for_a_replay_says_the_same_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import discover
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))  # the expected outputs are computed here
+    (noisy,) = discover([FIXTURES / "noisy"])
+    said: list[str] = []
+    build_ensemble(noisy, tmp_path, "local", progress=said.append)
+    assert said == ["ensemble 'noisy': 2 warnings and 3 lines of output from the export of step 'encoder' and the "
+                    "expected outputs of sample 'ones'; `conch build -v` shows them"]
+    assert "exporting the encoder" not in capfd.readouterr().err
