@@ -61,3 +61,26 @@ def test_a_hidden_module_counts_as_missing(monkeypatch: pytest.MonkeyPatch) -> N
     assert installed("json")
     monkeypatch.setitem(sys.modules, "json", None)
     assert not installed("json") and not installed("no_such_package_here.sub")
+
+
+def test_a_conda_environment_needs_conda_pack_before_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from conch.cli.extras import check_command
+    from conch.errors import DependencyError
+
+    (tmp_path / "conda_steps.py").write_text("def double(x):\n    return {'y': x * 2}\n")
+    (tmp_path / "with_conda.py").write_text(
+        "from conda_steps import double\n"
+        "from conch import Ensemble, PythonEnv, PythonStep, Tensor\n"
+        "step = PythonStep('double', double, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])],\n"
+        f"                  env=PythonEnv(conda_prefix={str(tmp_path / 'env')!r}))\n"
+        "with_conda = Ensemble('with_conda')\n"
+        "with_conda.output('Y', step(with_conda.input('X', 'FP32', [4])))\n")
+    monkeypatch.setitem(sys.modules, "conda_pack", None)
+    args = argparse.Namespace(command="build", paths=[tmp_path / "with_conda.py"])
+    with pytest.raises(DependencyError, match=r"^conch build: ensemble 'with_conda' step 'double' \(python\) needs "
+                                              r"conda_pack, which is not installed: pip install 'conch\[conda\]'$"):
+        check_command(args)
+    args.command = "run"  # running it in-process packs nothing
+    check_command(args)
