@@ -45,6 +45,7 @@ KIND_NEEDS = {
 }
 # commands that build or run the ensembles of the .py files they are given, and those that serve archives
 RUN_SOURCES = ("build", "run", "replay", "serve")
+IMPORT_SOURCES = (*RUN_SOURCES, "graph")  # commands that import the ensemble files they are given
 SERVE_ARCHIVES = ("replay", "serve", "bench")
 
 
@@ -76,7 +77,7 @@ def check_command(args: argparse.Namespace) -> None:
     if needs is not None:
         require(needs(args), f"conch {command}")
     paths = [Path(p) for p in (getattr(args, "paths", None) or getattr(args, "archives", None) or [])]
-    if not paths or command not in (*RUN_SOURCES, *SERVE_ARCHIVES):
+    if not paths or command not in (*IMPORT_SOURCES, *SERVE_ARCHIVES):
         return
     from conch.builder.discover import sort_paths
 
@@ -86,8 +87,8 @@ def check_command(args: argparse.Namespace) -> None:
         return  # the command says what is wrong with its paths
     if command in SERVE_ARCHIVES:
         _check_archives(given.archives, command)
-    if command in RUN_SOURCES and given.sources:
-        _check_sources(given.sources, command, build=command == "build")
+    if command in IMPORT_SOURCES and given.sources:
+        _check_sources(given.sources, command, build=command == "build", run=command in RUN_SOURCES)
 
 
 def _check_archives(archives: Iterable[Path], command: str) -> None:
@@ -104,7 +105,7 @@ def _check_archives(archives: Iterable[Path], command: str) -> None:
                 require(KIND_NEEDS[kind][-1:], f"conch {command} {archive.name} (its {kind} step {step.model_name!r})")
 
 
-def _check_sources(sources: Iterable[Path], command: str, *, build: bool) -> None:
+def _check_sources(sources: Iterable[Path], command: str, *, build: bool, run: bool) -> None:
     """Import the ensemble files (they stay imported, so the command does not import them again) and check
     what their steps need; a file that fails to import for another reason is left to the command to report."""
     from conch.builder.discover import discover
@@ -122,7 +123,7 @@ def _check_sources(sources: Iterable[Path], command: str, *, build: bool) -> Non
         raise
     except ConchError:
         return  # e.g. one ensemble name in two files: the command says so
-    for ensemble in ensembles:
+    for ensemble in ensembles if run else ():
         for call in ensemble.calls:
             step = call.step
             kind = str(getattr(step, "kind", ""))

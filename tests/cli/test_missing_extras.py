@@ -49,9 +49,10 @@ def test_a_missing_package_is_one_line_naming_the_extra_before_any_work(module: 
     assert done.stdout == ""
 
 
-def test_an_ensemble_file_importing_a_missing_package_names_the_extra(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["build", "--out", "out"], ["graph"]])
+def test_an_ensemble_file_importing_a_missing_package_names_the_extra(command: list[str], tmp_path: Path) -> None:
     (tmp_path / "needs_torch.py").write_text("import torch  # noqa: F401\nfrom conch import Ensemble\n")
-    done = conch_without("torch", "build", "needs_torch.py", "--out", "out", cwd=tmp_path)
+    done = conch_without("torch", command[0], "needs_torch.py", *command[1:], cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == ("conch: error: needs_torch.py line 1 needs torch, which is not installed: "
                                    "pip install 'conch[pytorch]'")
