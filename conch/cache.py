@@ -11,9 +11,9 @@ from pathlib import Path
 
 
 def cache_dir() -> Path:
-    """``$CONCH_CACHE_DIR``, or ``~/.cache/conch``."""
+    """``$CONCH_CACHE_DIR``, or ``~/.cache/conch``, as an absolute path."""
     root = os.environ.get("CONCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "conch")
-    path = Path(root)
+    path = Path(root).absolute()  # a relative setting means the folder it names now, not where a child runs
     path.mkdir(parents=True, exist_ok=True)
     return path
 

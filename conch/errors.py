@@ -52,3 +52,7 @@ class BenchError(ConchError):
 
 class RunError(ConchError):
     """Running an ensemble in-process failed, or a step produced what its declaration does not say."""
+
+
+class DependencyError(ConchError):
+    """An optional package a command needs is not installed (the message names the extra that brings it)."""

@@ -10,6 +10,9 @@ from typing import Any
 from conch.ensembles.layout import FileSource
 from conch.errors import BuildError
 
+RELATIVE_HINT = (" (a relative path is read from the folder conch runs in; build it from the ensemble file's own "
+                 "folder, e.g. Path(__file__).parent / 'model.onnx', to build from anywhere)")
+
 # Turns an in-memory model (a torch ScriptModule, a TF GraphDef) into deterministic bytes;
 # returns None for objects it does not know.
 Serializer = Callable[[Any], bytes | None]
@@ -81,8 +84,9 @@ class Artifact:
         if isinstance(value, str | Path):
             path = Path(value)
             if not path.is_file():
-                raise BuildError(f"{self.what}: {self.filename} file {path} does not exist; fix the path")
-            return path
+                raise BuildError(f"{self.what}: {self.filename} file {path} does not exist; fix the path"
+                                 f"{RELATIVE_HINT if not path.is_absolute() else ''}")
+            return path.absolute()  # the same file whichever folder a later reader runs in
         if self._serialize is not None and not isinstance(value, type):
             return self._serialize(value)
         return None

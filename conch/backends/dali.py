@@ -340,7 +340,7 @@ def _definition_source(step: str, definition: Callable[..., Any]) -> tuple[str, 
         raise DeclarationError(
             f"dali step {step!r}: cannot find the source file of {qualname} (defined in an interactive session "
             f"or a notebook cell?); define the pipeline function in a .py module and import it from there")
-    path = Path(source)
+    path = Path(source).absolute()  # a module found through a relative sys.path entry has a relative file
     if path.stem in ("dali", "model") or not path.stem.isidentifier():
         raise DeclarationError(
             f"dali step {step!r}: the pipeline lives in {path.name}, a name the generated files use or Python "

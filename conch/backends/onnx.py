@@ -8,6 +8,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from conch.backends.artifact import RELATIVE_HINT
 from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
@@ -101,8 +102,9 @@ class OnnxStep(Step):
             source = self._model() if callable(self._model) else self._model
             path = Path(source)
             if not path.is_file():
-                raise BuildError(f"onnx step {self.name!r}: model file {path} does not exist")
-            self._path = path
+                raise BuildError(f"onnx step {self.name!r}: model file {path} does not exist"
+                                 f"{RELATIVE_HINT if not path.is_absolute() else ''}")
+            self._path = path.absolute()
         return self._path
 
     def io_unreadable(self) -> str | None:

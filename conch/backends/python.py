@@ -137,7 +137,7 @@ def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str
         source = None
     if source is None or not Path(source).is_file():
         raise DeclarationError(f"python step {step!r}: cannot find the source file of {qualname}")
-    path = Path(source)
+    path = Path(source).absolute()  # a module found through a relative sys.path entry has a relative file
     name = path.stem
     if name in ("model", "triton_python_backend_utils") or not name.isidentifier():
         raise DeclarationError(

@@ -18,6 +18,7 @@ from conch.builder.buildcache import (
     passed_before,
     remember_passed,
 )
+from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.manifest import (
     MANIFEST_NAME,
@@ -51,6 +52,8 @@ class Repository:
     files: dict[str, FileSource]
     record: Manifest
     notes: list[str] = field(default_factory=list)
+    # what user and third-party code said while the build ran it (not in the archive: it is not reproducible)
+    output: list[CapturedOutput] = field(default_factory=list)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -75,12 +78,15 @@ def render_repository(
     steps: list[StepRecord] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress, refresh)
-    observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
+    output: list[CapturedOutput] = []
+    with captured("running the ensemble in this process", output):
+        observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
         try:
-            layout = _checked_layout(step, model, target, release, ensemble.name)
+            with captured(f"the export of step {step.name!r}", output):
+                layout = _checked_layout(step, model, target, release, ensemble.name)
             env = ensemble.env_of(step)
             spec = layout.spec if env is None else envs.attach(env, layout.spec)
         except ConchError as exc:
@@ -97,7 +103,12 @@ def render_repository(
         steps.append(StepRecord(model, str(served), step.describe(layout.info)))
     python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
-    notes.extend(shm.warn(ensemble.name, progress))
+    # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
+    # backend, but only the steps that are Python models in production need SageMaker's setting changed
+    production = [ensemble.model_name(c.step) for c in ensemble.calls if c.step.platform is Platform.PYTHON]
+    warned = shm if target is Target.PRODUCTION else plan_shm(ensemble, production, observed.row_bytes,
+                                                              observed.unmeasured)
+    notes.extend(warned.warn(ensemble.name, progress))
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
@@ -119,10 +130,10 @@ def render_repository(
         warmup=WarmupRecord.from_json(warmup) if warmup else None,
         shm=ShmRecord.from_json(shm.manifest()),
         # the files' digests cover every config, model and code file of the archive
-        samples=_samples(ensemble, key_of([target.value, str(release), hashes]), refresh),
+        samples=_samples(ensemble, key_of([target.value, str(release), hashes]), refresh, output),
     )
     files[MANIFEST_NAME] = dumps(manifest)
-    return Repository(ensemble.name, files, manifest, notes)
+    return Repository(ensemble.name, files, manifest, notes, output)
 
 
 def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
@@ -147,7 +158,9 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
     return layout
 
 
-def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> tuple[SampleRecord, ...]:
+def _samples(
+    ensemble: Ensemble, models_key: str, refresh: bool, output: list[CapturedOutput]
+) -> tuple[SampleRecord, ...]:
     """Each sample with its expected outputs, computed once per content of the models, the sample and
     the user code that computes them (``models_key`` covers every file of the archive)."""
     inputs = {t.name: t.dtype for t in ensemble.input_specs()}
@@ -159,7 +172,8 @@ def _samples(ensemble: Ensemble, models_key: str, refresh: bool) -> tuple[Sample
 
         def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
             try:
-                expected = sample.expected_arrays()
+                with captured(f"the expected outputs of sample {sample.name!r}", output):
+                    expected = sample.expected_arrays()
             except ConchError as exc:
                 exc.within(f"ensemble {ensemble.name!r}")
                 raise
@@ -191,8 +205,13 @@ def build_ensemble(
     release: Release | str = DEFAULT_RELEASE,
     progress: Progress | None = None,
 ) -> Path:
-    """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind."""
-    return write_archive(render_repository(ensemble, target, release or DEFAULT_RELEASE, progress), out_dir)
+    """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind. What the
+    ensemble's code said while it ran is summed up in one line through ``progress``."""
+    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE, progress)
+    line = summary(ensemble.name, repo.output)
+    if progress is not None and line:
+        progress(line.replace("; -v shows them", "; `conch build -v` shows them"))
+    return write_archive(repo, out_dir)
 
 
 def build_key(repo: Repository) -> str:

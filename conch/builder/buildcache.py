@@ -80,16 +80,25 @@ def code_digest(fn: Callable[..., Any]) -> str:
     while isinstance(fn, functools.partial):
         fn = fn.func
     code = getattr(fn, "__code__", None)
-    origin = code.co_filename if code is not None else getattr(sys.modules.get(type(fn).__module__), "__file__", None)
-    if not origin or not Path(origin).is_file():
+    origin = _real_file(code.co_filename if code is not None else
+                        getattr(sys.modules.get(type(fn).__module__), "__file__", None))
+    if origin is None:
         return "unknown"
-    folder = os.path.dirname(os.path.abspath(origin))
-    files = {os.path.abspath(origin)}
+    folder = os.path.dirname(origin)
+    files = {origin}
     for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str) and file.endswith(".py") and os.path.dirname(os.path.abspath(file)) == folder:
-            files.add(os.path.abspath(file))
+        file = _real_file(getattr(module, "__file__", None))
+        if file is not None and file.endswith(".py") and os.path.dirname(file) == folder:
+            files.add(file)
     return key_of(sorted((os.path.basename(f), digest(Path(f))) for f in files))
+
+
+def _real_file(file: object) -> str | None:
+    """A module's file as an absolute path, or None when it is not a real file: torch registers
+    pseudo-modules whose ``__file__`` is a bare ``_ops.py``, which would resolve against the working folder."""
+    if not isinstance(file, str) or not os.path.isabs(file) or not os.path.isfile(file):
+        return None
+    return os.path.normpath(file)
 
 
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:

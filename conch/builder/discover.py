@@ -138,5 +138,5 @@ def locate(
                         f"ensemble name {ensemble.name!r} is declared in both {seen[ensemble.name]} and {file}"
                     )
                 seen[ensemble.name] = file
-                found.append((file, ensemble))
+                found.append((file.absolute(), ensemble))  # build workers may run elsewhere
     return found

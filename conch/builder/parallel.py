@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from conch.builder.capture import CapturedOutput
 from conch.builder.pack import Progress
 from conch.errors import BuildError, ConchError
 
@@ -38,6 +39,7 @@ class BuildOutcome:
     written: bool
     seconds: float
     error: str | None = None
+    output: tuple[CapturedOutput, ...] = ()  # what the ensemble's code said while it was built
 
 
 def default_jobs() -> int:
@@ -67,7 +69,7 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     except Exception as exc:  # a crash in user code or a bug: one line, and the other ensembles still build
         return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start,
                             f"ensemble {job.ensemble!r}: {type(exc).__name__}: {exc}")
-    return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start)
+    return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start, output=tuple(repo.output))
 
 
 def _prefixed(ensemble: str, message: str) -> None:

@@ -116,29 +116,28 @@ class ShmPlan:
         }
 
     def warn(self, ensemble: str, progress: Callable[[str], None] | None) -> list[str]:
-        """The warnings, each also shown through ``progress`` (the build's messages)."""
+        """The warning (at most one line per archive), also shown through ``progress`` (the build's messages)."""
         found = self.warnings(ensemble)
         for warning in found if progress else ():
             progress(f"warning: {warning}")  # type: ignore[misc]
         return found
 
     def warnings(self, ensemble: str) -> list[str]:
-        out = []
+        """One line about this plan's steps, or none: the figure SageMaker's default falls short of and what
+        `conch deploy` sets, then the tensors no sample could size."""
+        parts = []
         if self.exceeds_sagemaker_default():
             model, step = max(self.steps.items(), key=lambda kv: kv[1]["bytes"])
-            out.append(
-                f"ensemble {ensemble!r}: Python-backend model {model!r} passes up to {_mb(step['bytes'])} through "
+            parts.append(
+                f"Python-backend model {model!r} passes up to {_mb(step['bytes'])} through "
                 f"shared memory per batch (max_batch_size {step['batch']}), more than the "
                 f"{_mb(SAGEMAKER_DEFAULT_BYTES)} SageMaker's Triton image gives each Python model instance; "
                 f"`conch deploy` sets {ENV_DEFAULT}={self.default_byte_size} (or lower max_batch_size)"
             )
         if self.unknown:
             why = self.unmeasured or "no sample to measure them; declare a sample with ensemble.sample()"
-            out.append(
-                f"ensemble {ensemble!r}: shared memory not sized for {', '.join(self.unknown)} (variable dims or "
-                f"BYTES): {why}"
-            )
-        return out
+            parts.append(f"shared memory not sized for {', '.join(self.unknown)} (variable dims or BYTES): {why}")
+        return [f"ensemble {ensemble!r}: {'; '.join(parts)}"] if parts else []
 
 
 def plan_shm(

@@ -1,5 +1,5 @@
-"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan`:
-the command line over the library. Each module of this package registers its own subcommands."""
+"""The `conch` command line: each module of this package registers its own subcommands (COMMANDS), and each
+command gets the output flags, its one-line description and an example line (EXAMPLES) here."""
 
 from __future__ import annotations
 
@@ -18,15 +18,52 @@ COMMANDS = (local, graph, endpoint, check, run, deploy, bench)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
+# What `conch --help` opens with: for users.
+DESCRIPTION = """\
+conch turns NVIDIA Triton ensembles declared in Python into checked Triton model repositories and one
+SageMaker multi-model-endpoint (MME) archive per ensemble, and proves each archive on a real local
+tritonserver before anything is deployed.
+
+first steps:
+  conch build ensembles/ --target local --out dist/   build every ensemble of a folder for this machine
+  conch replay dist/                                  replay their sample payloads on a local Triton
+  conch serve dist/                                   a local MME to call with boto3
+
+`conch COMMAND --help` shows each command's options and an example."""
+
+# One example line per command, shown at the end of `conch COMMAND --help` (a new command adds one line here).
+EXAMPLES = {
+    "build": "conch build ensembles/ --target local --out dist/",
+    "replay": "conch replay dist/",
+    "inspect": "conch inspect dist/text_embeddings.tar.gz",
+    "graph": "conch graph ensembles/text_embeddings.py --format mermaid",
+    "serve": "conch serve dist/ --port 8080",
+    "check": "conch check dist/",
+    "run": "conch run ensembles/text_embeddings.py --sample 'one sentence, non-ASCII'",
+    "deploy": "conch deploy dist/ --bucket my-bucket --role arn:aws:iam::123456789012:role/SageMakerRole "
+              "--endpoint my-mme --dry-run",
+    "invoke": "conch invoke --endpoint my-mme --archive dist/text_embeddings.tar.gz",
+    "undeploy": "conch undeploy --endpoint my-mme",
+    "bench": "conch bench dist/ --mme --stages quick",
+    "plan": "conch plan --ensembles 200 --rps 50 --measure dist/text_embeddings.tar.gz",
+}
+
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="conch", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="conch", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
+    listed = {action.dest: action.help for action in sub._choices_actions}
     for name, command in sub.choices.items():
         if name not in OWN_OUTPUT:
             add_output_flags(command)
+        if command.description is None and listed.get(name):  # the line `conch --help` lists it with
+            command.description = listed[name]
+        if name in EXAMPLES:
+            command.epilog = f"example:\n  {EXAMPLES[name]}"
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
 
 
@@ -42,9 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from conch.cli.extras import check_command
     from conch.errors import ConchError
 
     try:
+        check_command(args)  # a missing optional package is one line before any work
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))

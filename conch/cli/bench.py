@@ -234,7 +234,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    b = sub.add_parser("bench", help="load-test ensembles with Locust (seed 003's ramp) and report per stage")
+    b = sub.add_parser("bench", help="load-test archives with Locust over a ramp of users and report each stage")
     b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")
     where = b.add_argument_group("target (one of)")
     where.add_argument("--mme", action="store_true", help="conch's local MME over the archives (TargetModel: the "
@@ -260,7 +260,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mme.add_argument("--threshold", type=float, default=0.9, help="with --probe: share of the budget (default 0.9)")
     mme.add_argument("--max-copies", type=int, default=200, help="with --probe: stop after this many copies")
     load = b.add_argument_group("traffic")
-    load.add_argument("--stages", default="seed", help="preset (seed, quick, test), a JSON list like seed 003's "
+    load.add_argument("--stages", default="seed", help="preset (seed: the full ramp to 200 users; quick; test), "
+                                                      "a JSON list like "
                                                       "[{\"duration\": 30, \"users\": 10, \"spawn_rate\": 5}, ...] "
                                                       "(durations count from the start), or a file holding one")
     load.add_argument("--max-users", type=int, help="with the seed ramp: stop at this many users (default 200)")

@@ -169,14 +169,21 @@ def progress_bar(description: str, total: float | None, *, bytes_: bool = False)
     )
 
     count = DownloadColumn() if bytes_ else MofNCompleteColumn()
+    sys.stderr.flush()
+    # the bar keeps its own copy of stderr: a build captures descriptor 2 while user code runs
+    # (conch.builder.capture), and the bar's redraws are not the user code's output
+    terminal = os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8")
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(),
-                        console=Console(stderr=True, force_terminal=True, width=_session.columns), transient=True)
-    with progress:
-        _session.bar = progress
-        try:
-            yield Bar(progress, progress.add_task(description, total=total), description)
-        finally:
-            _session.bar = None
+                        console=Console(file=terminal, force_terminal=True, width=_session.columns), transient=True)
+    try:
+        with progress:
+            _session.bar = progress
+            try:
+                yield Bar(progress, progress.add_task(description, total=total), description)
+            finally:
+                _session.bar = None
+    finally:
+        terminal.close()
 
 
 @contextmanager

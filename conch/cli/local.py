@@ -16,13 +16,14 @@ from conch.errors import ConchError
 from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:
+    from conch.builder.parallel import BuildOutcome
     from conch.ensembles.ensemble import Ensemble
     from conch.harness.replay import ReplayReport
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.discover import locate
-    from conch.builder.parallel import BuildJob, BuildOutcome, build_all
+    from conch.builder.parallel import BuildJob, build_all
 
     failed: list[str] = []
     found = locate(args.paths, on_error=_skipping(failed))
@@ -48,6 +49,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                     f"{args.target}, release {args.release}, {outcome.seconds:.1f} s)")
             else:
                 say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+            _say_output(outcome, args.verbose)
 
         # under --quiet no progress at all, so parallel workers print none either
         outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
@@ -56,12 +58,26 @@ def cmd_build(args: argparse.Namespace) -> int:
         "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
         "ensembles": [{"ensemble": o.ensemble, "archive": None if o.archive is None else str(o.archive),
                        "written": o.written, "bytes": None if o.archive is None else o.archive.stat().st_size,
-                       "seconds": round(o.seconds, 3), "error": o.error} for o in outcomes],
+                       "seconds": round(o.seconds, 3), "error": o.error,
+                       "output": [c.to_json() for c in o.output]} for o in outcomes],
     })
     if failed:
         say(f"conch: {len(failed)} of {total} ensembles failed to build: {', '.join(failed)}")
         return 2
     return 0
+
+
+def _say_output(outcome: BuildOutcome, verbose: bool) -> None:
+    """What the ensemble's code said while it was built: one line, or everything with ``-v``."""
+    from conch.builder.capture import summary
+
+    if not verbose:
+        line = summary(outcome.ensemble, outcome.output)
+        if line:
+            say(line)
+        return
+    for said in outcome.output:
+        say(f"--- {outcome.ensemble}: {said.what}\n{said.text()}")
 
 
 def discover_each(paths: Sequence[Path], failed: list[str]) -> list[Ensemble]:
@@ -161,26 +177,32 @@ def common(sp: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
     b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
-    b.add_argument("--out", type=Path, default=Path("dist"))
-    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value)
+    b.add_argument("--out", type=Path, default=Path("dist"), help="folder for the .tar.gz archives (default dist)")
+    b.add_argument("--target", choices=[t.value for t in Target], default=Target.PRODUCTION.value,
+                   help="production (default): the archives SageMaker serves; local: every step with a CPU "
+                        "stand-in, for `conch replay` and `conch serve` on this machine")
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
     b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
     b.add_argument("--refresh", action="store_true",
                    help="ask the package index again and recompute sample expected outputs (normally cached)")
+    b.add_argument("-v", "--verbose", action="store_true",
+                   help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
+                        "full, not one line per ensemble")
     common(b)
     b.set_defaults(func=cmd_build)
 
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
-    r.add_argument("--endpoint", action="append", choices=ENDPOINTS)
+    r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
+                   help="replay through this endpoint only (repeatable; default: every one)")
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
     common(r)
     r.set_defaults(func=cmd_replay)
 
     i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
                        "and its `conch check` (exit 1 when the check fails)")
-    i.add_argument("archive", type=Path)
+    i.add_argument("archive", type=Path, help="a .tar.gz archive built by `conch build` (or a hand-made one)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="everything as one JSON object (manifest included)")
     out.add_argument("--quiet", "-q", action="store_true", help="print nothing; the exit code tells")

@@ -115,10 +115,8 @@ def replay_archives(
     if server is None:
         from conch.builder.shm import archives_settings
 
-        default, growth, said = archives_settings(archives)
+        default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
-        if progress and said:
-            progress(said)
     triton = server
     try:
         if own:

@@ -44,7 +44,7 @@ def pytriton_paths() -> tuple[Path, Path]:
         raise ServeError(
             "the nvidia-pytriton wheel is not installed; `pip install nvidia-pytriton` provides tritonserver"
         )
-    package = Path(next(iter(spec.submodule_search_locations)))
+    package = Path(next(iter(spec.submodule_search_locations))).absolute()  # the server runs in its own folder
     server_dir = package / "tritonserver"
     libs = package.parent / "nvidia_pytriton.libs"
     if not (server_dir / "bin" / "tritonserver").is_file():

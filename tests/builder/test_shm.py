@@ -92,7 +92,26 @@ def test_a_replay_starts_its_server_with_the_shm_the_archives_need(tmp_path: Pat
     said: list[str] = []
     report = replay_archives([build_ensemble(ens, tmp_path, "local")], endpoints=["kserve"], progress=said.append)
     assert report.passed, report.table()
-    assert f"local server: Python backend shm-default-byte-size={20 * MIB}, shm-growth-byte-size={MIB}" in said[0]
+    assert not any("shm-default-byte-size" in s for s in said)  # the local server's own sizing is silent
+
+
+def test_a_local_build_warns_about_the_production_steps_only() -> None:
+    """resnet_pytorch's local stand-in runs on the Python backend (and needs 74 MiB there), but in production
+    the step is TorchScript: nothing for `conch deploy` to set, so no warning."""
+    (ens,) = discover([EXAMPLES / "resnet_pytorch.py"])
+    said: list[str] = []
+    repo = render_repository(ens, "local", "24.10", progress=said.append)
+    assert repo.manifest["shm"]["need_bytes"] > 16 * MIB  # the local server is sized for the stand-in
+    assert not [s for s in said if s.startswith("warning:")]
+    assert not any("shared memory" in note for note in repo.notes)
+
+
+def test_a_production_shortfall_and_unsized_tensors_are_one_line() -> None:
+    ens = text_ensemble("shm_both")
+    said: list[str] = []
+    render_repository(ens, "production", "24.10", progress=said.append)
+    (warning,) = [s for s in said if s.startswith("warning:")]
+    assert warning.startswith("warning: ensemble 'shm_both': shared memory not sized for shm_both__as_text output t")
 
 
 def test_samples_that_cannot_run_here_leave_sizes_unmeasured_not_the_build_failed() -> None:
