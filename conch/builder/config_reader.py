@@ -73,9 +73,10 @@ def read_config(source: str | Any, folder: Path | None = None, where: str = "con
     spec = _carry_what_differs(spec, config, carried)
     rendered = check_config(render_config(spec), config.name)
     for field in _ALWAYS_TYPED:
-        if _field(rendered, field) != _field(config, field) and not any(field in p for p in problems):
-            problems.append(f"{field}: conch writes it differently ({text_format.MessageToString(_field(rendered, field), as_one_line=True)!r} for "
-                            f"{text_format.MessageToString(_field(config, field), as_one_line=True)!r})")
+        if config_field(rendered, field) != config_field(config, field) and not any(field in p for p in problems):
+            ours, theirs = (text_format.MessageToString(config_field(c, field), as_one_line=True)
+                            for c in (rendered, config))
+            problems.append(f"{field}: conch writes {ours!r} for {theirs!r}")
     return ReadConfig(spec, tuple(problems))
 
 
@@ -167,7 +168,7 @@ def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec
     rendered = parse_config(render_config(spec), spec.name)
     moved = False
     for setting, field in _TYPED_FIELD.items():
-        if getattr(spec.settings, setting) and _field(rendered, field) != _field(config, field):
+        if getattr(spec.settings, setting) and config_field(rendered, field) != config_field(config, field):
             settings = replace(settings, **{setting: () if setting == "instance_groups" else None})
             _copy(config, carried, field)
             moved = True
@@ -189,7 +190,7 @@ def _copy(source: Any, target: Any, name: str) -> None:
         getattr(target, name).extend(value)
 
 
-def _field(config: Any, name: str) -> Any:
+def config_field(config: Any, name: str) -> Any:
     """One field of a config alone in a ModelConfig, for comparison (message equality ignores map order)."""
     part = model_config_pb2.ModelConfig()
     _copy(config, part, name)
