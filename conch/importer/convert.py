@@ -21,7 +21,7 @@ from conch.errors import BuildError, ConchError
 from conch.importer.compare import compare
 from conch.importer.declaration import declare, module_name
 from conch.importer.repository import ModelFolder, Repository, archive_stem, open_source
-from conch.importer.samples import SAMPLE_NAME, capture, generated_inputs, write_samples
+from conch.importer.samples import SAMPLE_NAME, capture, generated_inputs, record, write_samples
 
 
 @dataclass
@@ -132,15 +132,14 @@ def _sample(repo: Repository, ensemble: Ensemble, path: Path) -> str:
     """Write the module's sample file; say where its sample comes from, or why there is none."""
     dtypes = {t.name: t.dtype for t in (*ensemble.input_specs(), *ensemble.output_specs())}
     if repo.manifest is not None and repo.manifest.samples:
-        kept = [(s.name, s.input_arrays(), s.expected_arrays()) for s in repo.manifest.samples]
-        write_samples(path, kept, dtypes, "the samples of the archive's manifest")
-        return f"{len(kept)} sample(s) from the archive's manifest"
+        write_samples(path, list(repo.manifest.samples), "the samples of the archive's manifest")
+        return f"{len(repo.manifest.samples)} sample(s) from the archive's manifest"
     inputs = generated_inputs(ensemble.input_specs(), ensemble.max_batch_size > 0, _encoded_images(ensemble))
     try:
         outputs = capture(ensemble, inputs)
     except ConchError as exc:
         return f"no sample: running generated inputs on the local tritonserver failed: {exc}"
-    write_samples(path, [(SAMPLE_NAME, inputs, outputs)], dtypes,
+    write_samples(path, [record(SAMPLE_NAME, inputs, outputs, dtypes)],
                   "generated inputs and the outputs the models gave on the local tritonserver: replace them")
     return f"captured on the local tritonserver from generated inputs ({path.name})"
 

@@ -67,6 +67,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     """The module for ``ensemble``; model files are referenced relative to ``out_file``'s folder."""
     decl = Declaration(ensemble.name, out_file.name)
     names = _Names()
+    var = names(ensemble.name)
     spec = ensemble.read.spec
     where = f"{ensemble.name}/config.pbtxt"
     steps: list[tuple[str, ModelFolder]] = []
@@ -82,7 +83,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
         if st.model_version not in (-1, 1):
             decl.messages.append(f"{where}: ensemble_scheduling step {st.model_name!r}: model_version "
                                  f"{st.model_version}: conch's ensembles run the step's version 1 or latest (-1)")
-        steps.append((names(model.name), model))
+        steps.append((names(model.name.removeprefix(f"{ensemble.name}__") or model.name), model))
     folder = out_file.parent.resolve()
     used = sorted({m.platform for _, m in steps}, key=lambda p: STEP_KINDS[p][0])
     classes = sorted({"Ensemble", "Tensor", *(STEP_KINDS[p][0] for p in used), *_setting_classes(steps, spec)})
@@ -97,17 +98,17 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     if samples:
         lines.append("from conch.importer.samples import captured_samples")
     lines += ["", f"MODELS = Path(__file__).parent / {_relative(repo.root.resolve(), folder)!r}", ""]
-    for var, model in steps:
-        lines += _step(var, model, decl.messages)
+    for step_var, model in steps:
+        lines += _step(step_var, model, decl.messages)
         lines.append("")
-    lines += _wiring(ensemble, steps, names, decl.messages)
+    lines += _wiring(var, ensemble, steps, names, decl.messages)
     if samples:
         lines += [
             "",
             "# Captured by `conch import`: generated inputs and the outputs the models gave for them. Replace",
             "# them with payloads and expected outputs you trust.",
-            f"for name, inputs, expected in captured_samples(Path(__file__).parent / {samples!r}):",
-            "    ensemble.sample(name, inputs, expected)",
+            f"for name, inputs, expected, checks in captured_samples(Path(__file__).parent / {samples!r}):",
+            f"    {var}.sample(name, inputs, expected, checks)",
         ]
     decl.text = "\n".join(lines) + "\n"
     return decl
@@ -212,11 +213,9 @@ def _kept_files(model: ModelFolder, filename: str | None, messages: list[str]) -
                         "this name")
 
 
-def _wiring(ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]], names: _Names,
+def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]], names: _Names,
             messages: list[str]) -> list[str]:
     spec = ensemble.read.spec
-    var = "ensemble"
-    names.taken.add(var)
     s = spec.settings
     args = [repr(ensemble.name), f"max_batch_size={s.max_batch_size}", 'step_prefix=""']
     if s.config_fields:

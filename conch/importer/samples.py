@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.samples import decode_array, encode_array
+from conch.ensembles.samples import encode_array
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.ensembles.tensors import Tensor
 from conch.errors import ConchError
@@ -23,22 +23,32 @@ from conch.errors import ConchError
 SAMPLE_NAME = "captured by conch import"
 
 
-def captured_samples(path: Path) -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]]:
-    """``(name, inputs, expected)`` of each sample in a file ``conch import`` wrote."""
+def captured_samples(path: Path) -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]]:
+    """``(name, inputs, expected, checks)`` of each sample in a file ``conch import`` wrote."""
+    from conch.builder.manifest import SampleRecord
+
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [(s["name"], {k: decode_array(v) for k, v in s["inputs"].items()},
-             {k: decode_array(v) for k, v in s["expected"].items()}) for s in data["samples"]]
+    records = [SampleRecord.from_json(s) for s in data["samples"]]
+    return [(r.name, r.input_arrays(), r.expected_arrays(), dict(r.checks)) for r in records]
 
 
-def write_samples(path: Path, samples: list[tuple[str, Mapping[str, np.ndarray], Mapping[str, np.ndarray]]],
-                  dtypes: Mapping[str, DType], note: str) -> None:
+def write_samples(path: Path, records: list[Any], note: str) -> None:
+    """Samples (manifest ``SampleRecord``s) as the JSON file a module reads with ``captured_samples``."""
     from conch.builder.archive import write_bytes_atomic
 
-    body = {"note": note, "samples": [
-        {"name": name, "inputs": {k: encode_array(v, dtypes[k]) for k, v in inputs.items()},
-         "expected": {k: encode_array(v, dtypes[k]) for k, v in expected.items()}}
-        for name, inputs, expected in samples]}
+    body = {"note": note, "samples": [r.to_json() for r in records]}
     write_bytes_atomic(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
+
+
+def record(name: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+           dtypes: Mapping[str, DType]) -> Any:
+    """A captured sample as a manifest record, compared with conch's default tolerance (exact for BYTES)."""
+    from conch.builder.manifest import SampleRecord
+    from conch.ensembles.samples import Exact, Tolerance
+
+    return SampleRecord(name, {k: encode_array(v, dtypes[k]) for k, v in inputs.items()},
+                        {k: encode_array(v, dtypes[k]) for k, v in expected.items()},
+                        {k: Exact() if dtypes[k] is DType.BYTES else Tolerance() for k in expected})
 
 
 def generated_inputs(inputs: tuple[Tensor, ...], batching: bool, encoded_images: set[str]) -> dict[str, np.ndarray]:
