@@ -185,8 +185,11 @@ class PythonModelStep(Step):
         outputs: Sequence[Tensor],
         *,
         max_batch_size: int = 0,
+        beside: Mapping[str, str | Path] | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        """``beside``: files laid out beside the model folders, by their path there (e.g. an environment
+        several models name with ``$$TRITON_MODEL_DIRECTORY/../<path>``)."""
         what = f"python_model step {name!r}"
         settings = StepSettings.of(max_batch_size, what=what, **options)
         super().__init__(name, inputs, outputs, settings)
@@ -199,6 +202,12 @@ class PythonModelStep(Step):
             raise DeclarationError(f"{what}: {self.folder} has no <version>/model.py (e.g. 1/model.py with a "
                                    "class TritonPythonModel)")
         self.versions = tuple(versions)
+        self.beside: dict[str, Path] = {}
+        for key, value in (beside or {}).items():
+            parts = Path(key).parts
+            if Path(key).is_absolute() or ".." in parts or not parts:
+                raise DeclarationError(f"{what}: beside file {key!r} must be a relative path inside the archive")
+            self.beside[Path(key).as_posix()] = Path(value)
 
     def standin(self) -> Step:
         return self
@@ -214,6 +223,11 @@ class PythonModelStep(Step):
                 files[rel] = path
             elif path.is_dir() and not any(path.iterdir()):
                 files[f"{rel}/"] = b""
+        for key, source in self.beside.items():
+            if not source.exists():
+                raise BuildError(f"python_model step {self.name!r}: beside file {key!r} points at {source}, which "
+                                 "does not exist")
+            files[f"../{key}"] = source
         return BackendFiles(files)
 
     def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:

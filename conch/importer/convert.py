@@ -135,13 +135,18 @@ def _sample(repo: Repository, ensemble: Ensemble, path: Path) -> str:
         write_samples(path, list(repo.manifest.samples), "the samples of the archive's manifest")
         return f"{len(repo.manifest.samples)} sample(s) from the archive's manifest"
     inputs = generated_inputs(ensemble.input_specs(), ensemble.max_batch_size > 0, _encoded_images(ensemble))
+    sequenced = [c.step.name for c in ensemble.calls if "sequence_batching" in c.step.settings.config_fields.names]
     try:
-        outputs = capture(ensemble, inputs)
+        outputs = capture(ensemble, inputs, sequence=bool(sequenced))
     except ConchError as exc:
         return f"no sample: running generated inputs on the local tritonserver failed: {exc}"
     write_samples(path, [record(SAMPLE_NAME, inputs, outputs, dtypes)],
                   "generated inputs and the outputs the models gave on the local tritonserver: replace them")
-    return f"captured on the local tritonserver from generated inputs ({path.name})"
+    said = f"captured on the local tritonserver from generated inputs ({path.name})"
+    if sequenced:
+        said += (f"; sent as a sequence of one for the sequence batcher of {', '.join(sequenced)} (conch's "
+                 "samples carry no correlation ID, so a replay of this sample is refused by Triton)")
+    return said
 
 
 def _encoded_images(ensemble: Ensemble) -> set[str]:

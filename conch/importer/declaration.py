@@ -151,9 +151,25 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     lines = [f"{var} = {cls}(", f"    {model.name!r},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
     lines.append("    inputs=[" + ", ".join(_tensor(t, model) for t in spec.inputs) + "],")
     lines.append("    outputs=[" + ", ".join(_tensor(t, model) for t in spec.outputs) + "],")
+    shared = _beside(model)
+    if shared:
+        lines.append("    beside={" + ", ".join(f"{k!r}: MODELS / {k!r}" for k in shared) + "},")
     lines += [f"    {line}," for line in _settings(spec.settings, model.platform)]
     lines.append(")")
     return lines
+
+
+def _beside(model: ModelFolder) -> list[str]:
+    """Files beside the model folders a Python model names as its environment (conch-built archives keep
+    environments shared by several steps there)."""
+    if model.platform is not Platform.PYTHON:
+        return []
+    env = model.read.spec.settings.parameters.get("EXECUTION_ENV_PATH", "")
+    prefix = "$$TRITON_MODEL_DIRECTORY/../"
+    if not env.startswith(prefix):
+        return []
+    rel = env[len(prefix):]
+    return [rel] if (model.folder.parent / rel).exists() and ".." not in Path(rel).parts else []
 
 
 def _settings(s: StepSettings, platform: Platform) -> list[str]:

@@ -86,8 +86,9 @@ def _jpeg() -> bytes:
     return buffer.getvalue()
 
 
-def capture(ensemble: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The ensemble's outputs for ``inputs`` on the local tritonserver (its local build)."""
+def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool = False) -> dict[str, np.ndarray]:
+    """The ensemble's outputs for ``inputs`` on the local tritonserver (its local build); ``sequence``: send
+    the request as a sequence of one (a step with a sequence batcher needs a correlation ID)."""
     from conch.builder.build import render_repository, write_repository
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
@@ -99,7 +100,15 @@ def capture(ensemble: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
             client = MultiModelClient(server.sagemaker_url, server.http_url)
             client.load(ensemble.name, folder, timeout=300)
             try:
-                return client.invoke_binary(ensemble.name, inputs)
+                if not sequence:
+                    return client.invoke_binary(ensemble.name, inputs)
+                from conch.wire import json_request, parse_json_response
+
+                body, content_type = json_request(inputs)
+                request = json.loads(body)
+                request["parameters"] = {"sequence_id": 1, "sequence_start": True, "sequence_end": True}
+                response = client._invoke(ensemble.name, json.dumps(request).encode(), content_type)
+                return parse_json_response(response.content)
             finally:
                 with contextlib.suppress(ConchError):
                     client.unload(ensemble.name)
