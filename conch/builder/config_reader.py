@@ -169,7 +169,8 @@ def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec
     moved = False
     for setting, field in _TYPED_FIELD.items():
         if getattr(spec.settings, setting) and config_field(rendered, field) != config_field(config, field):
-            settings = replace(settings, **{setting: () if setting == "instance_groups" else None})
+            cleared: dict[str, Any] = {setting: () if setting == "instance_groups" else None}
+            settings = replace(settings, **cleared)
             _copy(config, carried, field)
             moved = True
     if not moved:

@@ -78,6 +78,7 @@ class ConfigFields:
         from google.protobuf import text_format
 
         fields = [f.name for f, _ in config.ListFields()]
+        fields += [str(k) for k in value if k not in fields] if isinstance(value, Mapping) else []
         for name in fields:
             if name in TYPED_ONLY:
                 setting = {"input": "inputs=", "output": "outputs=", "ensemble_scheduling": "the ensemble's wiring",
