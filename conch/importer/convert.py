@@ -89,8 +89,14 @@ def _import_one(repo: Repository, ensemble: ModelFolder, target: Path, samples: 
     decl = declare(repo, ensemble, target, None)
     write_bytes_atomic(target, decl.text.encode())
     imported = Imported(ensemble.name, target, [*messages, *decl.messages])
-    declared = _load(target, ensemble.name)
-    built = render_repository(declared, "production", DEFAULT_RELEASE).files
+    try:
+        declared = _load(target, ensemble.name)
+        built = render_repository(declared, "production", DEFAULT_RELEASE).files
+    except ConchError as exc:
+        if not imported.messages:  # nothing explains it: a case the import does not handle
+            raise
+        imported.messages.append(f"{target.name}: does not build, for the reasons above ({exc})")
+        return imported
     found, imported.configs_equal, imported.files_identical = compare(repo, ensemble, dict(built))
     imported.messages.extend(m for m in found if m not in imported.messages)
     if samples:
