@@ -3,6 +3,7 @@ examples: steps with their tensors and settings, then the ensemble's wiring with
 
 from __future__ import annotations
 
+import json
 import keyword
 import os
 import re
@@ -97,7 +98,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     ]
     if samples:
         lines.append("from conch.importer.samples import captured_samples")
-    lines += ["", f"MODELS = Path(__file__).parent / {_relative(repo.root.resolve(), folder)!r}", ""]
+    lines += ["", f"MODELS = Path(__file__).parent / {_q(_relative(repo.root.resolve(), folder))}", ""]
     for step_var, model in steps:
         lines += _step(step_var, model, decl.messages)
         lines.append("")
@@ -107,7 +108,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
             "",
             "# Captured by `conch import`: generated inputs and the outputs the models gave for them. Replace",
             "# them with payloads and expected outputs you trust.",
-            f"for name, inputs, expected, checks in captured_samples(Path(__file__).parent / {samples!r}):",
+            f"for name, inputs, expected, checks in captured_samples(Path(__file__).parent / {_q(samples)}):",
             f"    {var}.sample(name, inputs, expected, checks)",
         ]
     decl.text = "\n".join(lines) + "\n"
@@ -132,14 +133,19 @@ def _setting_classes(steps: list[tuple[str, ModelFolder]], spec: object) -> set[
     return used
 
 
+def _q(value: object) -> str:
+    """A str (or a dict of str) as Python source in double quotes, as the examples write them."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _tensor(t: Tensor, model: ModelFolder) -> str:
-    args = [repr(t.name), repr(t.dtype.wire), repr(list(t.dims))]
+    args = [_q(t.name), _q(t.dtype.wire), repr(list(t.dims))]
     if t.optional:
         args.append("optional=True")
     if t.reshape is not None:
         args.append(f"reshape={list(t.reshape)!r}")
     if isinstance(t.labels, Path):
-        args.append(f"labels=MODELS / {(model.name + '/' + t.labels.name)!r}")
+        args.append(f"labels=MODELS / {_q(model.name + '/' + t.labels.name)}")
     return f"Tensor({', '.join(args)})"
 
 
@@ -147,13 +153,13 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     spec = model.read.spec
     cls, filename = STEP_KINDS[model.platform]
     _kept_files(model, filename, messages)
-    path = f"MODELS / {model.name!r}" if filename is None else f"MODELS / {(model.name + '/1/' + filename)!r}"
-    lines = [f"{var} = {cls}(", f"    {model.name!r},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
+    path = f"MODELS / {_q(model.name)}" if filename is None else f"MODELS / {_q(model.name + '/1/' + filename)}"
+    lines = [f"{var} = {cls}(", f"    {_q(model.name)},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
     lines.append("    inputs=[" + ", ".join(_tensor(t, model) for t in spec.inputs) + "],")
     lines.append("    outputs=[" + ", ".join(_tensor(t, model) for t in spec.outputs) + "],")
     shared = _beside(model)
     if shared:
-        lines.append("    beside={" + ", ".join(f"{k!r}: MODELS / {k!r}" for k in shared) + "},")
+        lines.append("    beside={" + ", ".join(f"{_q(k)}: MODELS / {_q(k)}" for k in shared) + "},")
     lines += [f"    {line}," for line in _settings(spec.settings, model.platform)]
     lines.append(")")
     return lines
@@ -191,7 +197,7 @@ def _settings(s: StepSettings, platform: Platform) -> list[str]:
         arg = "all=True" if v.all else f"specific={tuple(v.specific)!r}" if v.specific else f"latest={v.latest}"
         out.append(f"version_policy=VersionPolicy({arg})")
     if s.parameters:
-        out.append(f"parameters={dict(sorted(s.parameters.items()))!r}")
+        out.append(f"parameters={_q(dict(sorted(s.parameters.items())))}")
     if s.config_fields:
         out.append(f"config_fields={_text_block(s.config_fields.text)}")
     return out
@@ -199,7 +205,7 @@ def _settings(s: StepSettings, platform: Platform) -> list[str]:
 
 def _group(g: InstanceGroup) -> str:
     kind = g.kind.value if isinstance(g.kind, InstanceKind) else str(g.kind)
-    args = [repr(kind)]
+    args = [_q(kind)]
     if g.count != 1:
         args.append(f"count={g.count}")
     if g.gpus:
@@ -233,7 +239,7 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
             messages: list[str]) -> list[str]:
     spec = ensemble.read.spec
     s = spec.settings
-    args = [repr(ensemble.name), f"max_batch_size={s.max_batch_size}", 'step_prefix=""']
+    args = [_q(ensemble.name), f"max_batch_size={s.max_batch_size}", 'step_prefix=""']
     if s.config_fields:
         args.append(f"config_fields={_text_block(s.config_fields.text)}")
     lines = [f"{var} = Ensemble({', '.join(args)})"]
@@ -244,7 +250,7 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
     for t in spec.inputs:
         tensors[t.name] = names(t.name)
         optional = ", optional=True" if t.optional else ""
-        lines.append(f"{tensors[t.name]} = {var}.input({t.name!r}, {t.dtype.wire!r}, {list(t.dims)!r}{optional})")
+        lines.append(f"{tensors[t.name]} = {var}.input({_q(t.name)}, {_q(t.dtype.wire)}, {list(t.dims)!r}{optional})")
     outputs = {t.name for t in spec.outputs}
     bound: dict[str, str] = {}
     discarded: list[str] = []
@@ -270,17 +276,17 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
             elif tensor in outputs:
                 bound[tensor] = handle
             elif tensor != f"{model.name}.{t.name}":
-                named.append(f"{handle}.named({tensor!r})")
+                named.append(f"{handle}.named({_q(tensor)})")
             if tensor is not None:
                 tensors[tensor] = handle
         if len(handles) == 1 and named:  # one output: name it where it is made
-            lines.append(f"{handles[0]} = {call}.named({mapped[outs[0].name]!r})")
+            lines.append(f"{handles[0]} = {call}.named({_q(mapped[outs[0].name])})")
         else:
             lines.append(f"{', '.join(handles)} = {call}")
             lines += named
     for t in spec.outputs:
         if t.name in bound:
-            lines.append(f"{var}.output({t.name!r}, {bound[t.name]})")
+            lines.append(f"{var}.output({_q(t.name)}, {bound[t.name]})")
         else:
             messages.append(f"{ensemble.name}/config.pbtxt: output {t.name!r}: no step writes it")
     if discarded:
@@ -289,4 +295,4 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
 
 
 def _keyword(name: str, value: str) -> str:
-    return f"{name}={value}" if name.isidentifier() and not keyword.iskeyword(name) else f"**{{{name!r}: {value}}}"
+    return f"{name}={value}" if name.isidentifier() and not keyword.iskeyword(name) else f"**{{{_q(name)}: {value}}}"

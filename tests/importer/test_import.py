@@ -35,7 +35,7 @@ def test_a_seed_002_archive_round_trips(tmp_path: Path) -> None:
     assert imported.messages == []
     assert (imported.configs_equal, imported.files_identical) == (4, 5)
     text = imported.module.read_text()
-    assert 'step_prefix=""' in text and "PythonModelStep(" in text and "plan=MODELS / 'bert-trt/1/model.plan'" in text
+    assert 'step_prefix=""' in text and "PythonModelStep(" in text and 'plan=MODELS / "bert-trt/1/model.plan"' in text
     rebuilt = build_module(imported.module, tmp_path / "built")
     assert assert_same(archive, rebuilt) == 9  # 4 configs, 2 model.py, 2 environments, the plan
     assert check_archive(rebuilt).ok
@@ -92,9 +92,9 @@ def test_an_unsafe_archive_is_refused_before_anything_is_written(tmp_path: Path)
 def test_a_folder_is_referenced_in_place_or_copied(tmp_path: Path) -> None:
     repo = _bert_folder(tmp_path / "repo")
     (in_place,) = import_sources([repo], tmp_path / "a", samples=False)
-    assert "MODELS = Path(__file__).parent / '../repo'" in in_place.module.read_text()
+    assert 'MODELS = Path(__file__).parent / "../repo"' in in_place.module.read_text()
     (copied,) = import_sources([repo], tmp_path / "b", copy_files=True, samples=False)
-    assert "MODELS = Path(__file__).parent / 'repo'" in copied.module.read_text()
+    assert 'MODELS = Path(__file__).parent / "repo"' in copied.module.read_text()
     assert contents(tmp_path / "b" / "repo") == contents(repo)
 
 
