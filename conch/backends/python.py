@@ -237,9 +237,10 @@ class PythonModelStep(Step):
             return laid
         parameters = {k: v for k, v in laid.spec.settings.parameters.items() if k != ENV_PARAMETER}
         spec = replace(laid.spec, settings=replace(laid.spec.settings, parameters=parameters))
+        files = {k: v for k, v in laid.files.items() if not k.startswith("../")}  # the unused environment
         note = (f"{model_name}: the local target runs model.py in the Python conch runs in, not in its "
                 f"{ENV_PARAMETER} {env} (which production uses)")
-        return replace(laid, spec=spec, notes=(*laid.notes, note))
+        return replace(laid, spec=spec, files=files, notes=(*laid.notes, note))
 
     def details(self) -> dict[str, object]:
         return {"versions": list(self.versions)}

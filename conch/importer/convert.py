@@ -150,8 +150,7 @@ def _sample(repo: Repository, ensemble: Ensemble, path: Path) -> str:
                   "generated inputs and the outputs the models gave on the local tritonserver: replace them")
     said = f"captured on the local tritonserver from generated inputs ({path.name})"
     if sequenced:
-        said += (f"; sent as a sequence of one for the sequence batcher of {', '.join(sequenced)} (conch's "
-                 "samples carry no correlation ID, so a replay of this sample is refused by Triton)")
+        said += f"; sent as a sequence of one for the sequence batcher of {', '.join(sequenced)}"
     return said
 
 

@@ -81,13 +81,12 @@ response_cache { enable: true }
 """
 
 
-def write(root: Path, *, sequence: bool = True) -> Path:
-    """The repository under ``root`` (``sequence=False``: the scale step without its sequence batcher)."""
+def write(root: Path) -> Path:
+    """The repository under ``root``."""
     for folder in ("scale/1", "affine/1", "shop/1"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     (root / "scale/1/model.py").write_bytes(MODEL_PY)
-    scale = SCALE if sequence else SCALE[: SCALE.index("sequence_batching")]
-    (root / "scale/config.pbtxt").write_text(scale)
+    (root / "scale/config.pbtxt").write_text(SCALE)
     onnx_models.affine(root / "affine/1/model.onnx")
     (root / "affine/config.pbtxt").write_text(AFFINE)
     (root / "shop/config.pbtxt").write_text(ENSEMBLE)

@@ -112,30 +112,27 @@ def test_the_command_writes_modules_and_says_what_their_rebuild_holds(
 @pytest.mark.integration
 def test_a_hand_made_repository_with_unmodelled_fields_imports_builds_checks_and_replays(
         tmp_path: Path, triton: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """response_cache, ONNX Runtime's TensorRT accelerator, a sequence batcher and a rate limiter on a
+    hand-written model.py: the replay sends each sample as a sequence of one, as a client must."""
     from conch.harness.replay import replay_archives
 
-    repo = handmade.write(tmp_path / "repo", sequence=False)
+    repo = handmade.write(tmp_path / "repo")
     (imported,) = import_sources([repo], tmp_path / "out")
-    assert imported.messages == [] and imported.sample.startswith("captured on the local tritonserver")
+    assert imported.messages == []
+    assert imported.sample == ("captured on the local tritonserver from generated inputs (shop.samples.json); sent "
+                               "as a sequence of one for the sequence batcher of scale")
     text = imported.module.read_text()
-    for field in ("response_cache", "gpu_execution_accelerator", "rate_limiter"):
+    for field in ("response_cache", "gpu_execution_accelerator", "rate_limiter", "sequence_batching"):
         assert field in text
     assert_same(repo, build_module(imported.module, tmp_path / "production"))
     local = build_module(imported.module, tmp_path / "local", "local")
     assert check_archive(local).ok
     report = replay_archives([local], server=triton)  # type: ignore[arg-type]
     assert report.passed, report.table()
+    assert all("sent as a sequence of one: scale has a sequence batcher" in row.detail
+               for row in report.rows if row.sample != "-")
     assert main(["inspect", str(local)]) == 0
     shown = capsys.readouterr().out
     assert "response_cache { enable: true }" in shown
     assert 'rate_limiter { resources { name: "R1" count: 1 } priority: 1 }' in shown
-
-
-@pytest.mark.integration
-def test_a_sequence_batched_step_imports_builds_and_checks(tmp_path: Path) -> None:
-    repo = handmade.write(tmp_path / "repo", sequence=True)
-    (imported,) = import_sources([repo], tmp_path / "out")
-    assert "sequence_batching {" in imported.module.read_text()
-    assert "sent as a sequence of one for the sequence batcher of scale" in imported.sample
-    assert_same(repo, build_module(imported.module, tmp_path / "production"))
-    assert check_archive(build_module(imported.module, tmp_path / "local", "local")).ok
+    assert "sequence_batching { max_sequence_idle_microseconds: 5000000 direct { } }" in shown
