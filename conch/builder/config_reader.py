@@ -20,6 +20,7 @@ from conch.ensembles.config import (
     InstanceGroup,
     StepSettings,
     VersionPolicy,
+    Warmup,
 )
 from conch.ensembles.config_fields import ConfigFields
 from conch.ensembles.dtypes import DType
@@ -62,6 +63,9 @@ def read_config(source: str | Any, folder: Path | None = None, where: str = "con
     outputs = tuple(_tensor(t, "output", folder, where, problems) for t in config.output)
     steps = tuple(_ensemble_step(s, where, problems) for s in config.ensemble_scheduling.step)
     typed = _typed_settings(config)
+    warmups = _typed_warmups(config, inputs)
+    if warmups:
+        typed["warmups"] = warmups
     carried = model_config_pb2.ModelConfig()
     typed_fields = {_TYPED_FIELD[k] for k in typed}
     for field, _ in config.ListFields():
@@ -158,7 +162,30 @@ def _typed_settings(config: Any) -> dict[str, Any]:
 _ALWAYS_TYPED = ("name", "platform", "backend", "max_batch_size", "input", "output", "ensemble_scheduling",
                  "parameters")
 _TYPED_FIELD = {"instance_groups": "instance_group", "dynamic_batching": "dynamic_batching",
-                "version_policy": "version_policy"}
+                "version_policy": "version_policy", "warmups": "model_warmup"}
+
+
+def _typed_warmups(config: Any, inputs: tuple[Tensor, ...]) -> tuple[Warmup, ...]:
+    """Warmups conch writes itself: every input, in order, with its own dtype and dims, all zeros or all
+    random (BYTES inputs zeros); anything else (data files, other dims) is carried whole."""
+    out = []
+    for w in config.model_warmup:
+        if list(w.inputs) != [t.name for t in inputs]:
+            return ()
+        kinds = set()
+        for t in inputs:
+            data = w.inputs[t.name]
+            if data.data_type != model_config_pb2.DataType.Value(t.dtype.triton) or tuple(data.dims) != t.dims:
+                return ()
+            kinds.add(data.WhichOneof("input_data_type") if t.dtype is not DType.BYTES else None)
+        kinds.discard(None)
+        if len(kinds) > 1 or kinds - {"zero_data", "random_data"}:
+            return ()
+        try:
+            out.append(Warmup(w.name, w.batch_size, w.count, random_data=kinds == {"random_data"}))
+        except ConchError:
+            return ()
+    return tuple(out)
 
 
 def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec:
@@ -169,7 +196,7 @@ def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec
     moved = False
     for setting, field in _TYPED_FIELD.items():
         if getattr(spec.settings, setting) and config_field(rendered, field) != config_field(config, field):
-            cleared: dict[str, Any] = {setting: () if setting == "instance_groups" else None}
+            cleared: dict[str, Any] = {setting: () if setting in ("instance_groups", "warmups") else None}
             settings = replace(settings, **cleared)
             _copy(config, carried, field)
             moved = True
