@@ -1,4 +1,4 @@
-"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan`:
+"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan | import`:
 the command line over the library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations

@@ -72,8 +72,10 @@ class ConfigFields:
     @staticmethod
     def of(value: ConfigFieldsArg | None, what: str, *, ensemble: bool = False) -> ConfigFields:
         """Check ``value`` against Triton's ModelConfig and normalise it; ``what`` names the owner."""
-        if value is None or isinstance(value, ConfigFields):
-            return value or ConfigFields()
+        if isinstance(value, ConfigFields):  # checked again: a step's fields may be given to an ensemble
+            value = value.text
+        if value is None or value == "":
+            return ConfigFields()
         config = _parse(value, what)
         from google.protobuf import text_format
 

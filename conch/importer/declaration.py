@@ -64,8 +64,10 @@ class _Names:
         return name
 
 
-def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: str | None) -> Declaration:
-    """The module for ``ensemble``; model files are referenced relative to ``out_file``'s folder."""
+def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: str | None,
+            captured: bool = True) -> Declaration:
+    """The module for ``ensemble``; model files are referenced relative to ``out_file``'s folder;
+    ``samples``: the module's sample file, ``captured`` when its outputs were captured, not given."""
     decl = Declaration(ensemble.name, out_file.name)
     names = _Names()
     var = names(ensemble.name)
@@ -106,8 +108,9 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     if samples:
         lines += [
             "",
-            "# Captured by `conch import`: generated inputs and the outputs the models gave for them. Replace",
-            "# them with payloads and expected outputs you trust.",
+            *(["# Captured by `conch import`: generated inputs and the outputs the models gave for them. Replace",
+               "# them with payloads and expected outputs you trust."] if captured else
+              ["# The samples of the imported archive's manifest, with their checks."]),
             f"for name, inputs, expected, checks in captured_samples(Path(__file__).parent / {_q(samples)}):",
             f"    {var}.sample(name, inputs, expected, checks)",
         ]
@@ -155,14 +158,22 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     _kept_files(model, filename, messages)
     path = f"MODELS / {_q(model.name)}" if filename is None else f"MODELS / {_q(model.name + '/1/' + filename)}"
     lines = [f"{var} = {cls}(", f"    {_q(model.name)},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
-    lines.append("    inputs=[" + ", ".join(_tensor(t, model) for t in spec.inputs) + "],")
-    lines.append("    outputs=[" + ", ".join(_tensor(t, model) for t in spec.outputs) + "],")
+    lines += _tensors("inputs", [_tensor(t, model) for t in spec.inputs])
+    lines += _tensors("outputs", [_tensor(t, model) for t in spec.outputs])
     shared = _beside(model)
     if shared:
         lines.append("    beside={" + ", ".join(f"{_q(k)}: MODELS / {_q(k)}" for k in shared) + "},")
     lines += [f"    {line}," for line in _settings(spec.settings, model.platform)]
     lines.append(")")
     return lines
+
+
+def _tensors(argument: str, tensors: list[str]) -> list[str]:
+    """``inputs=[...]`` on one line when it fits, else one tensor per line."""
+    line = f"    {argument}=[{', '.join(tensors)}],"
+    if len(line) <= 110:
+        return [line]
+    return [f"    {argument}=[", *(f"        {t}," for t in tensors), "    ],"]
 
 
 def _beside(model: ModelFolder) -> list[str]:
