@@ -102,7 +102,7 @@ def _import_one(repo: Repository, ensemble: ModelFolder, target: Path, samples: 
     if samples:
         imported.sample = _sample(repo, declared, samples_file)
         if samples_file.exists():
-            decl = declare(repo, ensemble, target, samples_file.name, captured=repo.manifest is None)
+            decl = declare(repo, ensemble, target, samples_file.name, captured=not (repo.manifest and repo.manifest.samples))
             write_bytes_atomic(target, decl.text.encode())
     return imported
 

@@ -26,6 +26,7 @@ STEP_KINDS: dict[Platform, tuple[str, str | None]] = {
     Platform.PYTHON: ("PythonModelStep", None),
 }
 _FILE_ARGUMENT = {"TensorRTStep": "plan="}
+_READS_IO = ("OnnxStep", "TensorFlowStep", "TensorRTStep")  # steps that read undeclared I/O from their file
 
 
 @dataclass
@@ -158,8 +159,9 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     _kept_files(model, filename, messages)
     path = f"MODELS / {_q(model.name)}" if filename is None else f"MODELS / {_q(model.name + '/1/' + filename)}"
     lines = [f"{var} = {cls}(", f"    {_q(model.name)},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
-    lines += _tensors("inputs", [_tensor(t, model) for t in spec.inputs])
-    lines += _tensors("outputs", [_tensor(t, model) for t in spec.outputs])
+    if spec.outputs or cls not in _READS_IO:  # else the step reads its I/O from the model file
+        lines += _tensors("inputs", [_tensor(t, model) for t in spec.inputs])
+        lines += _tensors("outputs", [_tensor(t, model) for t in spec.outputs])
     shared = _beside(model)
     if shared:
         lines.append("    beside={" + ", ".join(f"{_q(k)}: MODELS / {_q(k)}" for k in shared) + "},")
@@ -277,7 +279,9 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
             continue
         call = f"{step_var}({', '.join(_keyword(k, tensors[v]) for k, v in st.input_map)})"
         mapped = dict(st.output_map)
-        outs = model.read.spec.outputs
+        outs = model.read.spec.outputs or _file_outputs(model, messages)
+        if not outs:
+            continue
         handles = [names(mapped.get(t.name, f"{st.model_name}_{t.name}")) for t in outs]
         named: list[str] = []
         for t, handle in zip(outs, handles, strict=True):
@@ -303,6 +307,29 @@ def _wiring(var: str, ensemble: ModelFolder, steps: list[tuple[str, ModelFolder]
     if discarded:
         lines.append(f"{var}.discard({', '.join(discarded)})")
     return lines
+
+
+def _file_outputs(model: ModelFolder, messages: list[str]) -> tuple[Tensor, ...]:
+    """The outputs a model file declares, for a config that leaves them to Triton's auto-complete."""
+    import conch
+
+    cls, filename = STEP_KINDS[model.platform]
+    where = f"{model.name}/config.pbtxt"
+    if cls not in _READS_IO or filename is None:
+        messages.append(f"{where}: output: not declared, and conch cannot read a {model.platform.value} model's "
+                        "outputs from its file; declare them in the config")
+        return ()
+    path = model.folder / "1" / filename
+    try:
+        if cls == "TensorRTStep":
+            step = conch.TensorRTStep(model.name, plan=path, max_batch_size=model.read.spec.max_batch_size)
+        else:
+            step = getattr(conch, cls)(model.name, path, max_batch_size=model.read.spec.max_batch_size)
+    except conch.ConchError as exc:
+        messages.append(f"{where}: output: not declared, and reading them from {model.name}/1/{filename} "
+                        f"failed: {exc}")
+        return ()
+    return tuple(step.outputs)
 
 
 def _keyword(name: str, value: str) -> str:

@@ -87,7 +87,12 @@ def read_repository(source: Path, root: Path) -> Repository:
             repo.messages.append(f"{where}: name: {config.name!r} differs from its folder {entry.name!r} (Triton "
                                  "needs them equal); conch names the model after the folder")
         if not config.name:
+            repo.messages.append(f"{where}: name: not given (Triton takes the folder's); conch writes "
+                                 f"name: {entry.name!r}")
             config.name = entry.name
+        if not config.output and config.platform != "ensemble":
+            repo.messages.append(f"{where}: input/output: not declared (Triton completes them from the model "
+                                 "file); conch declares them, read from the model file where it can")
         try:
             read = read_config(config, entry, where)
         except BuildError as exc:

@@ -136,3 +136,17 @@ def test_a_hand_made_repository_with_unmodelled_fields_imports_builds_checks_and
     assert "response_cache { enable: true }" in shown
     assert 'rate_limiter { resources { name: "R1" count: 1 } priority: 1 }' in shown
     assert "sequence_batching { max_sequence_idle_microseconds: 5000000 direct { } }" in shown
+
+
+def test_a_config_left_to_auto_complete_is_declared_from_the_model_file_and_named(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "affine/config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == [
+        "affine/config.pbtxt: name: not given (Triton takes the folder's); conch writes name: 'affine'",
+        "affine/config.pbtxt: input/output: not declared (Triton completes them from the model file); conch "
+        "declares them, read from the model file where it can",
+        "affine/config.pbtxt: the rebuilt config differs: field(s) input, output",
+    ]
+    rebuilt = contents(build_module(imported.module, tmp_path / "built"))
+    assert 'name: "y"' in rebuilt["affine/config.pbtxt"].decode()
