@@ -102,7 +102,8 @@ def _import_one(repo: Repository, ensemble: ModelFolder, target: Path, samples: 
     if samples:
         imported.sample = _sample(repo, declared, samples_file)
         if samples_file.exists():
-            decl = declare(repo, ensemble, target, samples_file.name, captured=not (repo.manifest and repo.manifest.samples))
+            kept = repo.manifest is not None and bool(repo.manifest.samples)
+            decl = declare(repo, ensemble, target, samples_file.name, captured=not kept)
             write_bytes_atomic(target, decl.text.encode())
     return imported
 
