@@ -118,7 +118,8 @@ def test_dynamic_and_sequence_batching_together_are_refused() -> None:
         _step(UNMODELLED["sequence_batching"], dynamic_batching=True)
 
 
-@pytest.mark.parametrize("field", ["model_warmup", "instance_group", "sequence_batching", "dynamic_batching"])
+@pytest.mark.parametrize("field", ["model_warmup", "instance_group", "sequence_batching", "dynamic_batching",
+                                   "optimization"])
 def test_fields_triton_refuses_on_an_ensemble_are_refused_there(field: str) -> None:
     with pytest.raises(DeclarationError, match=f"ensemble 'e': config_fields gives '{field}', which Triton refuses "
                                                "on an ensemble; set it on the steps instead"):
