@@ -56,12 +56,22 @@ def import_sources(
     if out.suffix == ".py" and len(ensembles) != 1:
         raise BuildError(f"{out}: the sources hold {len(ensembles)} ensembles; give --out a folder to write one "
                          "module per ensemble")
+    targets = [out if out.suffix == ".py" else folder / module_name(e.name) for _, e in ensembles]
+    twice = sorted({t.name for t in targets if targets.count(t) > 1})
+    if twice:
+        raise BuildError(f"the sources hold more than one ensemble written as {', '.join(twice)}; import them "
+                         "into different --out folders")
     done: list[Imported] = []
-    for repo, ensemble in ensembles:
-        target = out if out.suffix == ".py" else folder / module_name(ensemble.name)
+    for (repo, ensemble), target in zip(ensembles, targets, strict=True):
         if say:
             say(f"importing ensemble {ensemble.name!r} from {repo.source} into {target}")
         done.append(_import_one(repo, ensemble, target, samples))
+    for repo in repos:  # models no ensemble runs are not imported: say so once, with the repository's first
+        used = {s.model_name for e in repo.ensembles for s in e.read.spec.ensemble_steps} | {
+            e.name for e in repo.ensembles}
+        first = next(i for (r, _), i in zip(ensembles, done, strict=True) if r is repo)
+        first.messages.extend(f"{name}/config.pbtxt: not imported: no ensemble of {repo.source.name} runs it"
+                              for name in sorted(set(repo.models) - used))
     if strict and any(i.messages for i in done):
         for i in done:
             i.module.unlink(missing_ok=True)

@@ -150,3 +150,12 @@ def test_a_config_left_to_auto_complete_is_declared_from_the_model_file_and_name
     ]
     rebuilt = contents(build_module(imported.module, tmp_path / "built"))
     assert 'name: "y"' in rebuilt["affine/config.pbtxt"].decode()
+
+
+def test_a_model_no_ensemble_runs_is_named(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo")
+    spare = repo / "spare"
+    spare.mkdir()
+    (spare / "config.pbtxt").write_bytes((repo / "bert-trt/config.pbtxt").read_bytes().replace(b"bert-trt", b"spare"))
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == ["spare/config.pbtxt: not imported: no ensemble of repo runs it"]
