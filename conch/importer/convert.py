@@ -76,6 +76,9 @@ def import_sources(
         for i in done:
             i.module.unlink(missing_ok=True)
             i.module.with_suffix(".samples.json").unlink(missing_ok=True)
+        for repo in repos:  # unpacked archives and copied folders: this import made them
+            if repo.root.resolve() != repo.source.resolve():
+                shutil.rmtree(repo.root, ignore_errors=True)
         listed = "; ".join(m for i in done for m in i.messages)
         raise BuildError(f"--strict: the import cannot say everything the sources hold: {listed}")
     return done

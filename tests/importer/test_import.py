@@ -71,8 +71,9 @@ def test_what_cannot_be_declared_is_named_by_file_and_field(tmp_path: Path) -> N
 def test_strict_makes_it_an_error_and_keeps_no_module(tmp_path: Path) -> None:
     repo = _bert_folder(tmp_path / "repo", FORMAT)
     with pytest.raises(BuildError, match="--strict: .*preprocess/config.pbtxt: input 'INPUT0': field 'format'"):
-        import_sources([repo], tmp_path / "out", strict=True, samples=False)
-    assert not list((tmp_path / "out").glob("*.py"))
+        import_sources([repo], tmp_path / "out", strict=True, copy_files=True, samples=False)
+    assert list((tmp_path / "out").iterdir()) == []
+    assert (repo / "preprocess/config.pbtxt").is_file()
 
 
 def test_a_backend_without_a_conch_step_is_named(tmp_path: Path) -> None:
