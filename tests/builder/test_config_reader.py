@@ -200,3 +200,27 @@ def test_the_reader_takes_a_parsed_modelconfig_too() -> None:
     spec = read_config(config).spec
     assert [(t.name, t.dtype.wire, t.dims) for t in (*spec.inputs, *spec.outputs)] == [
         ("x", "BYTES", (1,)), ("y", "INT64", (-1,))]
+
+
+def test_a_proto_message_of_another_type_is_refused_with_how_to_give_it() -> None:
+    with pytest.raises(DeclarationError, match=r"got a ModelResponseCache message \(give it as \{'<field>': "):
+        _step(model_config_pb2.ModelResponseCache(enable=True))
+
+
+def test_a_field_value_of_the_wrong_type_is_named() -> None:
+    with pytest.raises(DeclarationError, match="config_fields field 'response_cache': .*enable"):
+        _step({"response_cache": {"enable": "maybe"}})
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('name: "m" platform: "tensorflow_savedmodel"', "m/config.pbtxt: platform 'tensorflow_savedmodel' has no conch "
+                                                    "step (conch has ensemble, onnxruntime_onnx"),
+    ('name: "m" backend: "python" output { name: "y" data_type: TYPE_FP32 }',
+     "m/config.pbtxt: output 'y': tensor 'y': dims [] is empty, which Triton refuses"),
+    ("name: m backend", "m/config.pbtxt: does not parse as Triton's ModelConfig"),
+])
+def test_a_config_conch_cannot_read_is_named_with_its_file(text: str, said: str) -> None:
+    from conch.errors import BuildError
+
+    with pytest.raises(BuildError, match=_escaped(said)):
+        read_config(text, where="m/config.pbtxt")
