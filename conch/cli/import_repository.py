@@ -19,7 +19,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         if imported.sample:
             result(f"  sample: {imported.sample}")
         for message in imported.messages:
-            result(f"  not kept: {message}")
+            result(f"  warning: {message}")
     document({"imported": [describe(i) for i in done]})
     return 0
 

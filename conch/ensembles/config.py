@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypedDict
 
 from typing_extensions import Unpack
@@ -150,6 +151,7 @@ class SettingsArgs(TypedDict, total=False):
     warmup: Warmup | Sequence[Warmup] | None
     version_policy: VersionPolicy | None
     config_fields: ConfigFieldsArg | None
+    warmup_files: Mapping[str, str | Path] | None
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ class StepSettings:
     version_policy: VersionPolicy | None = None
     #: Any other ModelConfig field (response_cache, optimization, sequence_batching, ...), carried whole.
     config_fields: ConfigFields = field(default_factory=ConfigFields)
+    #: Files of the model's ``warmup/`` folder, by name: the ``input_data_file``s of its model_warmup.
+    warmup_files: Mapping[str, Path] = field(default_factory=dict)
 
     @staticmethod
     def of(max_batch_size: int = 0, what: str = "step", **options: Unpack[SettingsArgs]) -> StepSettings:
@@ -225,7 +229,12 @@ class StepSettings:
                 f"{what}: dynamic_batching and sequence_batching are both given, but Triton takes one scheduler "
                 "per model (ModelConfig's scheduling_choice); keep one"
             )
-        return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy, fields)
+        files: dict[str, Path] = {}
+        for name, path in (options.get("warmup_files") or {}).items():
+            if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+                raise DeclarationError(f"{what}: warmup file name {name!r} must be a relative path in warmup/")
+            files[Path(name).as_posix()] = Path(path)
+        return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy, fields, files)
 
     def as_args(self) -> SettingsArgs:
         """These settings as the keyword arguments a step takes (for stand-ins of the same step)."""
@@ -236,4 +245,5 @@ class StepSettings:
             warmup=self.warmups,
             version_policy=self.version_policy,
             config_fields=self.config_fields,
+            warmup_files=dict(self.warmup_files),
         )

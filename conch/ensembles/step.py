@@ -143,6 +143,9 @@ class Step(abc.ABC):
         if found is not None:
             check_against_file(self.name, "input", self.inputs, found.inputs, found.file)
             check_against_file(self.name, "output", self.outputs, found.outputs, found.file)
+        for name, path in self.settings.warmup_files.items():
+            if not path.is_file():
+                raise BuildError(f"step {self.name!r}: warmup file {name!r} points at {path}, which does not exist")
 
     def check_settings(self) -> dict[str, object]:
         """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
@@ -173,7 +176,8 @@ class Step(abc.ABC):
         if target is Target.LOCAL:
             spec, local = cpu_instances(spec)
             notes = (*notes, *local)
-        return StepLayout(spec, {**own.files, **self.label_files()}, notes, own.info)
+        warmup = {f"warmup/{name}": path for name, path in self.settings.warmup_files.items()}
+        return StepLayout(spec, {**own.files, **self.label_files(), **warmup}, notes, own.info)
 
     def spec(self, model_name: str) -> ModelSpec:
         """This step's config in production."""

@@ -166,6 +166,11 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     if shared:
         lines.append("    beside={" + ", ".join(f"{_q(k)}: MODELS / {_q(k)}" for k in shared) + "},")
     lines += [f"    {line}," for line in _settings(spec.settings, model.platform)]
+    warmup = sorted(p.relative_to(model.folder / "warmup").as_posix() for p in (model.folder / "warmup").rglob("*")
+                    if p.is_file()) if filename is not None else []
+    if warmup:
+        lines.append("    warmup_files={" + ", ".join(f"{_q(w)}: MODELS / {_q(f'{model.name}/warmup/{w}')}"
+                                                     for w in warmup) + "},")
     lines.append(")")
     return lines
 
@@ -238,11 +243,11 @@ def _kept_files(model: ModelFolder, filename: str | None, messages: list[str]) -
     files = {p.relative_to(model.folder).as_posix() for p in model.folder.rglob("*") if p.is_file()}
     if filename is None:
         return
-    kept = {"config.pbtxt", f"1/{filename}"}
+    kept = {"config.pbtxt", f"1/{filename}", *(f for f in files if f.startswith("warmup/"))}
     kept |= {t.labels.name for t in model.read.spec.outputs if isinstance(t.labels, Path)}
     for rel in sorted(files - kept):
         messages.append(f"{model.name}/{rel}: not kept: a {model.platform.value} step lays out "
-                        f"1/{filename} and its label files only")
+                        f"1/{filename}, its label files and warmup/ only")
     if f"1/{filename}" not in files:
         messages.append(f"{model.name}/1/{filename}: missing: conch lays out version 1 of the model under "
                         "this name")

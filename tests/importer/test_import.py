@@ -63,8 +63,8 @@ def test_what_cannot_be_declared_is_named_by_file_and_field(tmp_path: Path) -> N
     (tmp_path / "repo/bert-trt/1/notes.txt").write_text("kept by hand")
     (imported,) = import_sources([repo], tmp_path / "out" / "bert.py", samples=False)
     assert "preprocess/config.pbtxt: input 'INPUT0': field 'format' has no conch setting" in imported.messages
-    assert ("bert-trt/1/notes.txt: not kept: a tensorrt_plan step lays out 1/model.plan and its label files "
-            "only") in imported.messages
+    assert ("bert-trt/1/notes.txt: not kept: a tensorrt_plan step lays out 1/model.plan, its label files and "
+            "warmup/ only") in imported.messages
     assert imported.module.is_file()
 
 
@@ -160,3 +160,16 @@ def test_a_model_no_ensemble_runs_is_named(tmp_path: Path) -> None:
     (spare / "config.pbtxt").write_bytes((repo / "bert-trt/config.pbtxt").read_bytes().replace(b"bert-trt", b"spare"))
     (imported,) = import_sources([repo], tmp_path / "out", samples=False)
     assert imported.messages == ["spare/config.pbtxt: not imported: no ensemble of repo runs it"]
+
+
+def test_warmup_data_files_are_kept(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "affine/warmup").mkdir()
+    (repo / "affine/warmup/x.bin").write_bytes(bytes(16))
+    with (repo / "affine/config.pbtxt").open("a") as fh:
+        fh.write('model_warmup { name: "ones" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+                 'dims: [ 4 ] input_data_file: "x.bin" } } }\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert 'warmup_files={"x.bin": MODELS / "affine/warmup/x.bin"}' in imported.module.read_text()
+    assert_same(repo, build_module(imported.module, tmp_path / "built"))
