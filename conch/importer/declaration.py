@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conch.ensembles.config import InstanceGroup, InstanceKind, StepSettings
+from conch.ensembles.config import InstanceGroup, InstanceKind, StepSettings, Warmup
 from conch.ensembles.layout import Platform
 from conch.ensembles.tensors import Tensor
 from conch.importer.repository import ModelFolder, Repository
@@ -134,6 +134,8 @@ def _setting_classes(steps: list[tuple[str, ModelFolder]], spec: object) -> set[
             used.add("DynamicBatching")
         if s.version_policy is not None:
             used.add("VersionPolicy")
+        if s.warmups:
+            used.add("Warmup")
     return used
 
 
@@ -210,6 +212,8 @@ def _settings(s: StepSettings, platform: Platform) -> list[str]:
         if d.preserve_ordering:
             args.append("preserve_ordering=True")
         out.append(f"dynamic_batching=DynamicBatching({', '.join(args)})")
+    if s.warmups:
+        out.append(f"warmup=[{', '.join(_warmup(w) for w in s.warmups)}]")
     if s.version_policy is not None:
         v = s.version_policy
         arg = "all=True" if v.all else f"specific={tuple(v.specific)!r}" if v.specific else f"latest={v.latest}"
@@ -219,6 +223,17 @@ def _settings(s: StepSettings, platform: Platform) -> list[str]:
     if s.config_fields:
         out.append(f"config_fields={_text_block(s.config_fields.text)}")
     return out
+
+
+def _warmup(w: Warmup) -> str:
+    args = [_q(w.name)]
+    if w.batch_size != 1:
+        args.append(f"batch_size={w.batch_size}")
+    if w.count != 1:
+        args.append(f"count={w.count}")
+    if w.random_data:
+        args.append("random_data=True")
+    return f"Warmup({', '.join(args)})"
 
 
 def _group(g: InstanceGroup) -> str:

@@ -173,3 +173,14 @@ def test_warmup_data_files_are_kept(tmp_path: Path) -> None:
     assert imported.messages == []
     assert 'warmup_files={"x.bin": MODELS / "affine/warmup/x.bin"}' in imported.module.read_text()
     assert_same(repo, build_module(imported.module, tmp_path / "built"))
+
+
+def test_typed_warmups_are_declared_typed(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    with (repo / "affine/config.pbtxt").open("a") as fh:
+        fh.write('model_warmup { name: "zeros" batch_size: 8 count: 2 inputs { key: "x" value { data_type: '
+                 'TYPE_FP32 dims: [ 4 ] zero_data: true } } }\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert 'warmup=[Warmup("zeros", batch_size=8, count=2)]' in imported.module.read_text()
+    assert_same(repo, build_module(imported.module, tmp_path / "built"))
