@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from conch.backends.dali import DaliStep
 from conch.backends.onnx import OnnxStep
-from conch.backends.python import PythonStep
+from conch.backends.python import PythonModelStep, PythonStep
 from conch.backends.pytorch import TorchScriptStep
 from conch.backends.tensorflow import TensorFlowStep
 from conch.backends.tensorrt import TensorRTStep
@@ -43,6 +43,7 @@ __all__ = [
     "OnnxStep",
     "PackError",
     "PythonEnv",
+    "PythonModelStep",
     "PythonStep",
     "Release",
     "RunError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,9 @@ from typing_extensions import Unpack
 
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.layout import FileSource, Platform
+from conch.ensembles.layout import FileSource, Platform, StepLayout
 from conch.ensembles.step import BackendFiles, Step
-from conch.ensembles.target import Release
+from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
 from conch.templates import render
@@ -162,3 +163,84 @@ def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str
                 f"conch is not installed; move {qualname} to a module of its own (e.g. {path.stem}_steps.py)"
             )
     return name, qualname, path
+
+
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
+
+
+class PythonModelStep(Step):
+    """A Python-backend model written by hand (a ``TritonPythonModel`` in ``<version>/model.py``): its
+    folder is laid out as it is, every file but ``config.pbtxt``, which conch renders from this
+    declaration. An environment it names in an ``EXECUTION_ENV_PATH`` parameter is kept as a file of the
+    folder; the local target, whose stub runs the Python conch runs in, does not use it (a note says so)."""
+
+    kind = "python_model"
+    platform = Platform.PYTHON
+
+    def __init__(
+        self,
+        name: str,
+        folder: str | Path,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        *,
+        max_batch_size: int = 0,
+        beside: Mapping[str, str | Path] | None = None,
+        **options: Unpack[SettingsArgs],
+    ) -> None:
+        """``beside``: files laid out beside the model folders, by their path there (e.g. an environment
+        several models name with ``$$TRITON_MODEL_DIRECTORY/../<path>``)."""
+        what = f"python_model step {name!r}"
+        settings = StepSettings.of(max_batch_size, what=what, **options)
+        super().__init__(name, inputs, outputs, settings)
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise DeclarationError(f"{what}: model folder {self.folder} does not exist; give the folder that "
+                                   "holds 1/model.py")
+        versions = sorted(p.parent.name for p in self.folder.glob("*/model.py") if p.parent.name.isdigit())
+        if not versions:
+            raise DeclarationError(f"{what}: {self.folder} has no <version>/model.py (e.g. 1/model.py with a "
+                                   "class TritonPythonModel)")
+        self.versions = tuple(versions)
+        self.beside: dict[str, Path] = {}
+        for key, value in (beside or {}).items():
+            parts = Path(key).parts
+            if Path(key).is_absolute() or ".." in parts or not parts:
+                raise DeclarationError(f"{what}: beside file {key!r} must be a relative path inside the archive")
+            self.beside[Path(key).as_posix()] = Path(value)
+
+    def standin(self) -> Step:
+        return self
+
+    def backend_files(self, model_name: str, release: Release, ensemble: str) -> BackendFiles:
+        """Every file of the folder (but its config.pbtxt), at the same paths."""
+        files: dict[str, FileSource] = {}
+        for path in sorted(self.folder.rglob("*")):
+            rel = path.relative_to(self.folder).as_posix()
+            if rel == "config.pbtxt" or "__pycache__" in path.parts:
+                continue
+            if path.is_file():
+                files[rel] = path
+            elif path.is_dir() and not any(path.iterdir()):
+                files[f"{rel}/"] = b""
+        for key, source in self.beside.items():
+            if not source.exists():
+                raise BuildError(f"python_model step {self.name!r}: beside file {key!r} points at {source}, which "
+                                 "does not exist")
+            files[f"../{key}"] = source
+        return BackendFiles(files)
+
+    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        laid = super().layout(model_name, target, release, ensemble)
+        env = laid.spec.settings.parameters.get(ENV_PARAMETER)
+        if target is not Target.LOCAL or env is None:
+            return laid
+        parameters = {k: v for k, v in laid.spec.settings.parameters.items() if k != ENV_PARAMETER}
+        spec = replace(laid.spec, settings=replace(laid.spec.settings, parameters=parameters))
+        files = {k: v for k, v in laid.files.items() if not k.startswith("../")}  # the unused environment
+        note = (f"{model_name}: the local target runs model.py in the Python conch runs in, not in its "
+                f"{ENV_PARAMETER} {env} (which production uses)")
+        return replace(laid, spec=spec, files=files, notes=(*laid.notes, note))
+
+    def details(self) -> dict[str, object]:
+        return {"versions": list(self.versions)}

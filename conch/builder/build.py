@@ -97,7 +97,7 @@ def render_repository(
         spec = observed.warmup.attach(model, spec, files)
         files[f"{model}/config.pbtxt"] = render_config(spec).encode()
         for rel, source in layout.files.items():
-            files[f"{model}/{rel}"] = source
+            files[_in_archive(model, rel)] = source
         notes.extend(layout.notes)
         served = spec.platform or spec.backend
         steps.append(StepRecord(model, str(served), step.describe(layout.info)))
@@ -134,6 +134,17 @@ def render_repository(
     )
     files[MANIFEST_NAME] = dumps(manifest)
     return Repository(ensemble.name, files, manifest, notes, output)
+
+
+def _in_archive(model: str, rel: str) -> str:
+    """A step's file in the archive: in its model folder, or beside the model folders for ``../<path>``
+    (a hand-written Python model's environment shared by several models)."""
+    if rel.startswith("../"):
+        inner = rel[3:]
+        if not inner or inner.startswith(("/", "../")) or "/../" in inner:
+            raise BuildError(f"model {model!r}: file {rel!r} leaves the archive; keep files inside it")
+        return inner
+    return f"{model}/{rel}"
 
 
 def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:

@@ -60,12 +60,14 @@ class ModelSummary:
     inputs: tuple[TensorSummary, ...] = ()
     outputs: tuple[TensorSummary, ...] = ()
     problem: str | None = None
+    #: Fields conch does not model as typed settings (response_cache, optimization, ...), as proto text.
+    config_fields: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "served_as": self.served_as, "max_batch_size": self.max_batch_size,
                 "instance_groups": list(self.instance_groups), "dynamic_batching": self.dynamic_batching,
                 "inputs": [t.to_json() for t in self.inputs], "outputs": [t.to_json() for t in self.outputs],
-                "problem": self.problem}
+                "config_fields": dict(self.config_fields), "problem": self.problem}
 
     def lines(self) -> list[str]:
         if self.problem:
@@ -79,6 +81,7 @@ class ModelSummary:
         out = [f"  {self.model}: {self.served_as}, max_batch_size {self.max_batch_size}, {groups}, {batching}"]
         out += [f"    input  {t}" for t in self.inputs]
         out += [f"    output {t}" for t in self.outputs]
+        out += [f"    {text}" for text in self.config_fields.values()]
         return out
 
 
@@ -302,7 +305,24 @@ def summarize_config(folder: str, text: bytes) -> ModelSummary:
     if config.platform == "ensemble":
         served = f"ensemble of {len(config.ensemble_scheduling.step)} steps"
     return ModelSummary(folder, served, config.max_batch_size, groups, batching,
-                        tuple(_tensors(config.input)), tuple(_tensors(config.output)))
+                        tuple(_tensors(config.input)), tuple(_tensors(config.output)),
+                        config_fields=_carried_fields(folder, config))
+
+
+def _carried_fields(folder: str, config: Any) -> dict[str, str]:
+    """The fields conch's typed spec does not model, each as one line of proto text (the reader's view)."""
+    from conch.builder.config_reader import config_field, read_config
+    from conch.errors import BuildError
+
+    try:
+        carried = read_config(config, where=f"{folder}/config.pbtxt").spec.settings.config_fields
+    except BuildError:  # a backend conch has no step for: nothing of it is typed
+        return {}
+    message = carried.message() if carried else None
+    out: dict[str, str] = {}
+    for name in carried.names:
+        out[name] = text_format.MessageToString(config_field(message, name), as_one_line=True)
+    return out
 
 
 def _tensors(items: Any) -> Iterator[TensorSummary]:

@@ -17,6 +17,8 @@ from conch.templates import render
 def render_config(spec: ModelSpec) -> str:
     """config.pbtxt for a model, parsed back through ModelConfig before it is returned."""
     text = render("config.pbtxt.j2", **_context(spec))
+    if spec.settings.config_fields:  # never a field the template writes (refused at declaration)
+        text += spec.settings.config_fields.text
     check_config(text, spec.name)
     return text
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypedDict
 
 from typing_extensions import Unpack
 
+from conch.ensembles.config_fields import TYPED_OR_CARRIED, ConfigFields, ConfigFieldsArg
 from conch.ensembles.dtypes import DType
 from conch.ensembles.tensors import whole
 from conch.errors import DeclarationError
@@ -148,6 +150,8 @@ class SettingsArgs(TypedDict, total=False):
     parameters: Mapping[str, object] | None
     warmup: Warmup | Sequence[Warmup] | None
     version_policy: VersionPolicy | None
+    config_fields: ConfigFieldsArg | None
+    warmup_files: Mapping[str, str | Path] | None
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,10 @@ class StepSettings:
     parameters: Mapping[str, str] = field(default_factory=dict)
     warmups: tuple[Warmup, ...] = ()
     version_policy: VersionPolicy | None = None
+    #: Any other ModelConfig field (response_cache, optimization, sequence_batching, ...), carried whole.
+    config_fields: ConfigFields = field(default_factory=ConfigFields)
+    #: Files of the model's ``warmup/`` folder, by name: the ``input_data_file``s of its model_warmup.
+    warmup_files: Mapping[str, Path] = field(default_factory=dict)
 
     @staticmethod
     def of(max_batch_size: int = 0, what: str = "step", **options: Unpack[SettingsArgs]) -> StepSettings:
@@ -207,7 +215,26 @@ class StepSettings:
             raise DeclarationError(f"{what}: parameters must be a mapping of names to values, got {parameters!r}")
         params = {pbtxt_text(k, f"{what}: parameter"): pbtxt_text(v, f"{what}: parameter {k!r} value")
                   for k, v in (parameters or {}).items()}
-        return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy)
+        fields = ConfigFields.of(options.get("config_fields"), what)
+        typed = {"instance_group": groups, "dynamic_batching": dynamic_batching, "model_warmup": warmups,
+                 "version_policy": version_policy}
+        for name in fields.names:
+            if name in TYPED_OR_CARRIED and typed[name]:
+                raise DeclarationError(
+                    f"{what}: {name} is given twice, as {TYPED_OR_CARRIED[name]}= and in config_fields; give it "
+                    f"once (config_fields carries what {TYPED_OR_CARRIED[name]}= cannot say)"
+                )
+        if dynamic_batching is not None and "sequence_batching" in fields.names:
+            raise DeclarationError(
+                f"{what}: dynamic_batching and sequence_batching are both given, but Triton takes one scheduler "
+                "per model (ModelConfig's scheduling_choice); keep one"
+            )
+        files: dict[str, Path] = {}
+        for name, path in (options.get("warmup_files") or {}).items():
+            if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+                raise DeclarationError(f"{what}: warmup file name {name!r} must be a relative path in warmup/")
+            files[Path(name).as_posix()] = Path(path)
+        return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy, fields, files)
 
     def as_args(self) -> SettingsArgs:
         """These settings as the keyword arguments a step takes (for stand-ins of the same step)."""
@@ -217,4 +244,6 @@ class StepSettings:
             parameters=dict(self.parameters),
             warmup=self.warmups,
             version_policy=self.version_policy,
+            config_fields=self.config_fields,
+            warmup_files=dict(self.warmup_files),
         )

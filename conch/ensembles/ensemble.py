@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.ensembles.config import StepSettings
+from conch.ensembles.config_fields import ConfigFields, ConfigFieldsArg
 from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
@@ -137,6 +138,8 @@ class Ensemble:
             step's model after the step alone).
         description: free text recorded in the manifest.
         env: the Python environment of every Python step that declares none of its own.
+        config_fields: other ModelConfig fields of the ensemble's own config (e.g. ``response_cache``), as
+            proto text, ``{field: value}`` or a ModelConfig message; checked against Triton's proto.
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class Ensemble:
         step_prefix: str | None = None,
         description: str = "",
         env: PythonEnv | None = None,
+        config_fields: ConfigFieldsArg | None = None,
         **refused: Any,
     ) -> None:
         for key in refused:
@@ -167,6 +171,7 @@ class Ensemble:
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"ensemble {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
+        self.config_fields = ConfigFields.of(config_fields, f"ensemble {name!r}", ensemble=True)
         self.inputs: dict[str, TensorHandle] = {}
         self._input_specs: dict[str, Tensor] = {}
         self.outputs: dict[str, TensorHandle] = {}
@@ -353,6 +358,7 @@ class Ensemble:
                     f"{where}: expects dims {list(want)} but {handle.describe()} has dims {list(handle.dims)} "
                     "(-1 matches any size)"
                 )
+        self._refuse_decoupled(step)
         call = StepCall(step, dict(bound), {})
         for spec in step.outputs:
             dims = self._seen_dims(step, spec)
@@ -361,6 +367,23 @@ class Ensemble:
         self.calls.append(call)
         outputs = list(call.outputs.values())
         return outputs[0] if len(outputs) == 1 else Outputs(outputs)
+
+    def _refuse_decoupled(self, step: Step) -> None:
+        """Combinations Triton or SageMaker refuse for a decoupled step (model_transaction_policy)."""
+        policy = step.settings.config_fields.get("model_transaction_policy")
+        if policy is None or not policy.decoupled:
+            return
+        where = f"ensemble {self.name!r}, step {step.name!r}"
+        cache = self.config_fields.get("response_cache")
+        if cache is not None and cache.enable:
+            raise DeclarationError(
+                f"{where}: the step is decoupled (model_transaction_policy), and Triton refuses response_cache "
+                "on an ensemble holding a decoupled model; drop one of the two"
+            )
+        raise DeclarationError(
+            f"{where}: the step is decoupled (model_transaction_policy), but every conch archive is a SageMaker "
+            "multi-model endpoint, whose front end refuses decoupled models; make the step non-decoupled"
+        )
 
     def _seen_dims(self, step: Step, spec: Tensor) -> tuple[int, ...]:
         """A step tensor's dims as the ensemble sees them: without batch if both batch, else full."""
@@ -463,7 +486,7 @@ class Ensemble:
             inputs=self.input_specs(),
             outputs=self.output_specs(),
             served_by=Platform.ENSEMBLE,
-            settings=StepSettings(max_batch_size=self.max_batch_size),
+            settings=StepSettings(max_batch_size=self.max_batch_size, config_fields=self.config_fields),
             ensemble_steps=tuple(steps),
         )
 

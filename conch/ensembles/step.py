@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from conch.ensembles.config import InstanceGroup, InstanceKind, StepSettings
+from conch.ensembles.config_fields import ConfigFields
 from conch.ensembles.layout import FileSource, ModelSpec, Platform, StepLayout
 from conch.ensembles.names import check_model_name
 from conch.ensembles.target import Release, Target
@@ -142,6 +143,9 @@ class Step(abc.ABC):
         if found is not None:
             check_against_file(self.name, "input", self.inputs, found.inputs, found.file)
             check_against_file(self.name, "output", self.outputs, found.outputs, found.file)
+        for name, path in self.settings.warmup_files.items():
+            if not path.is_file():
+                raise BuildError(f"step {self.name!r}: warmup file {name!r} points at {path}, which does not exist")
 
     def check_settings(self) -> dict[str, object]:
         """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
@@ -172,7 +176,8 @@ class Step(abc.ABC):
         if target is Target.LOCAL:
             spec, local = cpu_instances(spec)
             notes = (*notes, *local)
-        return StepLayout(spec, {**own.files, **self.label_files()}, notes, own.info)
+        warmup = {f"warmup/{name}": path for name, path in self.settings.warmup_files.items()}
+        return StepLayout(spec, {**own.files, **self.label_files(), **warmup}, notes, own.info)
 
     def spec(self, model_name: str) -> ModelSpec:
         """This step's config in production."""
@@ -208,11 +213,33 @@ class Step(abc.ABC):
 def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
     """The spec with GPU instance groups run on the CPU, for the local server that has no GPU."""
     groups = spec.settings.instance_groups
+    carried = spec.settings.config_fields.get("instance_group")
+    if carried is not None:
+        return _cpu_carried_instances(spec)
     if not any(g.kind is InstanceKind.GPU for g in groups):
         return spec, []
     cpu = tuple(InstanceGroup(InstanceKind.CPU, g.count) if g.kind is InstanceKind.GPU else g for g in groups)
     note = f"{spec.name}: KIND_GPU instance groups run as KIND_CPU on the local target"
     return replace(spec, settings=replace(spec.settings, instance_groups=cpu)), [note]
+
+
+def _cpu_carried_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
+    """The same for instance groups given in config_fields (e.g. with a rate_limiter)."""
+    from google.protobuf import text_format
+
+    config = spec.settings.config_fields.message()
+    gpu = config.instance_group[0].KIND_GPU
+    moved = False
+    for group in config.instance_group:
+        if group.kind == gpu:
+            group.kind = group.KIND_CPU
+            del group.gpus[:]
+            moved = True
+    if not moved:
+        return spec, []
+    fields = ConfigFields(text_format.MessageToString(config))
+    note = f"{spec.name}: KIND_GPU instance groups run as KIND_CPU on the local target"
+    return replace(spec, settings=replace(spec.settings, config_fields=fields)), [note]
 
 
 def check_against_file(

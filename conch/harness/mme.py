@@ -5,6 +5,7 @@ conch.wire)."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import tritonclient.http as httpclient
 
 from conch.errors import ServeError
 from conch.wire import (
+    BINARY_CONTENT_TYPE,
     TARGET_HEADER,
     binary_request,
     infer_input,
@@ -92,14 +94,29 @@ class MultiModelClient:
         found: dict[str, Any] = response.json()
         return found
 
-    def invoke_json(self, target_model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``POST /models/<hash>/invoke`` with a KServe v2 JSON body."""
-        response = self._invoke(target_model, *json_request(inputs))
+    def invoke_json(self, target_model: str, inputs: Mapping[str, np.ndarray], *,
+                    sequence_id: int = 0) -> dict[str, np.ndarray]:
+        """``POST /models/<hash>/invoke`` with a KServe v2 JSON body; ``sequence_id``: send the request as a
+        sequence of one with that correlation ID (a model with a sequence batcher refuses requests without)."""
+        body, content_type = json_request(inputs)
+        if sequence_id:
+            request = json.loads(body)
+            request["parameters"] = {"sequence_id": sequence_id, "sequence_start": True, "sequence_end": True}
+            body = json.dumps(request).encode()
+        response = self._invoke(target_model, body, content_type)
         return parse_json_response(response.content)
 
-    def invoke_binary(self, target_model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def invoke_binary(self, target_model: str, inputs: Mapping[str, np.ndarray], *,
+                      sequence_id: int = 0) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a binary+json body (JSON header, then raw tensors)."""
-        response = self._invoke(target_model, *binary_request(inputs))
+        if sequence_id:
+            infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
+            body, header = httpclient.InferenceServerClient.generate_request_body(
+                infer_inputs, sequence_id=sequence_id, sequence_start=True, sequence_end=True)
+            request = (body, "application/json" if header is None else f"{BINARY_CONTENT_TYPE}{header}")
+        else:
+            request = binary_request(inputs)
+        response = self._invoke(target_model, *request)
         return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
@@ -116,14 +133,16 @@ class MultiModelClient:
             raise InvokeError(_error_text(response), response.status_code)
         return response
 
-    def invoke_kserve(self, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def invoke_kserve(self, model: str, inputs: Mapping[str, np.ndarray], *,
+                      sequence_id: int = 0) -> dict[str, np.ndarray]:
         """The same model through the KServe v2 HTTP endpoint, with tritonclient (binary tensors)."""
         address = self.http_url.split("://", 1)[-1]
         client = httpclient.InferenceServerClient(address, network_timeout=self.request_timeout,
                                                   connection_timeout=self.request_timeout)
         try:
             infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-            result = client.infer(model, infer_inputs)
+            sequence = {"sequence_id": sequence_id, "sequence_start": True, "sequence_end": True} if sequence_id else {}
+            result = client.infer(model, infer_inputs, **sequence)
         except Exception as exc:  # tritonclient raises its own InferenceServerException
             raise InvokeError(str(exc)) from exc
         finally:

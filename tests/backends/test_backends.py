@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch import ConchError, DynamicBatching, Ensemble, InstanceGroup, Release, Target, VersionPolicy, Warmup
 from conch.builder.build import build_ensemble, render_repository
+from conch.builder.config_reader import read_config
 from conch.ensembles.config import StepSettings
 from conch.ensembles.step import Step
 from conch.harness.replay import replay_archives
@@ -84,6 +85,9 @@ def test_rendered_configs_mean_what_was_declared(case: BackendCase, settings: st
     model = ens.model_name(call.step)
     assert found[model] == step_config(model, call.step)
     assert found["single"] == ensemble_config(ens)
+    # conch's config reader gives back the typed spec that was declared, with nothing carried untyped
+    assert read_config(found[model]).spec == call.step.spec(model)
+    assert read_config(found["single"]).spec == ens.spec()
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -1,0 +1,225 @@
+"""Read a config.pbtxt (or a parsed ModelConfig) into conch's typed spec: the other half of render.py.
+
+Fields conch models become typed settings; every other field is carried whole in the spec's
+``config_fields``, so rendering what was read gives back the same ModelConfig. What conch's declaration
+cannot say at all (a tensor ``format``, an ensemble step's ``model_namespace``) is listed, never dropped
+silently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conch.builder.render import check_config, render_config
+from conch.ensembles.config import (
+    DynamicBatching,
+    InstanceGroup,
+    StepSettings,
+    VersionPolicy,
+    Warmup,
+)
+from conch.ensembles.config_fields import ConfigFields
+from conch.ensembles.dtypes import DType
+from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
+from conch.ensembles.tensors import Tensor
+from conch.errors import BuildError, ConchError
+
+# Backends whose config names a backend, not a platform, with the platform conch writes for them.
+_BACKEND_PLATFORMS = {"onnxruntime": Platform.ONNXRUNTIME_ONNX, "pytorch": Platform.PYTORCH_LIBTORCH,
+                      "tensorrt": Platform.TENSORRT_PLAN}
+_TENSOR_FIELDS = {"name", "data_type", "dims", "reshape", "optional", "label_filename"}
+_STEP_FIELDS = {"model_name", "model_version", "input_map", "output_map"}
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """A config read into conch's spec, and what of it conch cannot declare (``field: why``)."""
+
+    spec: ModelSpec
+    unexpressed: tuple[str, ...] = ()
+
+
+def parse_config(text: str, where: str) -> Any:
+    """config.pbtxt text as a ModelConfig; ``where`` names the file in the error."""
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise BuildError(f"{where}: does not parse as Triton's ModelConfig: {exc}") from exc
+    return config
+
+
+def read_config(source: str | Any, folder: Path | None = None, where: str = "config.pbtxt") -> ReadConfig:
+    """The typed spec of a config; ``folder`` (the model folder) finds label files; ``where`` names the
+    file in messages."""
+    config = parse_config(source, where) if isinstance(source, str) else source
+    problems: list[str] = []
+    served_by = _served_by(config, where, problems)
+    inputs = tuple(_tensor(t, "input", folder, where, problems) for t in config.input)
+    outputs = tuple(_tensor(t, "output", folder, where, problems) for t in config.output)
+    steps = tuple(_ensemble_step(s, where, problems) for s in config.ensemble_scheduling.step)
+    typed = _typed_settings(config)
+    warmups = _typed_warmups(config, inputs)
+    if warmups:
+        typed["warmups"] = warmups
+    carried = model_config_pb2.ModelConfig()
+    typed_fields = {_TYPED_FIELD[k] for k in typed}
+    for field, _ in config.ListFields():
+        if field.name not in (*_ALWAYS_TYPED, *typed_fields):
+            _copy(config, carried, field.name)
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    settings = StepSettings(config.max_batch_size, parameters=params, **typed)
+    spec = ModelSpec(config.name, inputs, outputs, served_by, settings, steps)
+    spec = _carry_what_differs(spec, config, carried)
+    rendered = check_config(render_config(spec), config.name)
+    for field in _ALWAYS_TYPED:
+        if config_field(rendered, field) != config_field(config, field) and not any(field in p for p in problems):
+            ours, theirs = (text_format.MessageToString(config_field(c, field), as_one_line=True)
+                            for c in (rendered, config))
+            problems.append(f"{field}: conch writes {ours!r} for {theirs!r}")
+    return ReadConfig(spec, tuple(problems))
+
+
+def _served_by(config: Any, where: str, problems: list[str]) -> Platform:
+    if config.platform:
+        try:
+            served = Platform(config.platform)
+        except ValueError:
+            raise BuildError(f"{where}: platform {config.platform!r} has no conch step (conch has "
+                             f"{', '.join(p.value for p in Platform if not p.is_backend)})") from None
+        if config.backend:
+            problems.append(f"backend: {config.backend!r} beside platform {config.platform!r}; conch writes the "
+                            "platform alone")
+        return served
+    if config.backend in ("python", "dali"):
+        return Platform(config.backend)
+    if config.backend in _BACKEND_PLATFORMS:
+        served = _BACKEND_PLATFORMS[config.backend]
+        problems.append(f"backend: {config.backend!r} is written as platform {served.value!r}")
+        return served
+    raise BuildError(f"{where}: backend {config.backend!r} has no conch step (conch has python, dali, and the "
+                     f"platforms {', '.join(p.value for p in Platform if not p.is_backend)})")
+
+
+def _tensor(t: Any, what: str, folder: Path | None, where: str, problems: list[str]) -> Tensor:
+    for field, _ in t.ListFields():
+        if field.name not in _TENSOR_FIELDS:
+            problems.append(f"{what} {t.name!r}: field {field.name!r} has no conch setting")
+    labels: Path | None = None
+    if what == "output" and t.label_filename:
+        path = (folder / t.label_filename) if folder is not None else None
+        if path is None or not path.is_file() or path.parent != folder:
+            problems.append(f"{what} {t.name!r}: label_filename {t.label_filename!r} is not a file beside the config")
+        else:
+            labels = path
+    try:
+        return Tensor(t.name, DType.of(model_config_pb2.DataType.Name(t.data_type)), list(t.dims),
+                      optional=getattr(t, "optional", False),
+                      reshape=list(t.reshape.shape) if t.HasField("reshape") else None, labels=labels)
+    except ConchError as exc:
+        raise BuildError(f"{where}: {what} {t.name!r}: {exc}") from exc
+
+
+def _ensemble_step(s: Any, where: str, problems: list[str]) -> EnsembleStepSpec:
+    for field, _ in s.ListFields():
+        if field.name not in _STEP_FIELDS:
+            problems.append(f"ensemble_scheduling step {s.model_name!r}: field {field.name!r} has no conch setting")
+    return EnsembleStepSpec(s.model_name, tuple(s.input_map.items()), tuple(s.output_map.items()), s.model_version)
+
+
+def _typed_settings(config: Any) -> dict[str, Any]:
+    """The settings conch models that this config's values fit (others are carried whole)."""
+    typed: dict[str, Any] = {}
+    fields = {f.name for f, _ in config.ListFields()}
+    try:
+        if "instance_group" in fields:
+            typed["instance_groups"] = tuple(
+                InstanceGroup(model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind), g.count, tuple(g.gpus))
+                for g in config.instance_group)
+        if "dynamic_batching" in fields:
+            d = config.dynamic_batching
+            typed["dynamic_batching"] = DynamicBatching(tuple(d.preferred_batch_size), d.max_queue_delay_microseconds,
+                                                        d.preserve_ordering)
+    except ConchError:
+        typed.pop("instance_groups", None)
+        typed.pop("dynamic_batching", None)
+    if "version_policy" in fields:
+        policy = config.version_policy
+        try:
+            kind = policy.WhichOneof("policy_choice")
+            typed["version_policy"] = (VersionPolicy(latest=policy.latest.num_versions) if kind == "latest" else
+                                       VersionPolicy(all=True) if kind == "all" else
+                                       VersionPolicy(specific=tuple(policy.specific.versions)))
+        except ConchError:
+            pass
+    return typed
+
+
+_ALWAYS_TYPED = ("name", "platform", "backend", "max_batch_size", "input", "output", "ensemble_scheduling",
+                 "parameters")
+_TYPED_FIELD = {"instance_groups": "instance_group", "dynamic_batching": "dynamic_batching",
+                "version_policy": "version_policy", "warmups": "model_warmup"}
+
+
+def _typed_warmups(config: Any, inputs: tuple[Tensor, ...]) -> tuple[Warmup, ...]:
+    """Warmups conch writes itself: every input, in order, with its own dtype and dims, all zeros or all
+    random (BYTES inputs zeros); anything else (data files, other dims) is carried whole."""
+    out = []
+    for w in config.model_warmup:
+        if list(w.inputs) != [t.name for t in inputs]:
+            return ()
+        kinds = set()
+        for t in inputs:
+            data = w.inputs[t.name]
+            if data.data_type != model_config_pb2.DataType.Value(t.dtype.triton) or tuple(data.dims) != t.dims:
+                return ()
+            kinds.add(data.WhichOneof("input_data_type") if t.dtype is not DType.BYTES else None)
+        kinds.discard(None)
+        if len(kinds) > 1 or kinds - {"zero_data", "random_data"}:
+            return ()
+        try:
+            out.append(Warmup(w.name, w.batch_size, w.count, random_data=kinds == {"random_data"}))
+        except ConchError:
+            return ()
+    return tuple(out)
+
+
+def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec:
+    """Carry whole any modelled field whose typed form renders differently (e.g. a group's ``name``)."""
+    settings = replace(spec.settings, config_fields=ConfigFields(text_format.MessageToString(carried)))
+    spec = replace(spec, settings=settings)
+    rendered = parse_config(render_config(spec), spec.name)
+    moved = False
+    for setting, field in _TYPED_FIELD.items():
+        if getattr(spec.settings, setting) and config_field(rendered, field) != config_field(config, field):
+            cleared: dict[str, Any] = {setting: () if setting in ("instance_groups", "warmups") else None}
+            settings = replace(settings, **cleared)
+            _copy(config, carried, field)
+            moved = True
+    if not moved:
+        return spec
+    return replace(spec, settings=replace(settings, config_fields=ConfigFields(text_format.MessageToString(carried))))
+
+
+def _copy(source: Any, target: Any, name: str) -> None:
+    """Copy one top-level field of a ModelConfig into another."""
+    value = getattr(source, name)
+    if isinstance(value, str | int):
+        setattr(target, name, value)
+    elif hasattr(value, "items"):  # a map
+        getattr(target, name).MergeFrom(value)
+    elif not hasattr(value, "extend"):
+        getattr(target, name).CopyFrom(value)
+    else:
+        getattr(target, name).extend(value)
+
+
+def config_field(config: Any, name: str) -> Any:
+    """One field of a config alone in a ModelConfig, for comparison (message equality ignores map order)."""
+    part = model_config_pb2.ModelConfig()
+    _copy(config, part, name)
+    return part

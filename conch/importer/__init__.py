@@ -1,0 +1,1 @@
+"""`conch import`: existing Triton model repositories and MME archives into conch declarations."""

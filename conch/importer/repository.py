@@ -1,0 +1,106 @@
+"""Read an existing model repository (a folder, or an MME .tar.gz unpacked by the safe extraction) into
+its models' typed configs, its ensembles, and what lies beside them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conch.builder.config_reader import ReadConfig, parse_config, read_config
+from conch.builder.extract import safe_extract
+from conch.builder.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from conch.ensembles.layout import Platform
+from conch.errors import BuildError
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """One model of the repository: its folder, its parsed config and what conch's reader made of it."""
+
+    name: str
+    folder: Path
+    config: Any  # ModelConfig
+    read: ReadConfig
+
+    @property
+    def platform(self) -> Platform:
+        return self.read.spec.served_by
+
+
+@dataclass
+class Repository:
+    """The models of one repository, by name, and the entries beside them."""
+
+    source: Path
+    root: Path
+    models: dict[str, ModelFolder] = field(default_factory=dict)
+    beside: list[str] = field(default_factory=list)  # top-level entries that are not models
+    manifest: Manifest | None = None
+    messages: list[str] = field(default_factory=list)  # "<file>: <field>: why" for what cannot be read
+
+    @property
+    def ensembles(self) -> list[ModelFolder]:
+        return [m for m in self.models.values() if m.platform is Platform.ENSEMBLE]
+
+
+def archive_stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".tar.gz", ".tgz", ".tar"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def open_source(source: Path, unpack_to: Path) -> Repository:
+    """A repository folder as it is, or an archive unpacked (safely) into ``unpack_to/<archive name>``."""
+    source = Path(source)
+    if source.is_dir():
+        root = source
+    elif source.is_file():
+        root = unpack_to / archive_stem(source)
+        if root.exists() and any(root.iterdir()):
+            raise BuildError(f"{source}: {root} exists already (from an earlier import?); remove it or give "
+                             "another --out")
+        safe_extract(source, root)
+    else:
+        raise BuildError(f"{source}: no such folder or archive; give a model repository folder or an MME .tar.gz")
+    return read_repository(source, root)
+
+
+def read_repository(source: Path, root: Path) -> Repository:
+    """Every ``<model>/config.pbtxt`` under ``root`` read into conch's spec."""
+    repo = Repository(source, root)
+    if (root / "config.pbtxt").is_file():
+        raise BuildError(f"{source}: holds a single model (config.pbtxt at its root), not a repository of an "
+                         "ensemble and its steps; conch import reads ensembles")
+    for entry in sorted(root.iterdir()):
+        config_file = entry / "config.pbtxt"
+        if not entry.is_dir() or not config_file.is_file():
+            if entry.name == MANIFEST_NAME:
+                repo.manifest = parse_manifest(entry.read_bytes(), source)
+            repo.beside.append(entry.name)
+            continue
+        where = f"{entry.name}/config.pbtxt"
+        config = parse_config(config_file.read_text(encoding="utf-8"), where)
+        if config.name and config.name != entry.name:
+            repo.messages.append(f"{where}: name: {config.name!r} differs from its folder {entry.name!r} (Triton "
+                                 "needs them equal); conch names the model after the folder")
+        if not config.name:
+            repo.messages.append(f"{where}: name: not given (Triton takes the folder's); conch writes "
+                                 f"name: {entry.name!r}")
+            config.name = entry.name
+        if not config.output and config.platform != "ensemble":
+            repo.messages.append(f"{where}: input/output: not declared (Triton completes them from the model "
+                                 "file); conch declares them, read from the model file where it can")
+        try:
+            read = read_config(config, entry, where)
+        except BuildError as exc:
+            repo.messages.append(str(exc))
+            continue
+        repo.models[entry.name] = ModelFolder(entry.name, entry, config, read)
+        repo.messages.extend(f"{where}: {problem}" for problem in read.unexpressed)
+    if not repo.ensembles:
+        raise BuildError(f"{source}: no model folder holds an ensemble config (platform: \"ensemble\"); conch "
+                         "import reads an ensemble and its steps")
+    return repo

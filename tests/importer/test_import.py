@@ -1,0 +1,186 @@
+"""`conch import`: hand-made repositories and archives become declarations that build back into the same
+archive; what cannot be declared is named (an error with --strict); archives are unpacked safely."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import handmade
+import pytest
+from hostile_archives import write_archive
+from same_archive import assert_same, contents
+from seed_archives import bert_repo, pack_repo
+
+from conch.builder.build import build_ensemble
+from conch.builder.check import check_archive
+from conch.builder.discover import load_module_ensembles
+from conch.cli import main
+from conch.errors import ArchiveError, BuildError
+from conch.importer.convert import import_sources
+
+
+def build_module(module: Path, out: Path, target: str = "production") -> Path:
+    """What `conch build MODULE` does, without keeping the module imported (tests reuse file names)."""
+    try:
+        (ensemble,) = load_module_ensembles(module)
+        return build_ensemble(ensemble, out, target)
+    finally:
+        sys.modules.pop(module.stem, None)
+
+
+def test_a_seed_002_archive_round_trips(tmp_path: Path) -> None:
+    archive = pack_repo(bert_repo(), tmp_path / "hand.tar.gz")
+    (imported,) = import_sources([archive], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert (imported.configs_equal, imported.files_identical) == (4, 5)
+    text = imported.module.read_text()
+    assert 'step_prefix=""' in text and "PythonModelStep(" in text and 'plan=MODELS / "bert-trt/1/model.plan"' in text
+    rebuilt = build_module(imported.module, tmp_path / "built")
+    assert assert_same(archive, rebuilt) == 9  # 4 configs, 2 model.py, 2 environments, the plan
+    assert check_archive(rebuilt).ok
+
+
+def _bert_folder(root: Path, edit: tuple[str, str, str] | None = None) -> Path:
+    for name, data in bert_repo().items():
+        path = root / name
+        if data is None:
+            path.mkdir(parents=True, exist_ok=True)
+            continue
+        if edit is not None and name == edit[0]:
+            data = data.replace(edit[1].encode(), edit[2].encode())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+FORMAT = ("preprocess/config.pbtxt", '{ name: "INPUT0" data_type: TYPE_STRING',
+          '{ name: "INPUT0" format: FORMAT_NHWC data_type: TYPE_STRING')
+
+
+def test_what_cannot_be_declared_is_named_by_file_and_field(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo", FORMAT)
+    (tmp_path / "repo/bert-trt/1/notes.txt").write_text("kept by hand")
+    (imported,) = import_sources([repo], tmp_path / "out" / "bert.py", samples=False)
+    assert "preprocess/config.pbtxt: input 'INPUT0': field 'format' has no conch setting" in imported.messages
+    assert ("bert-trt/1/notes.txt: not kept: a tensorrt_plan step lays out 1/model.plan, its label files and "
+            "warmup/ only") in imported.messages
+    assert imported.module.is_file()
+
+
+def test_strict_makes_it_an_error_and_keeps_no_module(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo", FORMAT)
+    with pytest.raises(BuildError, match="--strict: .*preprocess/config.pbtxt: input 'INPUT0': field 'format'"):
+        import_sources([repo], tmp_path / "out", strict=True, copy_files=True, samples=False)
+    assert list((tmp_path / "out").iterdir()) == []
+    assert (repo / "preprocess/config.pbtxt").is_file()
+
+
+def test_a_backend_without_a_conch_step_is_named(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo", ("bert-trt/config.pbtxt", 'platform: "tensorrt_plan"',
+                                            'backend: "openvino"'))
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert "bert-trt/config.pbtxt: backend 'openvino' has no conch step" in " ".join(imported.messages)
+
+
+def test_an_unsafe_archive_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "evil.tar.gz", [("../escape.txt", "file", b"x")])
+    with pytest.raises(ArchiveError, match="escape.txt"):
+        import_sources([archive], tmp_path / "out", samples=False)
+    assert not (tmp_path / "escape.txt").exists() and not list((tmp_path / "out").glob("*.py"))
+
+
+def test_a_folder_is_referenced_in_place_or_copied(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo")
+    (in_place,) = import_sources([repo], tmp_path / "a", samples=False)
+    assert 'MODELS = Path(__file__).parent / "../repo"' in in_place.module.read_text()
+    (copied,) = import_sources([repo], tmp_path / "b", copy_files=True, samples=False)
+    assert 'MODELS = Path(__file__).parent / "repo"' in copied.module.read_text()
+    assert contents(tmp_path / "b" / "repo") == contents(repo)
+
+
+def test_the_command_writes_modules_and_says_what_their_rebuild_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = pack_repo(bert_repo(), tmp_path / "hand.tar.gz")
+    assert main(["import", str(archive), "--out", str(tmp_path / "out"), "--no-sample"]) == 0
+    out = capsys.readouterr().out
+    assert (f"wrote {tmp_path / 'out' / 'ensemble.py'}: ensemble 'ensemble'; its rebuild holds 4 equal config(s) "
+            "and 5 identical file(s)") in out
+    assert main(["import", str(archive), "--out", str(tmp_path / "out")]) == 2
+    assert "exists already (from an earlier import?)" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_hand_made_repository_with_unmodelled_fields_imports_builds_checks_and_replays(
+        tmp_path: Path, triton: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """response_cache, ONNX Runtime's TensorRT accelerator, a sequence batcher and a rate limiter on a
+    hand-written model.py: the replay sends each sample as a sequence of one, as a client must."""
+    from conch.harness.replay import replay_archives
+
+    repo = handmade.write(tmp_path / "repo")
+    (imported,) = import_sources([repo], tmp_path / "out")
+    assert imported.messages == []
+    assert imported.sample == ("captured on the local tritonserver from generated inputs (shop.samples.json); sent "
+                               "as a sequence of one for the sequence batcher of scale")
+    text = imported.module.read_text()
+    for field in ("response_cache", "gpu_execution_accelerator", "rate_limiter", "sequence_batching"):
+        assert field in text
+    assert_same(repo, build_module(imported.module, tmp_path / "production"))
+    local = build_module(imported.module, tmp_path / "local", "local")
+    assert check_archive(local).ok
+    report = replay_archives([local], server=triton)  # type: ignore[arg-type]
+    assert report.passed, report.table()
+    assert all("sent as a sequence of one: scale has a sequence batcher" in row.detail
+               for row in report.rows if row.sample != "-")
+    assert main(["inspect", str(local)]) == 0
+    shown = capsys.readouterr().out
+    assert "response_cache { enable: true }" in shown
+    assert 'rate_limiter { resources { name: "R1" count: 1 } priority: 1 }' in shown
+    assert "sequence_batching { max_sequence_idle_microseconds: 5000000 direct { } }" in shown
+
+
+def test_a_config_left_to_auto_complete_is_declared_from_the_model_file_and_named(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "affine/config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == [
+        "affine/config.pbtxt: name: not given (Triton takes the folder's); conch writes name: 'affine'",
+        "affine/config.pbtxt: input/output: not declared (Triton completes them from the model file); conch "
+        "declares them, read from the model file where it can",
+        "affine/config.pbtxt: the rebuilt config differs: field(s) input, output",
+    ]
+    rebuilt = contents(build_module(imported.module, tmp_path / "built"))
+    assert 'name: "y"' in rebuilt["affine/config.pbtxt"].decode()
+
+
+def test_a_model_no_ensemble_runs_is_named(tmp_path: Path) -> None:
+    repo = _bert_folder(tmp_path / "repo")
+    spare = repo / "spare"
+    spare.mkdir()
+    (spare / "config.pbtxt").write_bytes((repo / "bert-trt/config.pbtxt").read_bytes().replace(b"bert-trt", b"spare"))
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == ["spare/config.pbtxt: not imported: no ensemble of repo runs it"]
+
+
+def test_warmup_data_files_are_kept(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "affine/warmup").mkdir()
+    (repo / "affine/warmup/x.bin").write_bytes(bytes(16))
+    with (repo / "affine/config.pbtxt").open("a") as fh:
+        fh.write('model_warmup { name: "ones" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+                 'dims: [ 4 ] input_data_file: "x.bin" } } }\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert 'warmup_files={"x.bin": MODELS / "affine/warmup/x.bin"}' in imported.module.read_text()
+    assert_same(repo, build_module(imported.module, tmp_path / "built"))
+
+
+def test_typed_warmups_are_declared_typed(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    with (repo / "affine/config.pbtxt").open("a") as fh:
+        fh.write('model_warmup { name: "zeros" batch_size: 8 count: 2 inputs { key: "x" value { data_type: '
+                 'TYPE_FP32 dims: [ 4 ] zero_data: true } } }\n')
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert 'warmup=[Warmup("zeros", batch_size=8, count=2)]' in imported.module.read_text()
+    assert_same(repo, build_module(imported.module, tmp_path / "built"))
