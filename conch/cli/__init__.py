@@ -1,4 +1,5 @@
-"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan`:
+"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan |
+profile`:
 the command line over the library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, local, run
+from conch.cli import bench, check, deploy, endpoint, graph, local, profile, run
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, run, deploy, bench)
+COMMANDS = (local, graph, endpoint, check, run, deploy, bench, profile)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
