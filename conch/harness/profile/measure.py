@@ -44,9 +44,10 @@ def measure(stats: StatsEndpoint, target: Target, ensemble: str, load: Load, ser
         warm = run(target, tuple(warmup or load.bodies), len(warmup or load.bodies), 1)
         if warm.errors:
             raise ServeError(f"ensemble {ensemble!r} on {server}: the warm-up request failed: {warm.errors[0]}")
-    before = stats.snapshot()
+    models = list(configs)
+    before = stats.snapshot(models)
     done = run(target, load.bodies, load.requests, load.concurrency)
-    after = stats.snapshot()
+    after = stats.snapshot(models)
     if not done.millis:
         raise ServeError(f"ensemble {ensemble!r} on {server}: every request failed, e.g. {done.errors[0]}")
     info = RunInfo(server, load.payload, load.requests, load.concurrency, done.seconds, done.client_ms(),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +40,16 @@ class StatsEndpoint:
         return httpclient.InferenceServerClient(address, ssl=self.http_url.startswith("https"),
                                                 connection_timeout=self.timeout, network_timeout=self.timeout)
 
-    def snapshot(self) -> dict[str, Mapping[str, Any]]:
-        """Every loaded model's cumulative statistics, keyed by model name."""
+    def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
+        """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
+        --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
+        "unknown model" for a model held in another repository."""
         client = self._client()
+        found: dict[str, Mapping[str, Any]] = {}
         try:
-            return snapshot(client.get_inference_statistics())
+            for model in models:
+                found.update(snapshot(client.get_inference_statistics(model_name=model)))
+            return found
         except Exception as exc:  # tritonclient raises its own InferenceServerException, or a socket error
             raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe v2 "
                              "HTTP address of a Triton with the statistics extension") from None
