@@ -185,3 +185,71 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def dump(profiles: list[Profile]) -> str:
     return json.dumps([p.to_json() for p in profiles], indent=1)
+
+
+def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> Any:
+    """For `conch bench --profile`: statistics taken before the load, on the server the bench runs against
+    (conch's own, or ``--stats-url`` behind ``--endpoint-url``); None without ``--profile``."""
+    from conch.errors import BenchError
+    from conch.harness.profile.around import AroundLoad
+    from conch.harness.profile.server import StatsEndpoint
+
+    if not getattr(args, "profile", False):
+        return None
+    triton = getattr(own, "triton", None)
+    url = own if isinstance(own, str) else (triton.http_url if triton is not None else args.stats_url)
+    if not url:
+        raise BenchError("--profile reads Triton's statistics: with --endpoint-url give --stats-url, the KServe v2 "
+                         "HTTP address of the Triton behind it (`conch serve` prints it as triton.http_port)")
+    return AroundLoad(StatsEndpoint(url), names).start()
+
+
+def bench_profiles(around: Any, summary: dict[str, Any], server: str) -> list[dict[str, Any]]:
+    """The bench's profile section: one profile per TargetModel, from the statistics before and after its load."""
+    from conch.harness.profile.around import bench_run
+
+    profiles = around.finish(bench_run(summary, server))
+    for p in profiles:
+        result(p.table() + "\n")
+    return [p.to_json() for p in profiles]
+
+
+class ReplayProfiler:
+    """For `conch replay --profile`: the server replay runs on, with metrics on, and each archive profiled on it
+    with its samples once replay is done with it. Without ``--profile`` it does nothing (replay starts its own)."""
+
+    def __init__(self, args: argparse.Namespace, archives: list[Path]) -> None:
+        self.args, self.archives = args, archives
+        self.server: Any = None
+        self.profiles: list[Profile] = []
+        self._stats: Any = None
+        self._context: Any = None
+
+    def __enter__(self) -> ReplayProfiler:
+        if getattr(self.args, "profile", False) and self.archives:
+            from conch.harness.profile.local import profiling_triton
+
+            self._context = profiling_triton(self.archives)
+            self.server, self._stats = self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+
+    def done(self, archive: Path) -> None:
+        from conch.errors import ConchError
+        from conch.harness.profile.local import profile_loaded
+
+        if self.server is None:
+            return
+        try:
+            say(f"profiling {archive.name}")
+            self.profiles.append(profile_loaded(archive, self.server, self._stats, lambda m: load_of(self.args, m)))
+        except ConchError as exc:  # an archive that did not load or answer: replay's rows say why
+            say(f"conch: warning: {archive.name} not profiled: {' '.join(str(exc).split())}")
+
+    def document(self) -> dict[str, Any]:
+        for p in self.profiles:
+            result(p.table() + "\n")
+        return {"profiles": [p.to_json() for p in self.profiles]} if self.server is not None else {}

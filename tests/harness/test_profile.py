@@ -140,3 +140,25 @@ def test_mme_profiles_through_the_sagemaker_front(archives: dict[str, Path]) -> 
     p = found[0]
     assert p.run.server.startswith("the local MME")
     assert p.chain[0].endswith("slow40") and p.figures.requests == 10
+
+
+def test_replay_profiles_each_archive_on_the_server_that_replayed_it(
+        archives: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
+    archive = archives["branches"]
+    assert main(["replay", str(archive), "--endpoint", "kserve", "--profile", "--requests", "10", "--json"]) == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["passed"] and doc["profiles"][0]["critical_path"]["steps"][0].endswith("slow40")
+    assert set(doc["profiles"][0]["percentiles_ms"]["request"]) == {"p50", "p99"}
+
+
+@pytest.mark.slow
+def test_bench_writes_a_profile_section_into_bench_json(archives: dict[str, Path], tmp_path: Path) -> None:
+    archive = archives["branches"]
+    assert main(["bench", str(archive), "--triton", "--stages", "test", "--workers", "1", "--profile",
+                 "--out", str(tmp_path)]) == 0
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    profile = bench["profile"][0]
+    assert profile["ensemble"] == archive.name and profile["run"]["concurrency"] == 4
+    # the server counts every request of the load (the bench's summary only those inside its stages)
+    assert profile["ensemble_figures"]["requests"] >= bench["requests"] - bench["failures"] > 0
+    assert profile["critical_path"]["steps"][0].endswith("slow40")

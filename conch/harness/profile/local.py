@@ -113,3 +113,25 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                 target = Target.front(mme.url, mme.endpoint_name, name)
                 yield measure(stats, target, name, load, f"the local MME ({mme.url})",
                               warmup=sample_bodies(manifest) or None)
+
+
+@contextmanager
+def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint]]:
+    """A local tritonserver as replay starts one, with its metrics on: replay's archives are profiled on the
+    server that replayed them (`conch replay --profile`)."""
+    from conch.builder.shm import archives_settings
+
+    default, growth, _ = archives_settings(archives)
+    extra, metrics_url = _metrics_args()
+    with LocalTriton(extra_args=extra, shm_default_byte_size=default, shm_growth_byte_size=growth) as triton:
+        yield triton, StatsEndpoint(triton.http_url, metrics_url)
+
+
+def profile_loaded(archive: Path, triton: LocalTriton, stats: StatsEndpoint, load_for: LoadFor) -> Profile:
+    """Profile an archive that is loaded on ``triton`` already (under its TargetModel)."""
+    from conch.builder.manifest import read_manifest
+
+    name = target_name(archive)
+    manifest = read_manifest(triton.workdir / "models" / name.removesuffix(".tar.gz"))
+    return measure(stats, Target.kserve(triton.http_url, name), name, load_for(manifest), "the local tritonserver",
+                   warmup=sample_bodies(manifest) or None)
