@@ -64,26 +64,23 @@ def _remote(args: argparse.Namespace) -> list[Profile]:
     from conch.errors import ServeError
     from conch.harness.profile import StatsEndpoint, Target, measure
 
-    manifests: list[Manifest | None] = []
+    given: list[tuple[Path | None, Manifest | None]] = []
     for path in args.paths:
         try:
-            manifests.append(read_manifest(path))
+            given.append((path, read_manifest(path)))
         except Exception as exc:
             raise ServeError(f"{path}: with --url give archives (their samples are sent) or --payload "
                              f"({exc})") from None
-    if not manifests and args.payload is None:
-        raise ServeError("--url needs the archive (for its samples and name) or --payload FILE and --model NAME")
+    if not given and (args.payload is None or args.model is None):
+        raise ServeError("--url needs the archives (for their samples and names) or --payload FILE and --model NAME")
+    stats = StatsEndpoint(args.stats_url or args.url, args.metrics_url)
     profiles: list[Profile] = []
-    for manifest in manifests or [None]:
-        name = args.model or (manifest.ensemble if manifest else None)
-        if name is None:
-            raise ServeError("give --model NAME: the ensemble's name on the server")
-        stats = StatsEndpoint(args.stats_url or args.url, args.metrics_url)
-        if args.stats_url:
-            target_model = args.model or f"{Path(str(args.paths[len(profiles)])).name}"
-            target = Target.front(args.url, args.endpoint_name, target_model)
-            name = target_model
+    for path, manifest in given or [(None, None)]:
+        if args.stats_url:  # a SageMaker runtime front: the ensemble is loaded under its TargetModel
+            name = args.model or (path.name if path is not None else "")
+            target = Target.front(args.url, args.endpoint_name, name)
         else:
+            name = args.model or (manifest.ensemble if manifest is not None else "")
             target = Target.kserve(args.url, name)
         profiles.append(measure(stats, target, name, load_of(args, manifest), args.url))
     return profiles

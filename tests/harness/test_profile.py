@@ -162,3 +162,19 @@ def test_bench_writes_a_profile_section_into_bench_json(archives: dict[str, Path
     # the server counts every request of the load (the bench's summary only those inside its stages)
     assert profile["ensemble_figures"]["requests"] >= bench["requests"] - bench["failures"] > 0
     assert profile["critical_path"]["steps"][0].endswith("slow40")
+
+
+def test_url_of_a_running_mme_front_with_its_tritons_stats(archives: dict[str, Path], tmp_path: Path,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    from conch.harness.endpoint import LocalMME
+
+    archive = archives["branches"]
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / archive.name).write_bytes(archive.read_bytes())
+    with LocalMME(tmp_path / "source") as mme:  # nothing loaded: the warm-up's first call loads it
+        code = main(["profile", "--url", mme.url, "--stats-url", mme.triton.http_url, str(archive), "--requests", "8",
+                     "--json"])
+        assert code == 0, capfd.readouterr().err
+    doc = json.loads(capfd.readouterr().out)["profiles"][0]
+    assert doc["ensemble"] == archive.name and doc["ensemble_figures"]["requests"] == 8
+    assert doc["critical_path"]["steps"][0].endswith("slow40")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -112,3 +113,17 @@ def test_a_load_without_bodies_or_requests_is_refused() -> None:
         Load((), "none")
     with pytest.raises(ServeError, match="--requests 0 and --concurrency 1 must be at least 1"):
         Load((object(),), "x", 0, 1)  # type: ignore[arg-type]
+
+
+def test_the_cli_says_what_is_missing_in_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    from conch.cli import main
+
+    assert main(["profile", "--url", "http://127.0.0.1:9"]) == 2
+    assert "conch: error: --url needs the archives (for their samples and names) or --payload FILE and --model " \
+           "NAME" in capfd.readouterr().err
+    bad = tmp_path / "request.json"
+    bad.write_text('{"outputs": []}')
+    assert main(["profile", "--url", "http://127.0.0.1:9", "--payload", str(bad), "--model", "m"]) == 2
+    assert f"--payload {bad}: not a KServe v2 JSON request (no 'inputs' list)" in capfd.readouterr().err
+    assert main(["profile"]) == 2
+    assert "give the ensembles or archives to profile" in capfd.readouterr().err

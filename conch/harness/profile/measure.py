@@ -37,13 +37,13 @@ class Load:
 def measure(stats: StatsEndpoint, target: Target, ensemble: str, load: Load, server: str,
             warmup: Sequence[Body] | None = None) -> Profile:
     """Profile ``ensemble`` (its name on the server) under ``load`` sent to ``target``."""
-    config = stats.config(ensemble)
-    dag = dag_of(config)
-    configs = {ensemble: config, **{s.model: stats.config(s.model) for s in dag.steps}}
-    for _ in range(WARMUP_ROUNDS):
+    for _ in range(WARMUP_ROUNDS):  # first: behind an MME front, the first call is what loads the model
         warm = run(target, tuple(warmup or load.bodies), len(warmup or load.bodies), 1)
         if warm.errors:
             raise ServeError(f"ensemble {ensemble!r} on {server}: the warm-up request failed: {warm.errors[0]}")
+    config = stats.config(ensemble)
+    dag = dag_of(config)
+    configs = {ensemble: config, **{s.model: stats.config(s.model) for s in dag.steps}}
     models = list(configs)
     before = stats.snapshot(models)
     done = run(target, load.bodies, load.requests, load.concurrency)
