@@ -43,7 +43,7 @@ def instances(name: str = "instances") -> Ensemble:
     ens = Ensemble(name, max_batch_size=8)
     x = ens.input("X", "FP32", [4])
     one = PythonStep("one_instance", ps.sleep_20ms, _t("x"), _t("y"), max_batch_size=8)(x)
-    two = PythonStep("two_instances", ps.sleep_20ms_copy, _t("x"), _t("y"), max_batch_size=8,
+    two = PythonStep("two_instances", ps.sleep_20ms, _t("x"), _t("y"), max_batch_size=8,
                      instance_group=InstanceGroup("CPU", count=2))(x)
     ens.output("Z", PythonStep("join", ps.join, [*_t("a"), *_t("b")], _t("z"), max_batch_size=8)(one, two))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 2, np.float32)})

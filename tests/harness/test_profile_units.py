@@ -127,3 +127,24 @@ def test_the_cli_says_what_is_missing_in_one_line(tmp_path: Path, capfd: pytest.
     assert f"--payload {bad}: not a KServe v2 JSON request (no 'inputs' list)" in capfd.readouterr().err
     assert main(["profile"]) == 2
     assert "give the ensembles or archives to profile" in capfd.readouterr().err
+
+
+def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_path_bold() -> None:
+    from conch.graph import share_colour, to_dot, to_mermaid
+    from conch.harness.profile.pictures import profile_graph
+
+    def step(model: str, source: str, out: str) -> dict[str, Any]:
+        return {"model_name": model, "input_map": {"x": source}, "output_map": {"y": out}}
+
+    config = {"name": "e", "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [4]}],
+              "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]}],
+              "ensemble_scheduling": {"step": [step("a", "IN", "t1"), step("b", "t1", "OUT")]}}
+    after = {"e": stats(10, infer=50), "a": stats(10, infer=40), "b": stats(10, infer=10)}
+    p = assemble(dag_of(config), {}, after, {"e": config, "a": {"backend": "python"}}, RunInfo("here", "x", 10, 1,
+                 1.0, {}))
+    g = profile_graph(p)
+    a = next(n for n in g.nodes if n.id == "a")
+    assert a.fill == share_colour(0.8) and a.bold and "40.0 ms · 80% of end to end" in a.lines
+    assert [(e.source, e.target) for e in g.edges] == [("in:IN", "a"), ("a", "b"), ("b", "out:OUT")]
+    assert f'fillcolor="{share_colour(0.8)}"' in to_dot(g) and "penwidth=3" in to_dot(g)
+    assert f"fill:{share_colour(0.2)},stroke-width:3px" in to_mermaid(g)
