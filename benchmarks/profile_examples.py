@@ -30,9 +30,10 @@ def build(out: Path) -> Path:
 
 def row(p: Profile) -> tuple[object, ...]:
     top = max(p.steps, key=lambda s: s.share)
-    return (p.ensemble.removesuffix(".tar.gz"), p.run.concurrency, round(p.e2e_ms, 1), " -> ".join(
-        s.split("__")[-1] for s in p.chain), round(p.path.length_ms, 1), round(p.overhead_ms, 1),
-        f"{top.model.split('__')[-1]} {top.share:.0%}", f"{top.figures.queue_share:.0%}", len(p.all_findings()))
+    return (p.ensemble.removesuffix(".tar.gz"), p.run.concurrency, f"{p.e2e_ms:.1f}", " -> ".join(
+        s.split("__")[-1] for s in p.chain), f"{p.path.length_ms:.1f}", f"{p.overhead_ms:.1f}",
+        f"{top.model.split('__')[-1]} {top.share:.0%}", f"{top.figures.queue_share:.0%}",
+        f"{top.figures.requests_per_execution:.2f}", len(p.all_findings()))
 
 
 def main() -> int:
@@ -53,7 +54,7 @@ def main() -> int:
 
             profiles += profile_archives(archives, load_for, progress=lambda m: print(m, file=sys.stderr))
     header = ("example", "conc.", "e2e ms", "critical path", "path ms", "sched. ms", "largest step", "its queue",
-              "findings")
+              "its req/exec", "findings")
     rows = [row(p) for p in sorted(profiles, key=lambda p: (p.ensemble, p.run.concurrency))]
     print(table(header, rows))
     for p in profiles:

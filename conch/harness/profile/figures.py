@@ -32,7 +32,13 @@ class ModelFigures:
 
     @property
     def batch_size(self) -> float:
+        """Rows per execution: Triton's batch size (a request of two rows counts two)."""
         return self.inferences / self.executions if self.executions else 0.0
+
+    @property
+    def requests_per_execution(self) -> float:
+        """Requests run together per execution: what dynamic batching achieved (1.0: none were merged)."""
+        return self.requests / self.executions if self.executions else 0.0
 
     @property
     def work_ms(self) -> float:
@@ -48,7 +54,9 @@ class ModelFigures:
     def to_json(self) -> dict[str, Any]:
         return {"model": self.name, "requests": self.requests, "failures": self.failures,
                 "inferences": self.inferences, "executions": self.executions,
-                "batch_size_achieved": round(self.batch_size, 3), "request_ms": round(self.request_ms, 3),
+                "batch_size_achieved": round(self.batch_size, 3),
+                "requests_per_execution": round(self.requests_per_execution, 3),
+                "request_ms": round(self.request_ms, 3),
                 "queue_ms": round(self.queue_ms, 3), "compute_input_ms": round(self.compute_input_ms, 3),
                 "compute_infer_ms": round(self.compute_infer_ms, 3),
                 "compute_output_ms": round(self.compute_output_ms, 3), "step_ms": round(self.work_ms, 3),

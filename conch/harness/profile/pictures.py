@@ -39,7 +39,7 @@ def profile_graph(profile: Profile) -> Graph:
                     if c.max_batch_size else "no batching")
         timing = f"{f.work_ms:.1f} ms · {step.share:.0%} of end to end"
         where = "critical path" if step.critical else f"slack {step.slack_ms:.1f} ms"
-        queue = f"queue {f.queue_ms:.1f} ms · batch {f.batch_size:.1f} · {where}"
+        queue = f"queue {f.queue_ms:.1f} ms · {f.requests_per_execution:.1f} req/exec · {where}"
         nodes.append(Node(step.model, "step", (step.model, f"{c.backend}, {c.instances} instance(s), {batching}",
                                                timing, queue), fill=share_colour(step.share), bold=step.critical))
         for key, tensor in raw.get("input_map", {}).items():

@@ -104,26 +104,29 @@ class Profile:
                  f"{r.concurrency}, {r.seconds:.1f} s ({r.requests / r.seconds if r.seconds else 0:.1f}/s); client "
                  f"mean {r.client_ms.get('mean', 0):.1f} ms, p50 {r.client_ms.get('p50', 0):.1f}, "
                  f"p99 {r.client_ms.get('p99', 0):.1f}" + (f"; {r.errors} errors" if r.errors else ""), ""]
-        header = ("step", "reqs", "execs", "batch", "queue", "c.in", "infer", "c.out", "total", "p50", "p99",
+        header = ("step", "reqs", "execs", "req/ex", "queue", "c.in", "infer", "c.out", "total", "p50", "p99",
                   "share", "slack", "")
         rows = [header]
         for s in self.steps:
             f = s.figures
             q = s.quantiles.get("request", {})
-            rows.append((f.name, str(f.requests), str(f.executions), f"{f.batch_size:.1f}", f"{f.queue_ms:.2f}",
+            rows.append((f.name, str(f.requests), str(f.executions), f"{f.requests_per_execution:.1f}",
+                         f"{f.queue_ms:.2f}",
                          f"{f.compute_input_ms:.2f}", f"{f.compute_infer_ms:.2f}", f"{f.compute_output_ms:.2f}",
                          f"{f.work_ms:.2f}", _ms(q.get("p50")), _ms(q.get("p99")), f"{s.share:.0%}",
                          f"{s.slack_ms:.1f}", "critical" if s.critical else ""))
         e, q = self.figures, self.quantiles.get("request", {})
-        rows.append((f"{self.ensemble} (end to end)", str(e.requests), str(e.executions), f"{e.batch_size:.1f}",
+        rows.append((f"{self.ensemble} (end to end)", str(e.requests), str(e.executions),
+                     f"{e.requests_per_execution:.1f}",
                      f"{e.queue_ms:.2f}", "", "", "", f"{e.request_ms:.2f}", _ms(q.get("p50")), _ms(q.get("p99")),
                      "100%", "", ""))
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:
             lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in
                                    enumerate(zip(row, widths, strict=True))).rstrip())
-        lines.append("(milliseconds per request, means: queue, compute input, infer, output and their total; p50/p99 "
-                     "of the request time from Triton's summary metrics where they answer; share of end to end)")
+        lines.append("(req/ex: requests per execution, what batching merged; milliseconds per request, means: queue, "
+                     "compute input, infer, output and their total; p50/p99 of the request time from Triton's summary "
+                     "metrics where they answer; share of end to end)")
         share = self.overhead_ms / self.e2e_ms if self.e2e_ms else 0.0
         lines += ["", f"critical path: {' -> '.join(self.chain)} = {self.path.length_ms:.1f} ms of "
                   f"{self.e2e_ms:.1f} ms end to end; the ensemble scheduler adds {self.overhead_ms:.1f} ms "
