@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conch.cli.console import document, result, say
+from conch.cli.console import document, error, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from conch.errors import ServeError
     from conch.harness.profile.local import profile_archives
 
+    failed: list[str] = []
     if args.url:
         profiles = _remote(args)
     else:
@@ -131,8 +132,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
             archives = _archives(args, Path(tmp))
             if not archives:
                 raise ServeError("nothing to profile: give ensemble files, folders or .tar.gz archives")
+            def failing(archive: Path, exc: Exception) -> None:  # the other archives are still profiled
+                error(str(exc) if archive.name in str(exc) else f"{archive.name}: {exc}")
+                failed.append(archive.name)
+
             profiles = profile_archives(archives, lambda m: load_of(args, m), mode="mme" if args.mme else "triton",
-                                        load_timeout=args.load_timeout, progress=say)
+                                        load_timeout=args.load_timeout, progress=say, on_error=failing)
     docs = []
     for profile in profiles:
         result(profile.table() + "\n")
@@ -142,7 +147,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
             args.format = args.format or "png"
             doc["pictures"] = _pictures(profile, args)
         docs.append(doc)
-    document({"profiles": docs})
+    document({"profiles": docs, "failed": failed})
+    if failed:
+        say(f"conch: {len(failed)} of {len(failed) + len(profiles)} archives were not profiled: {', '.join(failed)}")
+        return 2
     return 0
 
 

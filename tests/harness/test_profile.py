@@ -178,3 +178,15 @@ def test_url_of_a_running_mme_front_with_its_tritons_stats(archives: dict[str, P
     doc = json.loads(capfd.readouterr().out)["profiles"][0]
     assert doc["ensemble"] == archive.name and doc["ensemble_figures"]["requests"] == 8
     assert doc["critical_path"]["steps"][0].endswith("slow40")
+
+
+def test_an_archive_that_cannot_load_is_reported_and_the_others_are_profiled(
+        archives: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"not a tar file")
+    assert main(["profile", str(broken), str(archives["branches"]), "--requests", "5", "--json"]) == 2
+    out, err = capfd.readouterr()
+    doc = json.loads(out)
+    assert doc["failed"] == ["broken.tar.gz"] and doc["profiles"][0]["ensemble"] == "branches.tar.gz"
+    assert f"conch: error: archive {broken} is not a readable" in err
+    assert "conch: 1 of 2 archives were not profiled: broken.tar.gz" in err

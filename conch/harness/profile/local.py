@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conch.builder.manifest import Manifest
 from conch.builder.scratch import scratch_dir
-from conch.errors import ServeError
+from conch.errors import ConchError, ServeError
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body, Target
 from conch.harness.profile.measure import Load, measure
@@ -42,17 +42,29 @@ def _check_local(archive: Path, manifest: Manifest) -> None:
 
 
 def profile_archives(archives: Sequence[Path], load_for: LoadFor, *, mode: str = "triton",
-                     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
-                     progress: Callable[[str], None] | None = None) -> list[Profile]:
-    """Profile each archive on one local server of ``mode``, one after the other."""
+                     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
+                     on_error: Callable[[Path, ConchError], None] | None = None) -> list[Profile]:
+    """Profile each archive on one local server of ``mode``, one after the other. An archive that fails is
+    handed to ``on_error`` and the others carry on (without ``on_error`` the error is raised)."""
     if mode not in MODES:
         raise ServeError(f"mode {mode!r}: choose {' or '.join(MODES)}")
     runner = _on_triton if mode == "triton" else _on_mme
-    return list(runner(archives, load_for, load_timeout, progress or (lambda _: None)))
+    found = []
+    for archive, outcome in runner(archives, load_for, load_timeout, progress or (lambda _: None)):
+        if isinstance(outcome, Profile):
+            found.append(outcome)
+        elif on_error is None:
+            raise outcome
+        else:
+            on_error(archive, outcome)
+    return found
+
+
+Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 
 
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
-               progress: Callable[[str], None]) -> Iterator[Profile]:
+               progress: Callable[[str], None]) -> Outcomes:
     from conch.builder.shm import archives_settings
 
     default, growth, _ = archives_settings(archives)
@@ -61,20 +73,23 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
-            folder = stage(archive, triton)
-            manifest = staged_manifest(archive, folder)
-            _check_local(archive, manifest)
             name = target_name(archive)
-            progress(f"loading {name} on the local tritonserver")
             try:
-                client.load(name, folder, load_timeout)
-            except ServeError as exc:
-                raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
-            load = load_for(manifest)
-            progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
-            yield measure(stats, Target.kserve(triton.http_url, name), name, load, "the local tritonserver",
-                          warmup=sample_bodies(manifest) or None)
-            client.unload(name)
+                folder = stage(archive, triton)
+                manifest = staged_manifest(archive, folder)
+                _check_local(archive, manifest)
+                progress(f"loading {name} on the local tritonserver")
+                try:
+                    client.load(name, folder, load_timeout)
+                except ServeError as exc:
+                    raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+                load = load_for(manifest)
+                progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
+                yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
+                                       "the local tritonserver", warmup=sample_bodies(manifest) or None)
+                client.unload(name)
+            except ConchError as exc:
+                yield archive, exc
 
 
 @contextmanager
@@ -89,7 +104,7 @@ def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
 
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
-            progress: Callable[[str], None]) -> Iterator[Profile]:
+            progress: Callable[[str], None]) -> Outcomes:
     from conch.builder.archive import safe_extract
     from conch.builder.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
@@ -101,18 +116,21 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
         with mme:
             stats = StatsEndpoint(mme.triton.http_url, metrics_url)
             for archive in archives:
-                with tempfile.TemporaryDirectory(dir=scratch_dir()) as unpacked:
-                    safe_extract(archive, Path(unpacked))
-                    manifest = read_manifest(Path(unpacked))
-                _check_local(archive, manifest)
                 name = target_name(archive)
-                progress(f"loading {name} on the local MME at {mme.url}")
-                mme.load(name)
-                load = load_for(manifest)
-                progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
-                target = Target.front(mme.url, mme.endpoint_name, name)
-                yield measure(stats, target, name, load, f"the local MME ({mme.url})",
-                              warmup=sample_bodies(manifest) or None)
+                try:
+                    with tempfile.TemporaryDirectory(dir=scratch_dir()) as unpacked:
+                        safe_extract(archive, Path(unpacked))
+                        manifest = read_manifest(Path(unpacked))
+                    _check_local(archive, manifest)
+                    progress(f"loading {name} on the local MME at {mme.url}")
+                    mme.load(name)
+                    load = load_for(manifest)
+                    progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
+                    target = Target.front(mme.url, mme.endpoint_name, name)
+                    yield archive, measure(stats, target, name, load, f"the local MME ({mme.url})",
+                                           warmup=sample_bodies(manifest) or None)
+                except ConchError as exc:
+                    yield archive, exc
 
 
 @contextmanager
