@@ -4,7 +4,6 @@ around a run, the critical path, the ensemble scheduler's share, findings, and p
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,17 +42,24 @@ def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
     return Load(bodies, f"{len(bodies)} sample(s)", args.requests, args.concurrency)
 
 
-def _archives(args: argparse.Namespace, tmp: Path) -> list[Path]:
-    """The archives given, and the ensembles given built for the local target into ``tmp``."""
+def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Path]:
+    """The archives given, and the ensembles given built for the local target into ``tmp``; an ensemble that
+    does not build is reported, added to ``failed``, and the others carry on."""
     from conch.builder.build import build_ensemble
-    from conch.builder.discover import discover, sort_paths
+    from conch.builder.discover import sort_paths
+    from conch.cli.local import discover_each
+    from conch.errors import ConchError
 
     given = sort_paths(args.paths, must_exist=True)
     archives = list(given.archives)
-    for ensemble in discover(given.sources) if given.sources else []:
+    for ensemble in discover_each(given.sources, failed) if given.sources else []:
         if not args.only or ensemble.name in args.only:
             say(f"building {ensemble.name} (local target, release {args.release})")
-            archives.append(build_ensemble(ensemble, tmp, "local", args.release, progress=say))
+            try:
+                archives.append(build_ensemble(ensemble, tmp, "local", args.release, progress=say))
+            except ConchError as exc:
+                error(str(exc))
+                failed.append(ensemble.name)
     return archives
 
 
@@ -129,15 +135,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if not args.paths:
             raise ServeError("give the ensembles or archives to profile (.py files, folders, .tar.gz)")
         with scratch_temp("conch-profile-") as tmp:
-            archives = _archives(args, Path(tmp))
-            if not archives:
+            archives = _archives(args, Path(tmp), failed)
+            if not archives and not failed:
                 raise ServeError("nothing to profile: give ensemble files, folders or .tar.gz archives")
+
             def failing(archive: Path, exc: Exception) -> None:  # the other archives are still profiled
                 error(str(exc) if archive.name in str(exc) else f"{archive.name}: {exc}")
                 failed.append(archive.name)
 
             profiles = profile_archives(archives, lambda m: load_of(args, m), mode="mme" if args.mme else "triton",
-                                        load_timeout=args.load_timeout, progress=say, on_error=failing)
+                                        load_timeout=args.load_timeout, progress=say,
+                                        on_error=failing) if archives else []
     docs = []
     for profile in profiles:
         result(profile.table() + "\n")
@@ -149,7 +157,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         docs.append(doc)
     document({"profiles": docs, "failed": failed})
     if failed:
-        say(f"conch: {len(failed)} of {len(failed) + len(profiles)} archives were not profiled: {', '.join(failed)}")
+        say(f"conch: {len(failed)} of {len(failed) + len(profiles)} ensembles or archives were not profiled: "
+            f"{', '.join(failed)}")
         return 2
     return 0
 
@@ -187,9 +196,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     p.set_defaults(func=cmd_profile)
 
-
-def dump(profiles: list[Profile]) -> str:
-    return json.dumps([p.to_json() for p in profiles], indent=1)
 
 
 def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> Any:

@@ -189,4 +189,4 @@ def test_an_archive_that_cannot_load_is_reported_and_the_others_are_profiled(
     doc = json.loads(out)
     assert doc["failed"] == ["broken.tar.gz"] and doc["profiles"][0]["ensemble"] == "branches.tar.gz"
     assert f"conch: error: archive {broken} is not a readable" in err
-    assert "conch: 1 of 2 archives were not profiled: broken.tar.gz" in err
+    assert "conch: 1 of 2 ensembles or archives were not profiled: broken.tar.gz" in err
