@@ -76,7 +76,7 @@ def test_findings_name_their_figure() -> None:
     unbatched = difference("s", None, stats(10, infer=10))
     dynamic = StepConfig("onnxruntime", 1, 8, True, 100)
     found = step_findings(unbatched, dynamic, concurrency=8, share=0.1, critical=False, slack_ms=0.0)
-    assert [f.figure for f in found] == ["batch size achieved 1.0 requests per execution (1.0 rows) with dynamic "
+    assert [f.figure for f in found] == ["batch size achieved 1.00 requests per execution (1.0 rows) with dynamic "
                                          "batching on, at concurrency 8"]
     assert "the delay (100 us) is too short" in found[0].advice
     batched = difference("s", None, stats(10, infer=10, executions=2))

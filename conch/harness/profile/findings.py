@@ -66,7 +66,7 @@ def step_findings(f: ModelFigures, config: StepConfig, *, concurrency: int, shar
         found.append(Finding(f.name, f"queue time {f.queue_share:.0%} of this step's ({f.queue_ms:.1f} ms of "
                              f"{f.work_ms:.1f} ms)", fix))
     if config.dynamic_batching and concurrency > 1 and f.executions and f.requests_per_execution < 1.1:
-        found.append(Finding(f.name, f"batch size achieved {f.requests_per_execution:.1f} requests per execution "
+        found.append(Finding(f.name, f"batch size achieved {f.requests_per_execution:.2f} requests per execution "
                              f"({f.batch_size:.1f} rows) with dynamic batching on, at concurrency {concurrency}",
                              f"the delay ({config.max_queue_delay_us} us) is too short for this load to form batches; "
                              "raise max_queue_delay_microseconds, or turn dynamic batching off"))

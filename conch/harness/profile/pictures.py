@@ -65,36 +65,40 @@ def waterfall_png(profile: Profile) -> bytes:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
     except ImportError:
         raise MatplotlibMissing(f"the waterfall PNG needs matplotlib: {MATPLOTLIB_HINT}") from None
     steps = sorted(profile.steps, key=lambda s: (s.start_ms, s.index))
-    parts = (("queue", "queue_ms", "#bdbdbd"), ("compute input", "compute_input_ms", "#9ecae1"),
+    parts = (("queue", "queue_ms", "#bdbdbd"), ("compute input / output", "compute_input_ms", "#9ecae1"),
              ("infer", "compute_infer_ms", "#3182bd"), ("compute output", "compute_output_ms", "#9ecae1"))
-    fig, ax = plt.subplots(figsize=(10, 2.2 + 0.45 * (len(steps) + 1)), dpi=120)
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.45 * (len(steps) + 1)), dpi=120)
     labels = []
     for row, step in enumerate(steps):
         left = step.start_ms
-        for i, (label, attr, colour) in enumerate(parts):
+        for _, attr, colour in parts:
             width = float(getattr(step.figures, attr))
             ax.barh(row, width, left=left, color=colour, edgecolor="#cb181d" if step.critical else "none",
-                    linewidth=1.5 if step.critical else 0, label=label if row == 0 and i != 3 else None)
+                    linewidth=1.5 if step.critical else 0)
             left += width
         if not step.critical and step.slack_ms > 0:
-            ax.barh(row, step.slack_ms, left=left, color="none", edgecolor="#969696", hatch="//", linewidth=0.5,
-                    label="slack" if not any(s.slack_ms > 0 and not s.critical for s in steps[:row]) else None)
+            ax.barh(row, step.slack_ms, left=left, color="none", edgecolor="#969696", hatch="//", linewidth=0.5)
         labels.append(("● " if step.critical else "") + step.model)
     row = len(steps)
-    ax.barh(row, profile.path.length_ms, color="#fcbba1", label="critical path")
-    ax.barh(row, max(profile.overhead_ms, 0.0), left=profile.path.length_ms, color="#fb6a4a",
-            label="ensemble scheduler")
+    ax.barh(row, profile.path.length_ms, color="#fcbba1")
+    ax.barh(row, max(profile.overhead_ms, 0.0), left=profile.path.length_ms, color="#fb6a4a")
     labels.append(f"{profile.ensemble} (end to end)")
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds from the request's arrival at the ensemble (means over the run)")
-    ax.set_title(f"{profile.ensemble}: critical path {' → '.join(profile.chain)}\n{profile.path.length_ms:.1f} ms "
-                 f"+ scheduler {profile.overhead_ms:.1f} ms = {profile.e2e_ms:.1f} ms end to end", fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3 - 0.5 / (len(steps) + 1)), ncol=6, fontsize=8,
-              frameon=False)
+    prefix = profile.ensemble.removesuffix(".tar.gz") + "__"  # conch's step names repeat the ensemble's
+    chain = " → ".join(name.removeprefix(prefix) for name in profile.chain)
+    ax.set_title(f"{profile.ensemble}: critical path {chain}\n{profile.path.length_ms:.1f} ms + scheduler "
+                 f"{profile.overhead_ms:.1f} ms = {profile.e2e_ms:.1f} ms end to end", fontsize=10)
+    handles = [Patch(color=colour, label=label) for label, _, colour in parts[:3]]
+    handles += [Patch(facecolor="none", edgecolor="#cb181d", linewidth=1.5, label="● on the critical path"),
+                Patch(facecolor="none", edgecolor="#969696", hatch="//", label="slack"),
+                Patch(color="#fcbba1", label="critical path"), Patch(color="#fb6a4a", label="ensemble scheduler")]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     out = io.BytesIO()
