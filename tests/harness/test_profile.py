@@ -10,12 +10,12 @@ import numpy as np
 import profile_steps as ps
 import pytest
 
-from conch import Ensemble, InstanceGroup, PythonStep, Tensor
+from conch import Ensemble, InstanceGroup, PythonStep, ServeError, Tensor
 from conch.builder.build import build_ensemble
 from conch.builder.manifest import Manifest
 from conch.cli import main
 from conch.harness.mme import MultiModelClient
-from conch.harness.profile import Load, Profile, StepProfile
+from conch.harness.profile import Load, Profile, StatsEndpoint, StepProfile
 from conch.harness.profile.local import profile_archives, sample_bodies
 from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
@@ -130,6 +130,8 @@ def test_url_profiles_a_server_of_the_users_and_the_cli_draws_the_pictures(
     assert doc["critical_path"]["steps"][0].endswith("slow40")
     assert doc["percentiles_ms"] == {}  # no --metrics-url: means only, and the report says where p50/p99 come from
     assert "summary metrics" in doc["percentiles_note"]
+    with pytest.raises(ServeError, match=f"{triton.http_url} has no model 'nothing' loaded .*\\(--model\\)"):
+        StatsEndpoint(triton.http_url).config("nothing")
     svg = Path(doc["pictures"]["graph"]).read_text()
     assert "critical path" in svg and "slack" in svg
     assert Path(doc["pictures"]["waterfall"]).read_bytes().startswith(b"\x89PNG")

@@ -149,3 +149,37 @@ def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_p
     assert [(e.source, e.target) for e in g.edges] == [("in:IN", "a"), ("a", "b"), ("b", "out:OUT")]
     assert f'fillcolor="{share_colour(0.8)}"' in to_dot(g) and "penwidth=3" in to_dot(g)
     assert f"fill:{share_colour(0.2)},stroke-width:3px" in to_mermaid(g)
+
+
+def test_a_server_without_statistics_and_a_bench_without_stats_url_are_named(tmp_path: Path) -> None:
+    import argparse
+
+    from conch.cli.profile import bench_profiler
+    from conch.errors import BenchError
+    from conch.harness.profile import StatsEndpoint
+    from conch.harness.profile.local import profile_archives
+
+    nobody = StatsEndpoint("http://127.0.0.1:9", timeout=2)
+    with pytest.raises(ServeError, match=r"http://127.0.0.1:9 did not answer GET /v2/models/stats .* give the KServe "
+                       "v2 HTTP address"):
+        nobody.snapshot(["m"])
+    with pytest.raises(ServeError, match="http://127.0.0.1:9 did not answer GET /v2/models/m/config .* running Triton"):
+        nobody.config("m")
+    assert nobody.quantiles() == {}
+    with pytest.raises(BenchError, match="with --endpoint-url give --stats-url"):
+        bench_profiler(argparse.Namespace(profile=True, stats_url=None), None, ["x.tar.gz"])
+    with pytest.raises(ServeError, match="mode 'gpu': choose triton or mme"):
+        profile_archives([tmp_path / "x.tar.gz"], lambda m: Load((), "-"), mode="gpu")
+
+
+def test_without_matplotlib_the_waterfall_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from conch.harness.profile.pictures import MatplotlibMissing, waterfall_png
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    run = RunInfo("here", "x", 10, 1, 1.0, {})
+    p = assemble(diamond(), {}, {"e": stats(10), "a": stats(10), "b": stats(10), "c": stats(10), "d": stats(10)},
+                 {}, run)
+    with pytest.raises(MatplotlibMissing, match="the waterfall PNG needs matplotlib: pip install matplotlib"):
+        waterfall_png(p)

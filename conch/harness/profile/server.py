@@ -57,13 +57,18 @@ class StatsEndpoint:
             client.close()
 
     def config(self, model: str) -> dict[str, Any]:
+        from tritonclient.utils import InferenceServerException
+
         client = self._client()
         try:
             found: dict[str, Any] = client.get_model_config(model)
             return found
-        except Exception as exc:
+        except InferenceServerException as exc:  # the server answered
             raise ServeError(f"{self.http_url} has no model {model!r} loaded ({exc}); give the ensemble's name as "
                              "the server knows it (--model)") from None
+        except Exception as exc:  # it did not
+            raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
+                             "v2 HTTP address of a running Triton") from None
         finally:
             client.close()
 
