@@ -51,7 +51,7 @@ def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Pa
     from conch.errors import ConchError
 
     given = sort_paths(args.paths, must_exist=True)
-    archives = list(given.archives)
+    archives = [a for a in given.archives if not args.only or a.name.removesuffix(".tar.gz") in args.only]
     for ensemble in discover_each(given.sources, failed) if given.sources else []:
         if not args.only or ensemble.name in args.only:
             say(f"building {ensemble.name} (local target, release {args.release})")
