@@ -73,6 +73,8 @@ def test_findings_name_their_figure() -> None:
     texts = [f.text() for f in found]
     assert "s: queue time 75% of this step's (30.0 ms of 40.0 ms): add an instance (it has 1) or enable dynamic " \
            "batching" in texts
+    alone = step_findings(queued, config, concurrency=1, share=0.5, critical=True, slack_ms=0.0)
+    assert "nothing waits for an instance: the server's threads waited for a core" in alone[0].advice
     unbatched = difference("s", None, stats(10, infer=10))
     dynamic = StepConfig("onnxruntime", 1, 8, True, 100)
     found = step_findings(unbatched, dynamic, concurrency=8, share=0.1, critical=False, slack_ms=0.0)

@@ -63,6 +63,9 @@ def step_findings(f: ModelFigures, config: StepConfig, *, concurrency: int, shar
         fix = f"add an instance (it has {config.instances})"
         if config.max_batch_size and not config.dynamic_batching:
             fix += " or enable dynamic batching"
+        if concurrency == 1:  # one request in flight never waits for an instance
+            fix = ("with one request in flight nothing waits for an instance: the server's threads waited for a "
+                   "core (a busy machine); measure again on a quiet one before changing the config")
         found.append(Finding(f.name, f"queue time {f.queue_share:.0%} of this step's ({f.queue_ms:.1f} ms of "
                              f"{f.work_ms:.1f} ms)", fix))
     if config.dynamic_batching and concurrency > 1 and f.executions and f.requests_per_execution < 1.1:
