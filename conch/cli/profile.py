@@ -234,6 +234,7 @@ class ReplayProfiler:
         self.server: Any = None
         self.profiles: list[Profile] = []
         self._stats: Any = None
+        self._trace_file: Path | None = None
         self._context: Any = None
 
     def __enter__(self) -> ReplayProfiler:
@@ -241,7 +242,7 @@ class ReplayProfiler:
             from conch.harness.profile.local import profiling_triton
 
             self._context = profiling_triton(self.archives)
-            self.server, self._stats = self._context.__enter__()
+            self.server, self._stats, self._trace_file = self._context.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -256,7 +257,8 @@ class ReplayProfiler:
             return
         try:
             say(f"profiling {archive.name}")
-            self.profiles.append(profile_loaded(archive, self.server, self._stats, lambda m: load_of(self.args, m)))
+            self.profiles.append(profile_loaded(archive, self.server, self._stats, lambda m: load_of(self.args, m),
+                                                self._trace_file))
         except ConchError as exc:  # an archive that did not load or answer: replay's rows say why
             say(f"conch: warning: {archive.name} not profiled: {' '.join(str(exc).split())}")
 

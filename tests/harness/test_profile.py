@@ -89,6 +89,12 @@ def test_the_40ms_branch_is_critical_and_the_5ms_branch_has_its_slack(profiles: 
     assert p.overhead_ms == pytest.approx(p.e2e_ms - p.path.length_ms)
     assert any("slack" in f.figure for f in fast.findings)
     assert all(s.figures.requests == 40 for s in p.steps) and p.figures.requests == 40
+    # one request traced: the two branches ran side by side, and join started once both had answered
+    assert p.traced is not None
+    spans = {s.model: s.ms for s in p.traced.steps}
+    assert spans[fast.model]["REQUEST_END"] < spans[slow.model]["COMPUTE_OUTPUT_START"]
+    assert spans[join.model]["REQUEST_START"] >= spans[slow.model]["COMPUTE_OUTPUT_START"]
+    assert spans[join.model]["REQUEST_END"] <= p.traced.end_to_end_ms
 
 
 def test_queue_dominates_the_single_instance_step_and_a_second_instance_drops_it(

@@ -185,3 +185,18 @@ def test_without_matplotlib_the_waterfall_says_how_to_get_it(monkeypatch: pytest
                  {}, run)
     with pytest.raises(MatplotlibMissing, match="the waterfall PNG needs matplotlib: pip install matplotlib"):
         waterfall_png(p)
+
+
+def test_a_trace_file_becomes_one_request_per_ensemble_call_with_its_steps() -> None:
+    from conch.harness.profile.trace import parse_traces
+
+    def stamps(trace: int, **events: int) -> list[dict[str, Any]]:
+        return [{"id": trace, "timestamps": [{"name": k, "ns": v}]} for k, v in events.items()]
+
+    entries = [{"id": 1, "model_name": "e", "model_version": 1}, *stamps(1, REQUEST_START=1000, REQUEST_END=9000),
+               {"id": 2, "model_name": "a", "parent_id": 1}, *stamps(2, REQUEST_START=2000, COMPUTE_START=3000,
+                                                                       REQUEST_END=8000),
+               {"id": 3, "model_name": "other", "model_version": 1}, *stamps(3, REQUEST_START=0, REQUEST_END=5)]
+    (traced,) = parse_traces(entries, "e")
+    assert traced.end_to_end_ms == pytest.approx(0.008)
+    assert [(s.model, s.ms["COMPUTE_START"]) for s in traced.steps] == [("a", pytest.approx(0.002))]

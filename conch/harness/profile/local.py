@@ -17,6 +17,7 @@ from conch.harness.profile.load import Body, Target
 from conch.harness.profile.measure import Load, measure
 from conch.harness.profile.report import Profile
 from conch.harness.profile.server import METRICS_ARGS, StatsEndpoint
+from conch.harness.profile.trace import trace_args
 from conch.harness.replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
 from conch.harness.server import LocalTriton, free_port
 
@@ -31,6 +32,16 @@ def sample_bodies(manifest: Manifest) -> tuple[Body, ...]:
 def _metrics_args() -> tuple[tuple[str, ...], str]:
     port = free_port()
     return (*METRICS_ARGS, f"--metrics-port={port}"), f"http://127.0.0.1:{port}"
+
+
+def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
+    """Turn on (before it starts) what a profile reads besides the statistics: the summary metrics for the
+    percentiles, and a trace file for one traced request. (trace file, metrics URL)."""
+    extra, metrics_url = _metrics_args()
+    trace_file = triton.workdir / "traces" / "trace.json"
+    trace_file.parent.mkdir(parents=True, exist_ok=True)
+    triton.extra_args = (*triton.extra_args, *extra, *trace_args(trace_file))
+    return trace_file, metrics_url
 
 
 def _check_local(archive: Path, manifest: Manifest) -> None:
@@ -68,8 +79,9 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
     from conch.builder.shm import archives_settings
 
     default, growth, _ = archives_settings(archives)
-    extra, metrics_url = _metrics_args()
-    with LocalTriton(extra_args=extra, shm_default_byte_size=default, shm_growth_byte_size=growth) as triton:
+    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+    trace_file, metrics_url = _instrumented(triton)
+    with triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
@@ -86,7 +98,8 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                 load = load_for(manifest)
                 progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                 yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
-                                       "the local tritonserver", warmup=sample_bodies(manifest) or None)
+                                       "the local tritonserver", warmup=sample_bodies(manifest) or None,
+                                       trace_file=trace_file)
                 client.unload(name)
             except ConchError as exc:
                 yield archive, exc
@@ -109,10 +122,9 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
     from conch.builder.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
 
-    extra, metrics_url = _metrics_args()
     with _one_folder(archives) as folder:
         mme = LocalMME(folder, load_timeout=load_timeout)
-        mme.triton.extra_args = (*mme.triton.extra_args, *extra)  # the metrics port, for the percentiles
+        trace_file, metrics_url = _instrumented(mme.triton)
         with mme:
             stats = StatsEndpoint(mme.triton.http_url, metrics_url)
             for archive in archives:
@@ -128,28 +140,30 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                     progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                     target = Target.front(mme.url, mme.endpoint_name, name)
                     yield archive, measure(stats, target, name, load, f"the local MME ({mme.url})",
-                                           warmup=sample_bodies(manifest) or None)
+                                           warmup=sample_bodies(manifest) or None, trace_file=trace_file)
                 except ConchError as exc:
                     yield archive, exc
 
 
 @contextmanager
-def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint]]:
+def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint, Path]]:
     """A local tritonserver as replay starts one, with its metrics on: replay's archives are profiled on the
     server that replayed them (`conch replay --profile`)."""
     from conch.builder.shm import archives_settings
 
     default, growth, _ = archives_settings(archives)
-    extra, metrics_url = _metrics_args()
-    with LocalTriton(extra_args=extra, shm_default_byte_size=default, shm_growth_byte_size=growth) as triton:
-        yield triton, StatsEndpoint(triton.http_url, metrics_url)
+    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+    trace_file, metrics_url = _instrumented(triton)
+    with triton:
+        yield triton, StatsEndpoint(triton.http_url, metrics_url), trace_file
 
 
-def profile_loaded(archive: Path, triton: LocalTriton, stats: StatsEndpoint, load_for: LoadFor) -> Profile:
+def profile_loaded(archive: Path, triton: LocalTriton, stats: StatsEndpoint, load_for: LoadFor,
+                   trace_file: Path | None = None) -> Profile:
     """Profile an archive that is loaded on ``triton`` already (under its TargetModel)."""
     from conch.builder.manifest import read_manifest
 
     name = target_name(archive)
     manifest = read_manifest(triton.workdir / "models" / name.removesuffix(".tar.gz"))
     return measure(stats, Target.kserve(triton.http_url, name), name, load_for(manifest), "the local tritonserver",
-                   warmup=sample_bodies(manifest) or None)
+                   warmup=sample_bodies(manifest) or None, trace_file=trace_file)

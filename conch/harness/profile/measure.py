@@ -4,13 +4,15 @@ snapshot again, read the DAG and the step configs from the server, and assemble 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from conch.errors import ServeError
 from conch.harness.profile.dag import dag_of
 from conch.harness.profile.load import Body, Target, run
 from conch.harness.profile.report import Profile, RunInfo, assemble
 from conch.harness.profile.server import StatsEndpoint
+from conch.harness.profile.trace import trace_requests
 
 DEFAULT_REQUESTS = 50
 DEFAULT_CONCURRENCY = 1
@@ -35,8 +37,9 @@ class Load:
 
 
 def measure(stats: StatsEndpoint, target: Target, ensemble: str, load: Load, server: str,
-            warmup: Sequence[Body] | None = None) -> Profile:
-    """Profile ``ensemble`` (its name on the server) under ``load`` sent to ``target``."""
+            warmup: Sequence[Body] | None = None, trace_file: Path | None = None) -> Profile:
+    """Profile ``ensemble`` (its name on the server) under ``load`` sent to ``target``; with ``trace_file`` (the
+    server's `--trace-config triton,file=`), also one request traced after the measured run."""
     for _ in range(WARMUP_ROUNDS):  # first: behind an MME front, the first call is what loads the model
         warm = run(target, tuple(warmup or load.bodies), len(warmup or load.bodies), 1)
         if warm.errors:
@@ -52,4 +55,8 @@ def measure(stats: StatsEndpoint, target: Target, ensemble: str, load: Load, ser
         raise ServeError(f"ensemble {ensemble!r} on {server}: every request failed, e.g. {done.errors[0]}")
     info = RunInfo(server, load.payload, load.requests, load.concurrency, done.seconds, done.client_ms(),
                    len(done.errors))
-    return assemble(dag, before, after, configs, info, stats.quantiles())
+    profile = assemble(dag, before, after, configs, info, stats.quantiles())
+    if trace_file is None:
+        return profile
+    traced = trace_requests(stats.http_url, trace_file, target, ensemble, load.bodies)
+    return replace(profile, traced=traced)

@@ -10,6 +10,7 @@ from typing import Any
 from conch.harness.profile.dag import CriticalPath, Dag, critical_path
 from conch.harness.profile.figures import ModelFigures, Snapshot, difference
 from conch.harness.profile.findings import Finding, StepConfig, ensemble_findings, step_findings
+from conch.harness.profile.trace import TracedRequest
 
 Quantiles = Mapping[str, Mapping[str, float]]  # category -> {"p50": ms, "p99": ms}
 PERCENTILES_NOTE = ("Triton's statistics extension gives cumulative count and time per category, so per step "
@@ -69,6 +70,7 @@ class Profile:
     quantiles: Quantiles
     findings: tuple[Finding, ...]
     config: Mapping[str, Any] = field(default_factory=dict)  # the ensemble's config as the server gave it
+    traced: TracedRequest | None = None  # one request traced through the steps, where the server traces
 
     @property
     def e2e_ms(self) -> float:
@@ -95,7 +97,8 @@ class Profile:
                 "scheduler_share": round(self.overhead_ms / self.e2e_ms, 4) if self.e2e_ms else 0.0,
                 "steps": [s.to_json() for s in self.steps],
                 "findings": [f.to_json() | {"text": f.text()} for f in self.all_findings()],
-                "percentiles_note": PERCENTILES_NOTE}
+                "percentiles_note": PERCENTILES_NOTE,
+                "traced_request": None if self.traced is None else self.traced.to_json()}
 
     def table(self) -> str:
         """The report for people: run, per-step table, critical path, findings."""
