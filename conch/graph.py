@@ -32,6 +32,8 @@ class Node:
     id: str
     shape: str  # "tensor" (an ensemble input or output) or "step"
     lines: tuple[str, ...]  # the first is the name
+    fill: str = ""  # a colour such as "#fcbba1" instead of the default (e.g. a step's share of the time)
+    bold: bool = False  # drawn with a heavy border (e.g. a step on the critical path)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,10 @@ def to_dot(g: Graph) -> str:
     for node in g.nodes:
         name, *rest = (html.escape(line) for line in node.lines)  # an HTML-like label: the name in bold
         label = f'<<B>{name}</B><BR/><FONT POINT-SIZE="10">{"<BR/>".join(rest)}</FONT>>'
-        style = 'shape=box, style="rounded,filled", fillcolor="#e8f0fe"' if node.shape == "step" else "shape=oval"
+        style = (f'shape=box, style="rounded,filled", fillcolor="{node.fill or "#e8f0fe"}"' if node.shape == "step"
+                 else "shape=oval")
+        if node.bold:
+            style += ", penwidth=3"
         lines.append(f"  {_dot_quote(node.id)} [{style}, label={label}];")
     lines.extend(f"  {_dot_quote(e.source)} -> {_dot_quote(e.target)} [label={_dot_quote(e.label)}];"
                  for e in g.edges)
@@ -133,6 +138,8 @@ def to_mermaid(g: Graph) -> str:
         label = "<br/>".join([f"<b>{name}</b>" if node.shape == "step" else name, *rest])
         lines.append(f'  {ids[node.id]}["{label}"]' if node.shape == "step" else f'  {ids[node.id]}(["{label}"])')
     lines.extend(f'  {ids[e.source]} -->|"{_mermaid_text(e.label)}"| {ids[e.target]}' for e in g.edges)
+    lines.extend(f"  style {ids[n.id]} fill:{n.fill}" + (",stroke-width:3px" if n.bold else "")
+                 for n in g.nodes if n.fill or n.bold)
     return "\n".join(lines) + "\n"
 
 
@@ -147,6 +154,13 @@ def render(dot: str, fmt: str) -> bytes:
     with _fontconfig_chatter_dropped():
         return bytes(pygraphviz.AGraph(string=dot).draw(format=fmt, prog="dot", args="-Gdpi=144" if fmt == "png"
                                                          else ""))
+
+
+def share_colour(share: float) -> str:
+    """A fill from pale to deep red as ``share`` (of a request's time) goes from 0 to 1."""
+    pale, deep = (0xFF, 0xF5, 0xF0), (0xCB, 0x18, 0x1D)
+    t = min(max(share, 0.0), 1.0)
+    return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(pale, deep, strict=True))
 
 
 @contextmanager

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, run
+from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, profile, run
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, run, deploy, bench, import_repository)
+COMMANDS = (local, graph, endpoint, check, run, deploy, bench, profile, import_repository)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
@@ -46,6 +46,7 @@ EXAMPLES = {
     "undeploy": "conch undeploy --endpoint my-mme",
     "bench": "conch bench dist/ --mme --stages quick",
     "plan": "conch plan --ensembles 200 --rps 50 --measure dist/text_embeddings.tar.gz",
+    "profile": "conch profile dist/text_embeddings.tar.gz --out profile/",
     "import": "conch import model_repository/ --out ensembles/imported.py",
 }
 

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from conch.cli.console import bars_shown, document, error, say
 from conch.cli.console import result as shown
 from conch.cli.endpoint import add_step_names, size
+from conch.cli.profile import bench_profiler, bench_profiles
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BenchError
 from conch.wire import BODIES
@@ -89,7 +90,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
     with _endpoint_warnings():
-        return _run(args, kind, url, server, targets_of(named, args.body), stages)
+        return _run(args, kind, url, server, targets_of(named, args.body), stages, [n for _, n in named])
 
 
 def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
@@ -99,10 +100,10 @@ def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
 
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
-         targets: list[Any], stages: list[Any]) -> int:
+         targets: list[Any], stages: list[Any], names: list[str]) -> int:
     from conch.harness.load.bench import endpoint_metrics, run_bench
     from conch.harness.load.display import load_progress
-    from conch.harness.load.report import table
+    from conch.harness.load.report import table, write_json
     from conch.harness.load.spec import LoadSpec
 
     with server as own:
@@ -125,10 +126,14 @@ def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractC
         before = finish()
         if before is not None:
             extra["mme_metrics_before"] = before
+        around = bench_profiler(args, own, names)
         with load_progress(spec) if bars_shown() else nullcontext(_ignore) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
                                bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
                                finish=finish if before is not None else None)
+        if around is not None:  # per-step figures of the load, into bench.json's "profile"
+            output.summary["profile"] = bench_profiles(around, output.summary, spec.url or kind)
+            write_json(output.summary, output.json_path)
     shown(table(output.summary))
     say(f"wrote {output.json_path} and {output.png_path}")
     document({**output.summary, "json_path": str(output.json_path), "png_path": str(output.png_path)})
@@ -283,6 +288,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dist.add_argument("--worker", action="store_true", help="run as a worker of a master elsewhere, then exit")
     dist.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
     b.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json and bench.png")
+    b.add_argument("--profile", action="store_true", help="also per-step figures from Triton's statistics before and "
+                   "after the load (`conch profile`'s report), into bench.json's \"profile\"")
+    b.add_argument("--stats-url", help="with --profile and --endpoint-url: the KServe v2 HTTP address of the Triton "
+                   "behind the endpoint (`conch serve` prints it as triton.http_port)")
     b.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from conch.builder.parallel import default_jobs
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
+from conch.cli.profile import ReplayProfiler, add_load_flags
 from conch.ensembles.target import DEFAULT_RELEASE, Target
 from conch.errors import ConchError
 from conch.wire import ENDPOINTS
@@ -131,10 +132,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not archives and not failures:
             say("conch: error: nothing to replay; give ensemble files, folders, or .tar.gz archives")
             return 2
-        with progress_bar("replaying", len(archives)) as bar:
+        with progress_bar("replaying", len(archives)) as bar, ReplayProfiler(args, archives) as profiler:
+            def replayed(archive: Path) -> None:
+                bar.advance()
+                profiler.done(archive)  # with --profile, on the server that replayed it
+
             report = replay_archives(
                 archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
-                load_timeout=args.load_timeout, progress=say, done=lambda _: bar.advance(),
+                load_timeout=args.load_timeout, progress=say, server=profiler.server,
+                done=replayed,
             ) if archives else None
     rows = failures + (report.rows if report else [])
     for row in rows:
@@ -142,7 +148,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             say(f"conch: error: {one_line(row.detail)}")
     full = ReplayReport(rows)
     result(full.table())
-    document(replay_document(full))
+    document({**replay_document(full), **profiler.document()})
     if full.errors:
         return 2
     return 0 if full.passed else 1
@@ -197,6 +203,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
                    help="replay through this endpoint only (repeatable; default: every one)")
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
+    r.add_argument("--profile", action="store_true", help="also profile each archive after its replay (`conch "
+                   "profile`'s report: per-step figures, critical path, findings)")
+    add_load_flags(r)
     common(r)
     r.set_defaults(func=cmd_replay)
 

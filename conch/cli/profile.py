@@ -1,0 +1,268 @@
+"""`conch profile`: where the time goes in each ensemble: per-step figures from Triton's statistics extension
+around a run, the critical path, the ensemble scheduler's share, findings, and pictures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conch.cli.console import document, error, result, say
+from conch.ensembles.target import DEFAULT_RELEASE
+
+if TYPE_CHECKING:
+    from conch.builder.manifest import Manifest
+    from conch.harness.profile import Load, Profile
+
+FORMATS = ("dot", "mermaid", "svg", "png")
+SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
+
+
+def _payload(path: Path) -> tuple[Any, ...]:
+    """The bodies of a ``--payload`` file: one KServe v2 JSON request, sent as it is."""
+    from conch.errors import ServeError
+    from conch.harness.profile import Body
+    from conch.wire import check_json_request
+
+    try:
+        return (Body(check_json_request(path.read_bytes())),)
+    except ValueError as exc:
+        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
+                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}') from None
+
+
+def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
+    """The load the flags ask for: the payload file, or the archive's samples."""
+    from conch.harness.profile import Load
+    from conch.harness.profile.local import sample_bodies
+
+    if args.payload is not None:
+        return Load(_payload(args.payload), args.payload.name, args.requests, args.concurrency)
+    bodies = sample_bodies(manifest) if manifest is not None else ()
+    return Load(bodies, f"{len(bodies)} sample(s)", args.requests, args.concurrency)
+
+
+def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Path]:
+    """The archives given, and the ensembles given built for the local target into ``tmp``; an ensemble that
+    does not build is reported, added to ``failed``, and the others carry on."""
+    from conch.builder.build import build_ensemble
+    from conch.builder.discover import sort_paths
+    from conch.cli.local import discover_each
+    from conch.errors import ConchError
+
+    given = sort_paths(args.paths, must_exist=True)
+    archives = [a for a in given.archives if not args.only or a.name.removesuffix(".tar.gz") in args.only]
+    for ensemble in discover_each(given.sources, failed) if given.sources else []:
+        if not args.only or ensemble.name in args.only:
+            say(f"building {ensemble.name} (local target, release {args.release})")
+            try:
+                archives.append(build_ensemble(ensemble, tmp, "local", args.release, progress=say))
+            except ConchError as exc:
+                error(str(exc))
+                failed.append(ensemble.name)
+    return archives
+
+
+def _remote(args: argparse.Namespace) -> list[Profile]:
+    """A server conch does not own: a KServe v2 server (``--url``), or a SageMaker runtime front such as `conch
+    serve` (``--url`` + ``--stats-url``, its Triton's HTTP port from the ready line)."""
+    from conch.builder.manifest import read_manifest
+    from conch.errors import ServeError
+    from conch.harness.profile import StatsEndpoint, Target, measure
+
+    given: list[tuple[Path | None, Manifest | None]] = []
+    for path in args.paths:
+        try:
+            given.append((path, read_manifest(path)))
+        except Exception as exc:
+            raise ServeError(f"{path}: with --url give archives (their samples are sent) or --payload "
+                             f"({exc})") from None
+    if not given and (args.payload is None or args.model is None):
+        raise ServeError("--url needs the archives (for their samples and names) or --payload FILE and --model NAME")
+    stats = StatsEndpoint(args.stats_url or args.url, args.metrics_url)
+    profiles: list[Profile] = []
+    for path, manifest in given or [(None, None)]:
+        if args.stats_url:  # a SageMaker runtime front: the ensemble is loaded under its TargetModel
+            name = args.model or (path.name if path is not None else "")
+            target = Target.front(args.url, args.endpoint_name, name)
+        else:
+            name = args.model or (manifest.ensemble if manifest is not None else "")
+            target = Target.kserve(args.url, name)
+        profiles.append(measure(stats, target, name, load_of(args, manifest), args.url))
+    return profiles
+
+
+def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
+    """Write the DAG coloured by share (in ``--format``) and the waterfall PNG into ``--out``."""
+    from conch.graph import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
+    from conch.harness.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    stem = profile.ensemble.removesuffix(".tar.gz")
+    g = profile_graph(profile)
+    text = to_mermaid(g) if args.format == "mermaid" else to_dot(g)
+    fmt, data, written = args.format, text.encode(), {}
+    if fmt in RENDERED:
+        try:
+            data = render(text, fmt)
+        except GraphvizMissing as exc:
+            say(f"conch: warning: {exc}; wrote the dot text instead")
+            fmt = "dot"
+    path = out / f"{stem}.profile{SUFFIX[fmt]}"
+    path.write_bytes(data)
+    written["graph"] = str(path)
+    try:
+        png = out / f"{stem}.waterfall.png"
+        png.write_bytes(waterfall_png(profile))
+        written["waterfall"] = str(png)
+    except MatplotlibMissing as exc:
+        say(f"conch: warning: {exc}; no waterfall drawn")
+    for what, where in written.items():
+        say(f"wrote {where} ({what})")
+    return written
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from conch.builder.scratch import scratch_temp
+    from conch.errors import ServeError
+    from conch.harness.profile.local import profile_archives
+
+    failed: list[str] = []
+    if args.url:
+        profiles = _remote(args)
+    else:
+        if not args.paths:
+            raise ServeError("give the ensembles or archives to profile (.py files, folders, .tar.gz)")
+        with scratch_temp("conch-profile-") as tmp:
+            archives = _archives(args, Path(tmp), failed)
+            if not archives and not failed:
+                raise ServeError("nothing to profile: give ensemble files, folders or .tar.gz archives")
+
+            def failing(archive: Path, exc: Exception) -> None:  # the other archives are still profiled
+                error(str(exc) if archive.name in str(exc) else f"{archive.name}: {exc}")
+                failed.append(archive.name)
+
+            profiles = profile_archives(archives, lambda m: load_of(args, m), mode="mme" if args.mme else "triton",
+                                        load_timeout=args.load_timeout, progress=say,
+                                        on_error=failing) if archives else []
+    docs = []
+    for profile in profiles:
+        result(profile.table() + "\n")
+        doc = profile.to_json()
+        if args.out is not None or args.format is not None:
+            args.out = args.out or Path(".")
+            args.format = args.format or "png"
+            doc["pictures"] = _pictures(profile, args)
+        docs.append(doc)
+    document({"profiles": docs, "failed": failed})
+    if failed:
+        say(f"conch: {len(failed)} of {len(failed) + len(profiles)} ensembles or archives were not profiled: "
+            f"{', '.join(failed)}")
+        return 2
+    return 0
+
+
+def add_load_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=int, default=50, help="requests measured, after a warm-up (default 50)")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (default 1)")
+    p.add_argument("--payload", type=Path, help="a KServe v2 JSON request to send instead of the samples")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
+                       "scheduler's share and what to change, from Triton's statistics around a run")
+    p.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz archives")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--triton", action="store_true", help="a local tritonserver, loaded as SageMaker loads an "
+                       "archive (the default)")
+    where.add_argument("--mme", action="store_true", help="the local MME: requests through its SageMaker runtime front")
+    where.add_argument("--url", help="a running server: KServe v2 HTTP with the statistics extension (e.g. "
+                       "http://gpu-host:8000), or with --stats-url a SageMaker runtime front such as `conch serve`")
+    p.add_argument("--stats-url", help="with --url of a `conch serve` front: its Triton's HTTP address (the ready "
+                   "line's triton.http_port), where the statistics are read")
+    p.add_argument("--metrics-url", help="with --url: Triton's metrics address, for p50/p99 from its summary metrics "
+                   "(--metrics-config summary_latencies=true)")
+    p.add_argument("--model", help="with --url: the ensemble's name on the server (default: the archive's ensemble; "
+                   "behind a front, the TargetModel)")
+    p.add_argument("--endpoint-name", default="local", help="with --url and --stats-url: the endpoint name (default "
+                   "local)")
+    add_load_flags(p)
+    p.add_argument("--format", choices=FORMATS, help="also draw the DAG coloured by each step's share in this format "
+                   "(as `conch graph`), and the waterfall PNG of one request; into --out")
+    p.add_argument("--out", type=Path, help="folder for the pictures (default: this folder when --format is given)")
+    p.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
+    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+    p.set_defaults(func=cmd_profile)
+
+
+
+def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> Any:
+    """For `conch bench --profile`: statistics taken before the load, on the server the bench runs against
+    (conch's own, or ``--stats-url`` behind ``--endpoint-url``); None without ``--profile``."""
+    from conch.errors import BenchError
+    from conch.harness.profile.around import AroundLoad
+    from conch.harness.profile.server import StatsEndpoint
+
+    if not getattr(args, "profile", False):
+        return None
+    triton = getattr(own, "triton", None)
+    url = own if isinstance(own, str) else (triton.http_url if triton is not None else args.stats_url)
+    if not url:
+        raise BenchError("--profile reads Triton's statistics: with --endpoint-url give --stats-url, the KServe v2 "
+                         "HTTP address of the Triton behind it (`conch serve` prints it as triton.http_port)")
+    return AroundLoad(StatsEndpoint(url), names).start()
+
+
+def bench_profiles(around: Any, summary: dict[str, Any], server: str) -> list[dict[str, Any]]:
+    """The bench's profile section: one profile per TargetModel, from the statistics before and after its load."""
+    from conch.harness.profile.around import bench_run
+
+    profiles = around.finish(bench_run(summary, server))
+    for p in profiles:
+        result(p.table() + "\n")
+    return [p.to_json() for p in profiles]
+
+
+class ReplayProfiler:
+    """For `conch replay --profile`: the server replay runs on, with metrics on, and each archive profiled on it
+    with its samples once replay is done with it. Without ``--profile`` it does nothing (replay starts its own)."""
+
+    def __init__(self, args: argparse.Namespace, archives: list[Path]) -> None:
+        self.args, self.archives = args, archives
+        self.server: Any = None
+        self.profiles: list[Profile] = []
+        self._stats: Any = None
+        self._trace_file: Path | None = None
+        self._context: Any = None
+
+    def __enter__(self) -> ReplayProfiler:
+        if getattr(self.args, "profile", False) and self.archives:
+            from conch.harness.profile.local import profiling_triton
+
+            self._context = profiling_triton(self.archives)
+            self.server, self._stats, self._trace_file = self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+
+    def done(self, archive: Path) -> None:
+        from conch.errors import ConchError
+        from conch.harness.profile.local import profile_loaded
+
+        if self.server is None:
+            return
+        try:
+            say(f"profiling {archive.name}")
+            self.profiles.append(profile_loaded(archive, self.server, self._stats, lambda m: load_of(self.args, m),
+                                                self._trace_file))
+        except ConchError as exc:  # an archive that did not load or answer: replay's rows say why
+            say(f"conch: warning: {archive.name} not profiled: {' '.join(str(exc).split())}")
+
+    def document(self) -> dict[str, Any]:
+        for p in self.profiles:
+            result(p.table() + "\n")
+        return {"profiles": [p.to_json() for p in self.profiles]} if self.server is not None else {}

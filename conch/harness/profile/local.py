@@ -1,0 +1,169 @@
+"""Profiles on conch's own servers: the local tritonserver loaded as SageMaker loads an archive (``triton``),
+or the local MME, requests through its SageMaker runtime front (``mme``); metrics on, for the percentiles."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from conch.builder.manifest import Manifest
+from conch.builder.scratch import scratch_dir
+from conch.errors import ConchError, ServeError
+from conch.harness.mme import MultiModelClient
+from conch.harness.profile.load import Body, Target
+from conch.harness.profile.measure import Load, measure
+from conch.harness.profile.report import Profile
+from conch.harness.profile.server import METRICS_ARGS, StatsEndpoint
+from conch.harness.profile.trace import trace_args
+from conch.harness.replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
+from conch.harness.server import LocalTriton, free_port
+
+MODES = ("triton", "mme")
+LoadFor = Callable[[Manifest], Load]  # the load to send, once the archive's manifest (samples) is known
+
+
+def sample_bodies(manifest: Manifest) -> tuple[Body, ...]:
+    return tuple(Body.of(s.input_arrays()) for s in manifest.samples)
+
+
+def _metrics_args() -> tuple[tuple[str, ...], str]:
+    port = free_port()
+    return (*METRICS_ARGS, f"--metrics-port={port}"), f"http://127.0.0.1:{port}"
+
+
+def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
+    """Turn on (before it starts) what a profile reads besides the statistics: the summary metrics for the
+    percentiles, and a trace file for one traced request. (trace file, metrics URL)."""
+    extra, metrics_url = _metrics_args()
+    trace_file = triton.workdir / "traces" / "trace.json"
+    trace_file.parent.mkdir(parents=True, exist_ok=True)
+    triton.extra_args = (*triton.extra_args, *extra, *trace_args(trace_file))
+    return trace_file, metrics_url
+
+
+def _check_local(archive: Path, manifest: Manifest) -> None:
+    lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
+    if lacking:
+        names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
+        raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
+                         "server lacks; profile a `conch build --target local` build")
+
+
+def profile_archives(archives: Sequence[Path], load_for: LoadFor, *, mode: str = "triton",
+                     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
+                     on_error: Callable[[Path, ConchError], None] | None = None) -> list[Profile]:
+    """Profile each archive on one local server of ``mode``, one after the other. An archive that fails is
+    handed to ``on_error`` and the others carry on (without ``on_error`` the error is raised)."""
+    if mode not in MODES:
+        raise ServeError(f"mode {mode!r}: choose {' or '.join(MODES)}")
+    runner = _on_triton if mode == "triton" else _on_mme
+    found = []
+    for archive, outcome in runner(archives, load_for, load_timeout, progress or (lambda _: None)):
+        if isinstance(outcome, Profile):
+            found.append(outcome)
+        elif on_error is None:
+            raise outcome
+        else:
+            on_error(archive, outcome)
+    return found
+
+
+Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
+
+
+def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
+               progress: Callable[[str], None]) -> Outcomes:
+    from conch.builder.shm import archives_settings
+
+    default, growth, _ = archives_settings(archives)
+    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+    trace_file, metrics_url = _instrumented(triton)
+    with triton:
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        stats = StatsEndpoint(triton.http_url, metrics_url)
+        for archive in archives:
+            name = target_name(archive)
+            try:
+                folder = stage(archive, triton)
+                manifest = staged_manifest(archive, folder)
+                _check_local(archive, manifest)
+                progress(f"loading {name} on the local tritonserver")
+                try:
+                    client.load(name, folder, load_timeout)
+                except ServeError as exc:
+                    raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+                load = load_for(manifest)
+                progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
+                yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
+                                       "the local tritonserver", warmup=sample_bodies(manifest) or None,
+                                       trace_file=trace_file)
+                client.unload(name)
+            except ConchError as exc:
+                yield archive, exc
+
+
+@contextmanager
+def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="conch-profile-", dir=scratch_dir()))
+    try:
+        for archive in archives:
+            shutil.copyfile(archive, folder / archive.name)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
+            progress: Callable[[str], None]) -> Outcomes:
+    from conch.builder.archive import safe_extract
+    from conch.builder.manifest import read_manifest
+    from conch.harness.endpoint import LocalMME
+
+    with _one_folder(archives) as folder:
+        mme = LocalMME(folder, load_timeout=load_timeout)
+        trace_file, metrics_url = _instrumented(mme.triton)
+        with mme:
+            stats = StatsEndpoint(mme.triton.http_url, metrics_url)
+            for archive in archives:
+                name = target_name(archive)
+                try:
+                    with tempfile.TemporaryDirectory(dir=scratch_dir()) as unpacked:
+                        safe_extract(archive, Path(unpacked))
+                        manifest = read_manifest(Path(unpacked))
+                    _check_local(archive, manifest)
+                    progress(f"loading {name} on the local MME at {mme.url}")
+                    mme.load(name)
+                    load = load_for(manifest)
+                    progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
+                    target = Target.front(mme.url, mme.endpoint_name, name)
+                    yield archive, measure(stats, target, name, load, f"the local MME ({mme.url})",
+                                           warmup=sample_bodies(manifest) or None, trace_file=trace_file)
+                except ConchError as exc:
+                    yield archive, exc
+
+
+@contextmanager
+def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint, Path]]:
+    """A local tritonserver as replay starts one, with its metrics on: replay's archives are profiled on the
+    server that replayed them (`conch replay --profile`)."""
+    from conch.builder.shm import archives_settings
+
+    default, growth, _ = archives_settings(archives)
+    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+    trace_file, metrics_url = _instrumented(triton)
+    with triton:
+        yield triton, StatsEndpoint(triton.http_url, metrics_url), trace_file
+
+
+def profile_loaded(archive: Path, triton: LocalTriton, stats: StatsEndpoint, load_for: LoadFor,
+                   trace_file: Path | None = None) -> Profile:
+    """Profile an archive that is loaded on ``triton`` already (under its TargetModel)."""
+    from conch.builder.manifest import read_manifest
+
+    name = target_name(archive)
+    manifest = read_manifest(triton.workdir / "models" / name.removesuffix(".tar.gz"))
+    return measure(stats, Target.kserve(triton.http_url, name), name, load_for(manifest), "the local tritonserver",
+                   warmup=sample_bodies(manifest) or None, trace_file=trace_file)

@@ -1,0 +1,100 @@
+"""The server side of a profile: Triton's statistics extension and model configs over KServe v2 HTTP
+(tritonclient), and its summary metrics (Prometheus text) when a metrics port is given."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from conch.errors import ServeError
+from conch.harness.profile.figures import snapshot
+
+# Triton's summary metrics (--metrics-config summary_latencies=true): category -> metric name
+SUMMARIES = {"request": "nv_inference_request_summary_us", "queue": "nv_inference_queue_summary_us",
+             "compute_input": "nv_inference_compute_input_summary_us",
+             "compute_infer": "nv_inference_compute_infer_summary_us",
+             "compute_output": "nv_inference_compute_output_summary_us"}
+QUANTILES = {"0.5": "p50", "0.99": "p99"}
+METRICS_ARGS = ("--allow-metrics=true", "--allow-gpu-metrics=false", "--allow-cpu-metrics=false",
+                "--metrics-address=127.0.0.1", "--metrics-config=summary_latencies=true")
+_SAMPLE = re.compile(r'^(\w+)\{([^}]*)\}\s+(\S+)$')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class StatsEndpoint:
+    """A KServe v2 HTTP server with the statistics extension (``http_url``), and optionally its metrics."""
+
+    http_url: str
+    metrics_url: str | None = None
+    timeout: float = 30.0
+
+    def _client(self) -> Any:
+        import tritonclient.http as httpclient
+
+        address = self.http_url.split("://", 1)[-1].rstrip("/")
+        return httpclient.InferenceServerClient(address, ssl=self.http_url.startswith("https"),
+                                                connection_timeout=self.timeout, network_timeout=self.timeout)
+
+    def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
+        """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
+        --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
+        "unknown model" for a model held in another repository."""
+        client = self._client()
+        found: dict[str, Mapping[str, Any]] = {}
+        try:
+            for model in models:
+                found.update(snapshot(client.get_inference_statistics(model_name=model)))
+            return found
+        except Exception as exc:  # tritonclient raises its own InferenceServerException, or a socket error
+            raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe v2 "
+                             "HTTP address of a Triton with the statistics extension") from None
+        finally:
+            client.close()
+
+    def config(self, model: str) -> dict[str, Any]:
+        from tritonclient.utils import InferenceServerException
+
+        client = self._client()
+        try:
+            found: dict[str, Any] = client.get_model_config(model)
+            return found
+        except InferenceServerException as exc:  # the server answered
+            raise ServeError(f"{self.http_url} has no model {model!r} loaded ({exc}); give the ensemble's name as "
+                             "the server knows it (--model)") from None
+        except Exception as exc:  # it did not
+            raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
+                             "v2 HTTP address of a running Triton") from None
+        finally:
+            client.close()
+
+    def quantiles(self) -> dict[str, dict[str, dict[str, float]]]:
+        """model -> category -> {p50, p99} in ms from the summary metrics; empty when there are none."""
+        if not self.metrics_url:
+            return {}
+        try:
+            text = requests.get(f"{self.metrics_url.rstrip('/')}/metrics", timeout=self.timeout).text
+        except requests.RequestException:
+            return {}
+        return parse_summaries(text)
+
+
+def parse_summaries(text: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Quantiles of Triton's latency summaries in Prometheus text, in milliseconds (NaN: no observation)."""
+    names = {metric: category for category, metric in SUMMARIES.items()}
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) not in names:
+            continue
+        labels = dict(_LABEL.findall(match.group(2)))
+        quantile = QUANTILES.get(labels.get("quantile", ""))
+        value = float(match.group(3))
+        if quantile is None or "model" not in labels or value != value:  # NaN: nothing observed in the window
+            continue
+        found.setdefault(labels["model"], {}).setdefault(names[match.group(1)], {})[quantile] = value / 1000
+    return found
