@@ -7,14 +7,17 @@ conch's cache and inherited by the CLI subprocesses; it is never the user's ``~/
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from _pytest import raises as _raises
 
 _SESSION_CACHE = "_CONCH_TEST_SESSION_CACHE"  # set once per session: this file is executed twice (see sagemaker/)
 if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != os.environ.get("CONCH_CACHE_DIR"):
@@ -39,8 +42,70 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """After coverage's report: every user-facing error raise in conch/ and whether a test triggered it."""
+    """After coverage's report: every user-facing refusal in conch/ and whether a test asserted its message."""
     error_raises.terminal_summary(terminalreporter, config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    error_raises.session_finish(session)
+
+
+# The evidence for tests/error_raises.py: which messages the tests asserted on, test by test.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    error_raises.EVIDENCE.test = item.nodeid
+    return (yield)
+
+
+def pytest_assertion_pass(item: pytest.Item, lineno: int, orig: str, expl: str) -> None:
+    """Present so that pytest hands passing comparisons to pytest_assertrepr_compare (the ini enables it)."""
+
+
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> None:
+    error_raises.EVIDENCE.compared(op, left, right)
+
+
+def _record_match(original: Callable[..., bool]) -> Callable[..., bool]:
+    def check_match(self: Any, exc: BaseException) -> bool:
+        matched = original(self, exc)
+        if matched and self.match is not None:
+            pattern = self.match.pattern if isinstance(self.match, re.Pattern) else str(self.match)
+            error_raises.EVIDENCE.asserted(pattern, str(exc), regex=True)
+        return matched
+    return check_match
+
+
+def _record_excinfo_match(original: Callable[..., bool]) -> Callable[..., bool]:
+    def match(self: pytest.ExceptionInfo[BaseException], regexp: str | re.Pattern[str]) -> bool:
+        result = original(self, regexp)
+        pattern = regexp.pattern if isinstance(regexp, re.Pattern) else regexp
+        error_raises.EVIDENCE.asserted(pattern, str(self.value), regex=True)
+        return result
+    return match
+
+
+if not hasattr(_raises.AbstractRaises, "_conch_records"):  # this file runs twice (see sagemaker/conftest.py)
+    _raises.AbstractRaises._conch_records = True  # type: ignore[attr-defined]
+    _raises.AbstractRaises._check_match = _record_match(_raises.AbstractRaises._check_match)  # type: ignore[method-assign]
+    pytest.ExceptionInfo.match = _record_excinfo_match(pytest.ExceptionInfo.match)  # type: ignore[method-assign]
+
+
+def _forget_asserts_rewritten_without_the_pass_hook() -> None:
+    """pytest keeps rewritten test modules in __pycache__ and reuses them whatever the ini says: modules
+    rewritten before enable_assertion_pass_hook was set would never report a passing assert. Once per checkout,
+    drop them so they are rewritten with the hook."""
+    here = Path(__file__).parent
+    mark = here / "__pycache__" / "assertion-pass-hook.mark"
+    if mark.exists():
+        return
+    for pyc in here.rglob("__pycache__/*-pytest-*.pyc"):
+        pyc.unlink(missing_ok=True)
+    mark.parent.mkdir(exist_ok=True)
+    mark.touch()
+
+
+_forget_asserts_rewritten_without_the_pass_hook()
 
 
 def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
