@@ -89,9 +89,12 @@ def test_second_pack_comes_from_the_cache_and_is_identical(tmp_path: Path, monke
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
     messages: list[str] = []
     first = pack(TABULATE, "3.12", progress=messages.append)
+    packed, written = first.archive.read_bytes(), first.archive.stat().st_mtime_ns
     second = pack(TABULATE, "3.12", progress=messages.append)
-    assert not first.from_cache and second.from_cache
-    assert first.archive == second.archive and first.key == second.key
+    assert not first.from_cache and second.from_cache and first.key == second.key
+    # the hit hands back the file the first pack wrote, untouched, not a fresh pack under the same name
+    assert second.archive.stat().st_mtime_ns == written and second.archive.read_bytes() == packed
+    assert sum(m.startswith("resolving") for m in messages) == 1
     assert any(m.startswith("resolving") for m in messages) and any(m.startswith("downloading") for m in messages)
     assert any("from cache" in m for m in messages)
 
@@ -124,7 +127,8 @@ def make_conda_prefix(root: Path, python: str) -> Path:
     return root
 
 
-def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) -> None:
+def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     prefix = make_conda_prefix(tmp_path / "condaenv", local_python())
     assert not (prefix / "bin" / "activate").exists()  # conda-pack must add it
     env = PythonEnv(conda_prefix=prefix)
@@ -138,6 +142,8 @@ def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) 
         assert inner is not None
         with tarfile.open(fileobj=inner) as env_tar:
             assert {"bin/activate", "bin/conda-unpack"} <= set(env_tar.getnames())
+    # packed again from nothing (an empty cache, so conda-pack runs a second time): the same bytes
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cold-cache"))
     again = build_ensemble(where_ensemble("conda_where", env), tmp_path / "again", "local")
     assert again.read_bytes() == archive.read_bytes()
 

@@ -48,8 +48,8 @@ def test_plan_measures_archives_on_the_spot(tmp_path: Path, capsys: pytest.Captu
     assert code == 0
     (profile,) = json.loads((tmp_path / "plan.json").read_text())["profiles"]
     assert profile["name"] == "plan_measure"
-    # a copy of two Python steps is two stubs of tens of MiB each (~40 MiB per copy here, see test_bench_mme.py), loaded in
-    # seconds: a figure far outside that means the measurement, not the archive, is wrong
+    # a copy of two Python steps is two stubs of tens of MiB each (~40 MiB per copy here, see test_bench_mme.py),
+    # loaded in seconds: a figure far outside that means the measurement, not the archive, is wrong
     assert 5 * MIB < profile["memory_bytes"] < 400 * MIB, profile
     assert 0.01 < profile["load_s"] < 120, profile
     assert "ml.m5.large" in capsys.readouterr().out
