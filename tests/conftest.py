@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -33,6 +34,20 @@ import basic_steps  # noqa: E402
 import error_raises  # noqa: E402
 
 from conch import Ensemble, PythonStep, Tensor  # noqa: E402
+
+_HELD_SOCKETS: list[socket.socket] = []
+
+
+def _refusing_port() -> int:
+    """A loopback port that refuses every connection for the whole session: bound here and never listened on,
+    so no other process can take it (unlike a port number assumed closed, such as 9)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    _HELD_SOCKETS.append(held)
+    return int(held.getsockname()[1])
+
+
+REFUSED_URL = f"http://127.0.0.1:{_refusing_port()}"  # connecting there fails at once: nothing listens
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
