@@ -167,3 +167,21 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A package index of packages made on the spot (tests/fixtures/package_index.py), on 127.0.0.1."""
+    import package_index as index
+
+    with index.serving(index.write_index(tmp_path_factory.mktemp("index"))) as url:
+        yield url
+
+
+@pytest.fixture
+def local_index(package_index: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """pip, in this test and the processes it starts, asks the tests' own index and nothing else."""
+    for name, value in {"PIP_INDEX_URL": package_index, "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+                        "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0"}.items():
+        monkeypatch.setenv(name, value)
+    return package_index

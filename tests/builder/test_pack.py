@@ -99,16 +99,18 @@ def test_second_pack_comes_from_the_cache_and_is_identical(tmp_path: Path, monke
     assert any("from cache" in m for m in messages)
 
 
-def test_sdist_only_package_is_refused_with_the_reason() -> None:
-    with pytest.raises(PackError, match=r"jieba==0.42.1 has no wheel for CPython 3.10 on Linux x86-64, only a source"):
-        resolve(("jieba==0.42.1",), "3.10")
+def test_sdist_only_package_is_refused_with_the_reason(local_index: str) -> None:
+    with pytest.raises(PackError, match=r"conch-fixture-sdist==1.0 has no wheel for CPython 3.10 on Linux x86-64, "
+                                        r"only a source distribution, which conch will not compile"):
+        resolve(("conch-fixture-sdist==1.0",), "3.10", refresh=True)
 
 
-def test_unknown_package_is_refused() -> None:
-    assert "tabulate==0.9.0" in resolve(("tabulate==0.9.0",), "3.10")  # the index answers: "unknown" means unknown
+def test_unknown_package_is_refused(local_index: str) -> None:
+    # the index answers (a wheel it holds resolves), so "unknown" means unknown
+    assert "conch-fixture-wheel==1.0" in resolve(("conch-fixture-wheel==1.0",), "3.10", refresh=True)
     with pytest.raises(PackError, match=r"no release of conch-no-such-package-xyz==1.0 exists for CPython 3.10 on "
                                         r"Linux x86-64"):
-        resolve(("conch-no-such-package-xyz==1.0",), "3.10")
+        resolve(("conch-no-such-package-xyz==1.0",), "3.10", refresh=True)
 
 
 def make_conda_prefix(root: Path, python: str) -> Path:
