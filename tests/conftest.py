@@ -185,3 +185,34 @@ def local_index(package_index: str, monkeypatch: pytest.MonkeyPatch) -> str:
                         "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0"}.items():
         monkeypatch.setenv(name, value)
     return package_index
+
+
+EXAMPLES = Path(__file__).parent.parent / "ensembles"
+EXAMPLE_FILES = ("text_embeddings.py", "image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py",
+                 "bert_torchscript.py")
+
+
+class ExampleArchives:
+    """Each example in ensembles/ built once per target for the whole session, however many tests use it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[tuple[str, str], Path] = {}
+
+    def ensemble(self, file: str) -> Ensemble:
+        from conch.builder.discover import discover
+
+        (ens,) = discover([EXAMPLES / file])
+        return ens
+
+    def archive(self, file: str, target: str) -> Path:
+        from conch.builder.build import build_ensemble
+
+        if (file, target) not in self.built:
+            self.built[file, target] = build_ensemble(self.ensemble(file), self.root / target, target)
+        return self.built[file, target]
+
+
+@pytest.fixture(scope="session")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
+    return ExampleArchives(tmp_path_factory.mktemp("examples"))

@@ -75,15 +75,16 @@ INPUT_NAME = {"python": "x", "onnx": "x", "tensorrt": "x", "tensorflow": "inputs
 # A step declared against its model, per backend, and the exact message the build refuses it with ({e}: the
 # ensemble, {s}: the step); the step reads an ensemble input declared as wrongly, so the wires agree.
 AGAINST_THE_MODEL: dict[str, tuple[str, tuple[int, ...], str]] = {
-    "onnx": ("FP32", (5,), "ensemble {e!r}: onnx step {s!r}: input 'x' is declared with dims [5] but affine.onnx "
+    "onnx": ("FP32", (5,), "ensemble {e!r}: step {s!r}: input 'x' is declared with dims [5] but affine.onnx "
                            "has [4]"),
-    "tensorrt": ("FP16", (4,), "ensemble {e!r}: tensorrt step {s!r}: input 'x' is declared FP16 but affine.onnx "
+    "tensorrt": ("FP16", (4,), "ensemble {e!r}: step {s!r}: input 'x' is declared FP16 but affine.onnx "
                                "has FP32"),
-    "tensorflow": ("FP64", (4,), "ensemble {e!r}: tensorflow step {s!r}: input 'inputs/x' is declared FP64 but "
+    "tensorflow": ("FP64", (4,), "ensemble {e!r}: step {s!r}: input 'inputs/x' is declared FP64 but "
                                  "model.graphdef has FP32"),
     "pytorch": ("FP32", (5,), "ensemble {e!r}: pytorch step {s!r}: running model.pt on zeros shaped like the "
                               "declared inputs (INPUT__0: FP32 [2, 5]) failed: RuntimeError: mat1 and mat2 shapes "
-                              "cannot be multiplied (2x5 and 4x4)"),
+                              "cannot be multiplied (2x5 and 4x4); check the inputs' dtypes and dims (or pass "
+                              "probe=False if the model cannot run on zeros)"),
     "dali": ("INT32", (4,), "ensemble {e!r}: dali step {s!r}: input 'DALI_INPUT_0' is declared INT32 but the "
                             "pipeline's external_source 'DALI_INPUT_0' has dtype FP32"),
 }
