@@ -36,7 +36,10 @@ def test_bench_writes_json_and_png_with_throughput_and_correct_answers(archives:
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert [s["users"] for s in summary["per_stage"]] == [1, 2, 4]
     assert summary["requests"] > 0 and summary["failures"] == 0 and summary["first_failure"] is None
-    assert all(s["throughput_rps"] > 0 for s in summary["per_stage"])
+    # each request counts in the stage it started in: no stage has to see one finish within its 3 s on a busy
+    # machine, but together they hold the run's requests, all answered correctly
+    staged = sum(s["requests"] for s in summary["per_stage"])
+    assert 1 <= staged <= summary["requests"] and all(s["failures"] == 0 for s in summary["per_stage"])
     assert set(summary["per_target"]) == {a.name for a in archives}
     assert summary["cold"]["requests"] >= 2  # each TargetModel's first call
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
