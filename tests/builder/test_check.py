@@ -38,8 +38,13 @@ def test_conch_built_archives_pass(tmp_path: Path, target: str) -> None:
     assert report.lines() == ["chk.tar.gz: ok: ensemble 'chk', 3 model folders"]
 
 
-@pytest.mark.parametrize("target", ["production", "local"])
-@pytest.mark.parametrize("file", EXAMPLE_FILES)
+# Packing text_embeddings' environment for the production Python (pip against the index, then conda-pack-like
+# packing) takes minutes on a 2-core machine: that one runs with -m slow; its local build is shared.
+EVERY_EXAMPLE = [pytest.param(f, t, marks=[pytest.mark.slow] if (f, t) == ("text_embeddings.py", "production") else [])
+                 for f in EXAMPLE_FILES for t in ("production", "local")]
+
+
+@pytest.mark.parametrize(("file", "target"), EVERY_EXAMPLE)
 def test_every_example_archive_passes(file: str, target: str, examples: ExampleArchives) -> None:
     """README: every example passes `conch check` (archives built once per session, shared with test_run)."""
     try:
