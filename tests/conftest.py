@@ -7,14 +7,18 @@ conch's cache and inherited by the CLI subprocesses; it is never the user's ``~/
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from _pytest import raises as _raises
 
 _SESSION_CACHE = "_CONCH_TEST_SESSION_CACHE"  # set once per session: this file is executed twice (see sagemaker/)
 if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != os.environ.get("CONCH_CACHE_DIR"):
@@ -31,6 +35,20 @@ import error_raises  # noqa: E402
 
 from conch import Ensemble, PythonStep, Tensor  # noqa: E402
 
+_HELD_SOCKETS: list[socket.socket] = []
+
+
+def _refusing_port() -> int:
+    """A loopback port that refuses every connection for the whole session: bound here and never listened on,
+    so no other process can take it (unlike a port number assumed closed, such as 9)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    _HELD_SOCKETS.append(held)
+    return int(held.getsockname()[1])
+
+
+REFUSED_URL = f"http://127.0.0.1:{_refusing_port()}"  # connecting there fails at once: nothing listens
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if not os.environ.get("CONCH_TEST_CACHE_DIR"):
@@ -39,8 +57,70 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """After coverage's report: every user-facing error raise in conch/ and whether a test triggered it."""
+    """After coverage's report: every user-facing refusal in conch/ and whether a test asserted its message."""
     error_raises.terminal_summary(terminalreporter, config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    error_raises.session_finish(session)
+
+
+# The evidence for tests/error_raises.py: which messages the tests asserted on, test by test.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    error_raises.EVIDENCE.test = item.nodeid
+    return (yield)
+
+
+def pytest_assertion_pass(item: pytest.Item, lineno: int, orig: str, expl: str) -> None:
+    """Present so that pytest hands passing comparisons to pytest_assertrepr_compare (the ini enables it)."""
+
+
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> None:
+    error_raises.EVIDENCE.compared(op, left, right)
+
+
+def _record_match(original: Callable[..., bool]) -> Callable[..., bool]:
+    def check_match(self: Any, exc: BaseException) -> bool:
+        matched = original(self, exc)
+        if matched and self.match is not None:
+            pattern = self.match.pattern if isinstance(self.match, re.Pattern) else str(self.match)
+            error_raises.EVIDENCE.asserted(pattern, str(exc), regex=True)
+        return matched
+    return check_match
+
+
+def _record_excinfo_match(original: Callable[..., bool]) -> Callable[..., bool]:
+    def match(self: pytest.ExceptionInfo[BaseException], regexp: str | re.Pattern[str]) -> bool:
+        result = original(self, regexp)
+        pattern = regexp.pattern if isinstance(regexp, re.Pattern) else regexp
+        error_raises.EVIDENCE.asserted(pattern, str(self.value), regex=True)
+        return result
+    return match
+
+
+if not hasattr(_raises.AbstractRaises, "_conch_records"):  # this file runs twice (see sagemaker/conftest.py)
+    _raises.AbstractRaises._conch_records = True  # type: ignore[attr-defined]
+    _raises.AbstractRaises._check_match = _record_match(_raises.AbstractRaises._check_match)  # type: ignore[method-assign]
+    pytest.ExceptionInfo.match = _record_excinfo_match(pytest.ExceptionInfo.match)  # type: ignore[method-assign]
+
+
+def _forget_asserts_rewritten_without_the_pass_hook() -> None:
+    """pytest keeps rewritten test modules in __pycache__ and reuses them whatever the ini says: modules
+    rewritten before enable_assertion_pass_hook was set would never report a passing assert. Once per checkout,
+    drop them so they are rewritten with the hook."""
+    here = Path(__file__).parent
+    mark = here / "__pycache__" / "assertion-pass-hook.mark"
+    if mark.exists():
+        return
+    for pyc in here.rglob("__pycache__/*-pytest-*.pyc"):
+        pyc.unlink(missing_ok=True)
+    mark.parent.mkdir(exist_ok=True)
+    mark.touch()
+
+
+_forget_asserts_rewritten_without_the_pass_hook()
 
 
 def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
@@ -87,3 +167,52 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A package index of packages made on the spot (tests/fixtures/package_index.py), on 127.0.0.1."""
+    import package_index as index
+
+    with index.serving(index.write_index(tmp_path_factory.mktemp("index"))) as url:
+        yield url
+
+
+@pytest.fixture
+def local_index(package_index: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """pip, in this test and the processes it starts, asks the tests' own index and nothing else."""
+    for name, value in {"PIP_INDEX_URL": package_index, "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+                        "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0"}.items():
+        monkeypatch.setenv(name, value)
+    return package_index
+
+
+EXAMPLES = Path(__file__).parent.parent / "ensembles"
+EXAMPLE_FILES = ("text_embeddings.py", "image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py",
+                 "bert_torchscript.py")
+
+
+class ExampleArchives:
+    """Each example in ensembles/ built once per target for the whole session, however many tests use it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[tuple[str, str], Path] = {}
+
+    def ensemble(self, file: str) -> Ensemble:
+        from conch.builder.discover import discover
+
+        (ens,) = discover([EXAMPLES / file])
+        return ens
+
+    def archive(self, file: str, target: str) -> Path:
+        from conch.builder.build import build_ensemble
+
+        if (file, target) not in self.built:
+            self.built[file, target] = build_ensemble(self.ensemble(file), self.root / target, target)
+        return self.built[file, target]
+
+
+@pytest.fixture(scope="session")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
+    return ExampleArchives(tmp_path_factory.mktemp("examples"))

@@ -1,32 +1,61 @@
-"""Every user-facing error raise in conch/ and whether a test triggers it.
+"""Every user-facing refusal conch can give, and whether a test reached it and asserted on its message.
 
-A raise is user-facing when it builds one of conch's errors (``ConchError`` and its subclasses, wherever
-it is built: a helper may return one for its caller to raise), or when the declaration API raises
-Python's own ``TypeError``/``KeyError``/``ValueError`` for a misuse. Each is listed by its message (the
-f-string as written, ``{...}`` where values go). It counts as triggered when coverage.py saw its
-statement run during the test session, in the test process or in a subprocess (the CLI tests), which
-is why the report needs the coverage run that ``pytest`` starts (``--cov`` in pyproject's addopts).
+A refusal is any message conch gives a user for a mistake, found in the source by reading it (never by
+running it), listed one per place and kind:
 
-Printed at the end of every ``pytest`` run by ``tests/conftest.py``; on its own, after a run:
-``python tests/error_raises.py [path/to/.coverage]`` (``--all`` lists the triggered ones too).
+- ``raise``: one of conch's errors (``ConchError`` and its subclasses) built with a message, wherever it
+  is built (a helper may return one for its caller to raise);
+- ``refusal``: a helper that builds the error for its callers (``refuse(entry, why)`` in the safe
+  extraction): each call site is its own refusal, its words filled into the helper's message;
+- ``finding``: a ``conch check`` finding (``report.error(file, message)`` / ``report.warning``);
+- ``builtin``: Python's ``TypeError``/``KeyError``/``ValueError``/``FileNotFoundError`` raised for a
+  misuse where the user meets it (the declaration API, the wire format, the local stand-ins' runners
+  inside Triton) and ``argparse.ArgumentTypeError`` for a bad command-line value;
+- ``model.py``: the raises of the generated Python model (``conch/templates/python_model.py.j2``),
+  which run inside tritonserver.
+
+A refusal counts as **asserted** only when a test saw its message and asserted on its fixed words:
+``pytest.raises(..., match=)`` (or ``excinfo.match``) whose pattern matched the error, or a passing
+``assert "words" in text`` / ``assert text == "..."`` where ``text`` holds the message (the CLI's
+output, a report's lines, ``str(exc)``). The fixed words are the message's own text outside the
+``{...}`` values: the asserted text must hold a run of at least ``MIN_WORDS`` characters of them (all of
+them when the message has fewer), and the text it was found in must hold the whole message (its fixed
+parts in order), so a test that only reaches the raise (a bare ``pytest.raises``) does not count. Lines
+coverage.py saw run tell a reached-but-not-asserted raise from one no test reaches.
+
+The evidence is recorded in the test process by ``tests/conftest.py`` (``pytest.raises``' match and
+pytest's assertion-pass hook), written to ``.raise-evidence.json`` at the end of the run and reported
+after it; the run fails when the asserted share of the refusals a test can reach is below ``FLOOR`` and
+the whole default suite ran. On its own, after a run: ``python tests/error_raises.py [--all]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "conch"
+MODEL_TEMPLATE = PACKAGE / "templates" / "python_model.py.j2"
+EVIDENCE_FILE = ROOT / ".raise-evidence.json"
 ROOT_ERROR = "ConchError"
-BUILTIN_MISUSE = {"TypeError", "KeyError", "ValueError"}
-DECLARATION_API = "conch/ensembles/"
+BUILTIN_MISUSE = {"TypeError", "KeyError", "ValueError", "FileNotFoundError", "ArgumentTypeError"}
+# Where a builtin exception is a message to the user rather than an internal invariant.
+BUILTIN_USER_FACING = ("conch/ensembles/", "conch/backends/standins/", "conch/wire.py", "conch/cli/")
 SIMPLE_STATEMENTS = (ast.Raise, ast.Return, ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
+FINDING_METHODS = {"error", "warning"}
+FINDING_RECEIVER = "report"
+# The asserted share (in %) of the refusals a test can reach below which a full run fails.
+FLOOR = 95.0
+# How many characters of a message's fixed words an asserted text must hold (all of them if fewer).
+MIN_WORDS = 12
 
 # Raises no test here can trigger, by file and the start of their message, with the reason.
 _INSTALLED = "the test environment installs every extra ('.[dev]'), and a missing one must fail the run"
@@ -70,25 +99,96 @@ WHY_NOT: dict[tuple[str, str], str] = {
         "another client calling the same MME during the comparison makes the counts differ",
 }
 
+Parts = tuple[str | None, ...]  # a message as written: fixed text, None where a value goes
+
 
 @dataclass(frozen=True)
 class Raise:
-    """One place that builds a user-facing error: where, which class, and its message as written."""
+    """One place that gives a user-facing message: where, what kind, which class, the message as written."""
 
     path: str
     line: int
+    kind: str
     error: str
+    parts: Parts = field(compare=False)
     message: str
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
 
-    def why_not(self) -> str:
+    @property
+    def key(self) -> str:
+        return f"{self.where} {self.message}"
+
+    @property
+    def fixed(self) -> list[str]:
+        return [p for p in self.parts if p is not None and p.strip()]
+
+    def why_not(self) -> str | None:
         for (path, start), why in WHY_NOT.items():
             if self.path == path and self.message.startswith(start):
                 return why
-        return "no test triggers it yet"
+        return None
+
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("".join(".*?" if p is None else re.escape(p) for p in self.parts), re.DOTALL)
+
+
+def _parts_text(parts: Parts, values: list[str]) -> str:
+    it = iter(values)
+    return "".join(p if p is not None else "{" + next(it, "...") + "}" for p in parts)
+
+
+def _merge(parts: list[str | None]) -> Parts:
+    out: list[str | None] = []
+    for p in parts:
+        if p is not None and out and out[-1] is not None:
+            out[-1] = str(out[-1]) + p
+        elif p == "":
+            continue
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+_PERCENT = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfi]")
+
+
+def _segments(arg: ast.expr) -> tuple[Parts, list[str]]:
+    """An expression building a message as fixed text and values (f-string, %-format, literal, or a value)."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return (arg.value,), []
+    if isinstance(arg, ast.JoinedStr):
+        parts: list[str | None] = []
+        values = []
+        for value in arg.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif isinstance(value, ast.FormattedValue):
+                parts.append(None)
+                values.append(ast.unparse(value.value))
+        return _merge(parts), values
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant):
+        items = arg.right.elts if isinstance(arg.right, ast.Tuple) else [arg.right]
+        text = str(arg.left.value).replace("%%", "\0")
+        pieces: list[str | None] = []
+        for i, piece in enumerate(_PERCENT.split(text)):
+            if i:
+                pieces.append(None)
+            pieces.append(piece.replace("\0", "%"))
+        return _merge(pieces), [ast.unparse(item) for item in items]
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add):
+        left, lv = _segments(arg.left)
+        right, rv = _segments(arg.right)
+        return _merge([*left, *right]), lv + rv
+    return (None,), [ast.unparse(arg)]
+
+
+def _message(call: ast.Call, index: int = 0) -> tuple[Parts, list[str]]:
+    if len(call.args) <= index:
+        return (), []
+    return _segments(call.args[index])
 
 
 def _modules(package: Path) -> Iterator[tuple[str, ast.Module]]:
@@ -114,24 +214,6 @@ def error_classes(modules: Iterable[tuple[str, ast.Module]]) -> set[str]:
     return found
 
 
-def message_of(call: ast.Call) -> str:
-    """The error's message as written: literal text, ``{expression}`` where an f-string puts a value."""
-    if not call.args:
-        return ""
-    arg = call.args[0]
-    if isinstance(arg, ast.Constant):
-        return str(arg.value)
-    if isinstance(arg, ast.JoinedStr):
-        parts = []
-        for value in arg.values:
-            if isinstance(value, ast.Constant):
-                parts.append(str(value.value))
-            elif isinstance(value, ast.FormattedValue):
-                parts.append("{" + ast.unparse(value.value) + "}")
-        return "".join(parts)
-    return "{" + ast.unparse(arg) + "}"
-
-
 def _called_name(call: ast.Call) -> str | None:
     func = call.func
     if isinstance(func, ast.Name):
@@ -141,24 +223,209 @@ def _called_name(call: ast.Call) -> str | None:
     return None
 
 
-def find_raises(package: Path = PACKAGE) -> list[Raise]:
-    """Every user-facing error conch/ builds, in file and line order."""
+def _error_helpers(tree: ast.Module, errors: set[str]) -> dict[str, tuple[list[str], ast.Call, int]]:
+    """Functions whose message takes words from their arguments (``refuse(entry, why)``): name -> params."""
+    helpers = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = [a.arg for a in fn.args.args if a.arg != "self"]
+        for node in ast.walk(fn):
+            if (isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
+                    and _called_name(node.value) in errors and node.value.args):
+                names = {n.id for n in ast.walk(node.value.args[0]) if isinstance(n, ast.Name)}
+                if names & set(params):
+                    helpers[fn.name] = (params, node.value, node.lineno)
+    return helpers
+
+
+def _fill(helper: tuple[list[str], ast.Call, int], call: ast.Call) -> tuple[Parts, list[str]] | None:
+    """The helper's message with the call's own words in place of its parameters, or None if it has none."""
+    params, made, _ = helper
+    args = dict(zip(params, call.args, strict=False))
+    if not any(isinstance(a, ast.Constant | ast.JoinedStr) for a in args.values()):
+        return None
+    arg = made.args[0]
+    if not isinstance(arg, ast.JoinedStr):
+        return None
+    parts: list[str | None] = []
+    values: list[str] = []
+    for value in arg.values:
+        if isinstance(value, ast.Constant):
+            parts.append(str(value.value))
+            continue
+        assert isinstance(value, ast.FormattedValue)
+        inner = value.value
+        given = args.get(inner.id) if isinstance(inner, ast.Name) else None
+        if given is not None and value.conversion == -1:
+            sub, sub_values = _segments(given)
+            parts += sub
+            values += sub_values
+        else:
+            parts.append(None)
+            values.append(ast.unparse(given if given is not None else inner))
+    return _merge(parts), values
+
+
+def _raise(path: str, line: int, kind: str, error: str, parts: Parts, values: list[str]) -> Raise:
+    return Raise(path, line, kind, error, parts, _parts_text(parts, values))
+
+
+def _builtin_user_facing(path: str, name: str) -> bool:
+    return name == "ArgumentTypeError" or path.startswith(BUILTIN_USER_FACING)
+
+
+def find_raises(package: Path = PACKAGE, template: Path = MODEL_TEMPLATE) -> list[Raise]:
+    """Every user-facing refusal in conch/ and the generated model.py, in file and line order."""
     modules = list(_modules(package))
     errors = error_classes(modules)
-    found = []
+    found: list[Raise] = []
     for path, tree in modules:
+        helpers = _error_helpers(tree, errors)
+        filled: set[str] = set()
         for statement in ast.walk(tree):
             if not isinstance(statement, SIMPLE_STATEMENTS):
                 continue
             for node in ast.walk(statement):
                 if not isinstance(node, ast.Call):
                     continue
-                name = _called_name(node)
-                builtin = (name in BUILTIN_MISUSE and path.startswith(DECLARATION_API)
-                           and isinstance(statement, ast.Raise) and statement.exc is node)
-                if name in errors or builtin:
-                    found.append(Raise(path, statement.lineno, str(name), message_of(node)))
+                name = str(_called_name(node))
+                if name in helpers and (made := _fill(helpers[name], node)) is not None:
+                    found.append(_raise(path, statement.lineno, "refusal", name, *made))
+                    filled.add(name)
+                elif name in errors:
+                    found.append(_raise(path, statement.lineno, "raise", name, *_message(node)))
+                elif (name in BUILTIN_MISUSE and isinstance(statement, ast.Raise) and statement.exc is node
+                      and _builtin_user_facing(path, name)):
+                    found.append(_raise(path, statement.lineno, "builtin", name, *_message(node)))
+                elif (name in FINDING_METHODS and isinstance(node.func, ast.Attribute)
+                      and isinstance(node.func.value, ast.Name) and node.func.value.id == FINDING_RECEIVER
+                      and len(node.args) == 2):
+                    found.append(_raise(path, statement.lineno, "finding", name, *_message(node, 1)))
+        # a helper whose every call fills in its words is listed at its call sites, not once for all of them
+        found = [r for r in found if not (r.path == path and r.line in {helpers[n][2] for n in filled})]
+    found += model_raises(template, package.parent)
     return sorted(set(found), key=lambda r: (r.path, r.line))
+
+
+def model_raises(template: Path = MODEL_TEMPLATE, root: Path = ROOT) -> list[Raise]:
+    """The raises of the generated model.py: its template read as Python, Jinja's holes filled with a name."""
+    source = re.sub(r"\{\{.*?\}\}", "_jinja", template.read_text())
+    tree = ast.parse(source)
+    path = template.relative_to(root).as_posix()
+    strings = {fn.name: [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+               for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args):
+            continue
+        name = str(_called_name(node.exc))
+        arg = node.exc.args[0]
+        helper = _called_name(arg) if isinstance(arg, ast.Call) else None
+        for made in strings.get(helper or "", [arg]):
+            found.append(_raise(path, made.lineno if helper else node.lineno, "model.py", name, *_segments(made)))
+    return found
+
+
+# ---- evidence: what the tests asserted, recorded in the test process ------------------------------------
+
+
+@dataclass
+class Evidence:
+    """Asserted texts, each with the text it was asserted against and the test that asserted it."""
+
+    seen: dict[tuple[str, str, bool], str] = field(default_factory=dict)
+    test: str = ""
+
+    def asserted(self, needle: str, haystack: str, regex: bool) -> None:
+        key = (needle, haystack, regex)
+        if needle and haystack and key not in self.seen:
+            self.seen[key] = self.test
+
+    def compared(self, op: str, left: object, right: object) -> None:
+        """A passing ``in``/``==`` between texts (pytest's assertion-pass hook hands it over)."""
+        if not (isinstance(left, str) and isinstance(right, str)):
+            return
+        if op in ("in", "=="):
+            self.asserted(left, right, False)
+
+
+EVIDENCE = Evidence()
+
+
+def _literal_runs(needle: str, regex: bool) -> list[str]:
+    """The literal text an asserted needle insists on: all of it, or a regex's runs of plain characters."""
+    if not regex:
+        return [needle]
+    try:
+        import re._parser as sre_parse  # type: ignore[import-not-found]
+    except ImportError:  # Python 3.10
+        import sre_parse  # type: ignore[no-redef]
+    try:
+        parsed = sre_parse.parse(needle)
+    except re.error:
+        return []
+    runs, current = [], []
+    for op, value in parsed:
+        if op == sre_parse.LITERAL:
+            current.append(chr(value))
+        else:
+            runs.append("".join(current))
+            current = []
+    runs.append("".join(current))
+    return [r for r in runs if r]
+
+
+def holds_fixed_words(raise_: Raise, runs: list[str]) -> bool:
+    """Whether a literal run holds ``MIN_WORDS`` characters of the message's fixed text (or all of it)."""
+    fixed = raise_.fixed
+    if not fixed:
+        return False
+    need = min(MIN_WORDS, max(len(p.strip()) for p in fixed))
+    for run in runs:
+        for part in fixed:
+            overlap = _longest_common(run, part)
+            if overlap >= need:
+                return True
+    return False
+
+
+def _longest_common(a: str, b: str) -> int:
+    """Length of the longest text both hold (the asserted run may reach past one fixed part into a value)."""
+    from difflib import SequenceMatcher
+
+    if a in b:
+        return len(a)
+    match = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    return match.size
+
+
+def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, str]]) -> dict[str, str]:
+    """Each refusal's key -> the first test that asserted it."""
+    done: dict[str, str] = {}
+    patterns = {r.key: r.pattern() for r in raises}
+    for needle, haystack, regex, test in seen:
+        runs = _literal_runs(needle, regex)
+        if not runs:
+            continue
+        for r in raises:
+            if r.key in done or not holds_fixed_words(r, runs):
+                continue
+            if patterns[r.key].search(haystack):
+                done[r.key] = test
+    return done
+
+
+def save_evidence(evidence: Evidence, path: Path = EVIDENCE_FILE) -> dict[str, str]:
+    """Match this run's asserted texts to the refusals and write the matches (atomically) for the CLI."""
+    asserted = asserted_raises(find_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asserted, indent=0, sort_keys=True))
+    tmp.replace(path)
+    return asserted
+
+
+# ---- the report ----------------------------------------------------------------------------------------
 
 
 def executed_lines(data: Any) -> dict[str, set[int]]:
@@ -174,30 +441,61 @@ def executed_lines(data: Any) -> dict[str, set[int]]:
 @dataclass
 class RaiseReport:
     raises: list[Raise]
-    triggered: list[Raise]
+    asserted: dict[str, str]
+    reached: set[str]
 
     @property
-    def untriggered(self) -> list[Raise]:
-        done = set(self.triggered)
-        return [r for r in self.raises if r not in done]
+    def counted(self) -> list[Raise]:
+        """The refusals a test can reach: those without a written reason why none can."""
+        return [r for r in self.raises if r.why_not() is None or r.key in self.asserted]
 
     @property
     def percent(self) -> float:
-        return 100.0 * len(self.triggered) / len(self.raises) if self.raises else 100.0
+        counted = self.counted
+        hit = sum(r.key in self.asserted for r in counted)
+        return 100.0 * hit / len(counted) if counted else 100.0
 
     def lines(self, show_all: bool = False) -> list[str]:
-        out = [f"user-facing error raises in conch/: {len(self.raises)}, triggered by a test: "
-               f"{len(self.triggered)} ({self.percent:.1f} %), not triggered: {len(self.untriggered)}"]
+        kinds = sorted({r.kind for r in self.raises})
+        per_kind = ", ".join(
+            f"{k} {sum(r.key in self.asserted for r in self.raises if r.kind == k)}/"
+            f"{sum(r.kind == k for r in self.raises)}" for k in kinds)
+        total = len(self.raises)
+        asserted = sum(r.key in self.asserted for r in self.raises)
+        out = [f"user-facing refusals in conch/: {total}; reached and asserted on by message in a test: {asserted} "
+               f"({per_kind}); {total - len(self.counted)} no test can reach (reason given)",
+               f"asserted share of the {len(self.counted)} a test can reach: {self.percent:.1f} % "
+               f"(floor {FLOOR:.0f} %)"]
         if show_all:
-            out += [f"  ok   {r.where}  {r.error}: {r.message}" for r in self.triggered]
-        out += [f"  MISS {r.where}  {r.error}: {r.message}  -- {r.why_not()}" for r in self.untriggered]
+            out += [f"  ok   {r.where}  {r.kind} {r.error}: {r.message}  <- {self.asserted[r.key]}"
+                    for r in self.raises if r.key in self.asserted]
+        for r in self.raises:
+            if r.key in self.asserted:
+                continue
+            why = r.why_not()
+            if why is not None:
+                out.append(f"  SKIP {r.where}  {r.kind} {r.error}: {r.message}  -- {why}")
+            elif r.key in self.reached:
+                out.append(f"  NOT ASSERTED {r.where}  {r.kind} {r.error}: {r.message}  -- a test reaches it but "
+                           "asserts none of its fixed words")
+            else:
+                out.append(f"  UNTESTED {r.where}  {r.kind} {r.error}: {r.message}")
         return out
 
 
-def report(data: Any, package: Path = PACKAGE) -> RaiseReport:
+def report(data: Any, asserted: dict[str, str], package: Path = PACKAGE) -> RaiseReport:
     raises = find_raises(package)
-    lines = executed_lines(data)
-    return RaiseReport(raises, [r for r in raises if r.line in lines.get(r.path, set())])
+    lines = executed_lines(data) if data is not None else {}
+    return RaiseReport(raises, asserted, {r.key for r in raises if r.line in lines.get(r.path, set())})
+
+
+def _result_key() -> Any:
+    import pytest
+
+    return pytest.StashKey[RaiseReport | None]()
+
+
+_RESULT = _result_key()
 
 
 def _session_data(config: Any) -> Any:
@@ -208,14 +506,38 @@ def _session_data(config: Any) -> Any:
     return None if cov is None else cov.get_data()
 
 
-def terminal_summary(terminalreporter: Any, config: Any) -> None:
+def whole_suite(config: Any) -> bool:
+    """Whether this run is the default suite: its testpaths, no -k, no deselection, no --lf."""
+    from _pytest.config import Config
+
+    return (config.args_source == Config.ArgsSource.TESTPATHS and not config.option.keyword
+            and not config.getoption("deselect", None) and not config.getoption("lf", False))
+
+
+def session_finish(session: Any) -> None:
+    """Match this run's evidence, and fail a whole-suite run whose asserted share is below the floor."""
+    config = session.config
     data = _session_data(config)
-    terminalreporter.section("user-facing error raises")
     if data is None:
+        config.stash[_RESULT] = None
+        return
+    result = report(data, save_evidence(EVIDENCE))
+    config.stash[_RESULT] = result
+    if whole_suite(config) and result.percent < FLOOR and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def terminal_summary(terminalreporter: Any, config: Any) -> None:
+    terminalreporter.section("user-facing refusals")
+    result = config.stash.get(_RESULT, None)
+    if result is None:
         terminalreporter.write_line("not measured: this run has no coverage (pytest-cov off)")
         return
-    for line in report(data).lines(show_all=config.get_verbosity() > 1):
+    for line in result.lines(show_all=config.get_verbosity() > 1):
         terminalreporter.write_line(line)
+    if whole_suite(config) and result.percent < FLOOR:
+        terminalreporter.write_line(f"FAIL: the asserted share {result.percent:.1f} % is below the floor of "
+                                    f"{FLOOR:.0f} %: assert the UNTESTED / NOT ASSERTED messages above", red=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,12 +545,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_file", nargs="?", default=str(ROOT / ".coverage"))
-    parser.add_argument("--all", action="store_true", help="list the triggered raises too")
+    parser.add_argument("--all", action="store_true", help="list the asserted refusals too, with the test")
+    parser.add_argument("--evidence", default=str(EVIDENCE_FILE), help="the matches the last pytest run wrote")
     args = parser.parse_args(argv)
     data = coverage.CoverageData(basename=args.data_file)
     data.read()
-    print("\n".join(report(data).lines(show_all=args.all)))
-    return 0
+    evidence = Path(args.evidence)
+    asserted = json.loads(evidence.read_text()) if evidence.is_file() else {}
+    result = report(data, asserted)
+    print("\n".join(result.lines(show_all=args.all)))
+    return 0 if result.percent >= FLOOR else 1
 
 
 if __name__ == "__main__":

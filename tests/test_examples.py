@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import ExampleArchives
 
-from conch.builder.build import build_ensemble, render_repository
+from conch.builder.build import render_repository
 from conch.builder.discover import discover
 from conch.harness.replay import ENDPOINTS, replay_archives
 
@@ -44,9 +45,8 @@ def test_text_embeddings_production_layout() -> None:
 
 
 @pytest.mark.integration
-def test_text_embeddings_replays_within_cosine_0_999(tmp_path: Path, triton) -> None:  # type: ignore[no-untyped-def]
-    (ens,) = discover([EXAMPLES / "text_embeddings.py"])
-    archive = build_ensemble(ens, tmp_path, "local")
+def test_text_embeddings_replays_within_cosine_0_999(examples: ExampleArchives, triton) -> None:  # type: ignore[no-untyped-def]
+    archive = examples.archive("text_embeddings.py", "local")  # built once per session (test_run, test_check)
     report = replay_archives([archive], server=triton)
     assert report.passed, report.table()
     rows = [r for r in report.rows if r.endpoint in ENDPOINTS]

@@ -10,13 +10,11 @@ import basic_steps
 import numpy as np
 import pytest
 import run_steps
-from conftest import linear_ensemble
+from conftest import EXAMPLE_FILES, ExampleArchives, linear_ensemble
 from run_pipelines import counter_ensemble, text_ensemble
 
 import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
-from conch.builder.build import build_ensemble
-from conch.builder.discover import discover
 from conch.cli import main
 from conch.ensembles.samples import compare
 from conch.harness.mme import MultiModelClient
@@ -133,12 +131,6 @@ def test_cli_unknown_sample_is_one_error_line(capsys: pytest.CaptureFixture[str]
         in err
 
 
-# The text examples build a packed environment (pip resolves against the index) and load a Python stub
-# per step: past 30 s on a busy 2-core machine, so they run with -m slow.
-EXAMPLE_FILES = [pytest.param("text_embeddings.py", marks=pytest.mark.slow), "image_classifier.py",
-                 "resnet_pytorch.py", "resnet_tensorrt.py", pytest.param("bert_torchscript.py", marks=pytest.mark.slow)]
-
-
 @pytest.fixture(scope="module")
 def own_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """A server of this module's own: the examples' step names are loaded by other tests' servers too, and
@@ -149,11 +141,11 @@ def own_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton
 
 @pytest.mark.integration
 @pytest.mark.parametrize("file", EXAMPLE_FILES)
-def test_run_equals_the_local_triton_replay(file: str, tmp_path: Path, own_triton: LocalTriton) -> None:
-    if file == "image_classifier.py":
-        pytest.importorskip("nvidia.dali")
-    (ens,) = discover([EXAMPLES / file])
-    archive = build_ensemble(ens, tmp_path, "local")
+def test_run_equals_the_local_triton_replay(file: str, examples: ExampleArchives, own_triton: LocalTriton) -> None:
+    """README: `conch run` answers as the local Triton replay does, for every example (archives built once per
+    session, shared with the other example tests)."""
+    ens = examples.ensemble(file)
+    archive = examples.archive(file, "local")
     client = MultiModelClient(own_triton.sagemaker_url, own_triton.http_url)
     name = archive.name
     client.load(name, stage(archive, own_triton), 300)

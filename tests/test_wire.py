@@ -12,25 +12,36 @@ from conch.errors import ServeError
 from conch.wire import check_json_request, encode_request, json_request, parse_binary_response, parse_json_response
 
 
-def _as_response(body: bytes) -> bytes:
-    """A request body turned into the response a server would send back with the same tensors."""
-    request = json.loads(body)
-    return json.dumps({"outputs": request["inputs"]}).encode()
-
-
-def test_json_bodies_carry_numbers_and_utf8_bytes() -> None:
+def test_json_bodies_are_kserve_v2_requests() -> None:
+    """The body as the KServe v2 protocol writes it (names, shapes, wire datatypes, row-major data, BYTES as
+    UTF-8 text), compared with the protocol's own form rather than read back by conch's parser."""
     inputs = {"X": np.arange(6, dtype=np.float32).reshape(2, 3), "T": np.array([[b"caf\xc3\xa9"]], dtype=object)}
     body, content_type = encode_request(inputs, "json")
     assert content_type == "application/json"
-    back = parse_json_response(_as_response(body))
-    np.testing.assert_array_equal(back["X"], inputs["X"])
-    assert back["X"].dtype == np.float32 and back["T"].tolist() == [[b"caf\xc3\xa9"]]
+    assert json.loads(body) == {"inputs": [
+        {"name": "X", "shape": [2, 3], "datatype": "FP32", "data": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]},
+        {"name": "T", "shape": [1, 1], "datatype": "BYTES", "data": ["caf\u00e9"]},
+    ]}
+
+
+def test_json_responses_as_triton_writes_them_become_arrays() -> None:
+    answer = {"model_name": "e", "model_version": "1", "outputs": [
+        {"name": "Y", "datatype": "INT64", "shape": [2, 2], "data": [1, 2, 3, 4]},
+        {"name": "T", "datatype": "BYTES", "shape": [1, 1], "data": ["caf\u00e9"]},
+    ]}
+    back = parse_json_response(json.dumps(answer).encode())
+    assert back["Y"].dtype == np.int64 and back["Y"].tolist() == [[1, 2], [3, 4]]
+    assert back["T"].dtype == object and back["T"].tolist() == [[b"caf\xc3\xa9"]]
 
 
 def test_binary_bodies_carry_any_bytes() -> None:
     body, content_type = encode_request({"T": np.array([[b"\x00\xff"]], dtype=object)}, "binary")
     assert content_type.startswith("application/vnd.sagemaker-triton.binary+json;json-header-size=")
-    assert body.endswith(b"\x02\x00\x00\x00\x00\xff")  # the raw tensor after the header: length, then bytes
+    header_size = int(content_type.rsplit("=", 1)[1])
+    assert json.loads(body[:header_size]) == {"inputs": [
+        {"name": "T", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}],
+        "parameters": {"binary_data_output": True}}
+    assert body[header_size:] == b"\x02\x00\x00\x00\x00\xff"  # the raw tensor after the header: length, then bytes
     with pytest.raises(ServeError, match=r"input 'T' holds non-UTF-8 bytes, which a JSON body cannot carry"):
         json_request({"T": np.array([[b"\x00\xff"]], dtype=object)})
     with pytest.raises(ServeError, match=r"is not a KServe v2 inference response"):

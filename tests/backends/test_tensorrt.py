@@ -12,11 +12,15 @@ from pathlib import Path
 import fake_tensorrt
 import onnx_models
 import pytest
+from google.protobuf import text_format
 from onnx import TensorProto
+from tritonclient.grpc import model_config_pb2
 
 from conch import BuildError, DeclarationError, Ensemble, Tensor, TensorRTStep, Warmup
 from conch.backends.tensorrt import profile_shapes
 from conch.builder.build import build_ensemble, render_repository
+
+ModelConfig = model_config_pb2.ModelConfig
 
 
 def one_step(step: TensorRTStep, name: str = "trt") -> Ensemble:
@@ -106,6 +110,13 @@ def test_compiled_plan_records_the_tensorrt_version(tmp_path: Path, fake_trt) ->
     assert plan["flags"] == ["fp16"]
     assert {t["name"]: t["dtype"] for t in plan["io"]} == {"x": "FLOAT", "y": "FLOAT"}  # fp16 leaves I/O FP32
     assert [t["profile"] for t in plan["io"] if t["input"]] == [[[1, 4], [8, 4], [8, 4]]]
+    # what Triton will read next to that engine agrees with it: the batch the config allows is the largest the
+    # profile takes, and the config's I/O are the engine's (FP32, [4] past the batch)
+    config = text_format.Parse(repo.files["trt__resnet/config.pbtxt"].decode(), ModelConfig())  # type: ignore[union-attr]
+    (profile,) = [t["profile"] for t in plan["io"] if t["input"]]
+    assert config.max_batch_size == profile[2][0] == 8 and config.platform == "tensorrt_plan"
+    assert [(t.name, t.data_type, list(t.dims)) for t in (*config.input, *config.output)] == [
+        ("x", model_config_pb2.TYPE_FP32, [4]), ("y", model_config_pb2.TYPE_FP32, [4])]
     (described,) = repo.manifest["steps"]
     assert described["tensorrt"] == {"fp16": True, "onnx_source": True, "plan": "compiled from onnx",
                                      "tensorrt_version": "10.99.0", "inspected": True}

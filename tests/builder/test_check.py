@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import linear_ensemble
+from conftest import EXAMPLE_FILES, ExampleArchives, linear_ensemble
 from hostile_archives import write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
@@ -38,23 +38,23 @@ def test_conch_built_archives_pass(tmp_path: Path, target: str) -> None:
     assert report.lines() == ["chk.tar.gz: ok: ensemble 'chk', 3 model folders"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["production", "local"])
-def test_every_example_archive_passes(tmp_path: Path, target: str) -> None:
-    from conch.builder.discover import discover
+# Packing text_embeddings' environment for the production Python (pip against the index, then conda-pack-like
+# packing) takes minutes on a 2-core machine: that one runs with -m slow; its local build is shared.
+EVERY_EXAMPLE = [pytest.param(f, t, marks=[pytest.mark.slow] if (f, t) == ("text_embeddings.py", "production") else [])
+                 for f in EXAMPLE_FILES for t in ("production", "local")]
 
-    examples = Path(__file__).parents[2] / "ensembles"
-    built = 0
-    for ensemble in discover([examples]):
-        try:
-            archive = build_ensemble(ensemble, tmp_path, target)
-        except BuildError as exc:  # a TensorRT plan is compiled on a GPU host only
-            assert "needs an NVIDIA GPU" in str(exc), exc
-            continue
-        report = check_archive(archive)
-        assert report.ok, report.lines()
-        built += 1
-    assert built >= 4
+
+@pytest.mark.parametrize(("file", "target"), EVERY_EXAMPLE)
+def test_every_example_archive_passes(file: str, target: str, examples: ExampleArchives) -> None:
+    """README: every example passes `conch check` (archives built once per session, shared with test_run)."""
+    try:
+        archive = examples.archive(file, target)
+    except BuildError as exc:  # a TensorRT plan is compiled on a GPU host only
+        assert (file, target) == ("resnet_tensorrt.py", "production"), exc
+        assert "needs an NVIDIA GPU" in str(exc), exc
+        return
+    report = check_archive(archive)
+    assert report.ok, report.lines()
 
 
 @pytest.mark.parametrize("repo", [bert_repo(), inception_repo()], ids=["bert-trt-python", "dali-inception"])

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import REFUSED_URL
 
 STEPS_A = """
 import numpy as np
@@ -174,7 +175,7 @@ step = PythonStep("where0", where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", 
 ens.output("WHERE0", step(ens.input("X", "FP32", [1])))
 """
 
-UNREACHABLE_INDEX = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "1",
+UNREACHABLE_INDEX = {"PIP_INDEX_URL": f"{REFUSED_URL}/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "1",
                      "PIP_NO_CACHE_DIR": "1", "PIP_FIND_LINKS": ""}
 
 

@@ -89,23 +89,28 @@ def test_second_pack_comes_from_the_cache_and_is_identical(tmp_path: Path, monke
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
     messages: list[str] = []
     first = pack(TABULATE, "3.12", progress=messages.append)
+    packed, written = first.archive.read_bytes(), first.archive.stat().st_mtime_ns
     second = pack(TABULATE, "3.12", progress=messages.append)
-    assert not first.from_cache and second.from_cache
-    assert first.archive == second.archive and first.key == second.key
+    assert not first.from_cache and second.from_cache and first.key == second.key
+    # the hit hands back the file the first pack wrote, untouched, not a fresh pack under the same name
+    assert second.archive.stat().st_mtime_ns == written and second.archive.read_bytes() == packed
+    assert sum(m.startswith("resolving") for m in messages) == 1
     assert any(m.startswith("resolving") for m in messages) and any(m.startswith("downloading") for m in messages)
     assert any("from cache" in m for m in messages)
 
 
-def test_sdist_only_package_is_refused_with_the_reason() -> None:
-    with pytest.raises(PackError, match=r"jieba==0.42.1 has no wheel for CPython 3.10 on Linux x86-64, only a source"):
-        resolve(("jieba==0.42.1",), "3.10")
+def test_sdist_only_package_is_refused_with_the_reason(local_index: str) -> None:
+    with pytest.raises(PackError, match=r"conch-fixture-sdist==1.0 has no wheel for CPython 3.10 on Linux x86-64, "
+                                        r"only a source distribution, which conch will not compile"):
+        resolve(("conch-fixture-sdist==1.0",), "3.10", refresh=True)
 
 
-def test_unknown_package_is_refused() -> None:
-    assert "tabulate==0.9.0" in resolve(("tabulate==0.9.0",), "3.10")  # the index answers: "unknown" means unknown
+def test_unknown_package_is_refused(local_index: str) -> None:
+    # the index answers (a wheel it holds resolves), so "unknown" means unknown
+    assert "conch-fixture-wheel==1.0" in resolve(("conch-fixture-wheel==1.0",), "3.10", refresh=True)
     with pytest.raises(PackError, match=r"no release of conch-no-such-package-xyz==1.0 exists for CPython 3.10 on "
                                         r"Linux x86-64"):
-        resolve(("conch-no-such-package-xyz==1.0",), "3.10")
+        resolve(("conch-no-such-package-xyz==1.0",), "3.10", refresh=True)
 
 
 def make_conda_prefix(root: Path, python: str) -> Path:
@@ -124,7 +129,8 @@ def make_conda_prefix(root: Path, python: str) -> Path:
     return root
 
 
-def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) -> None:
+def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     prefix = make_conda_prefix(tmp_path / "condaenv", local_python())
     assert not (prefix / "bin" / "activate").exists()  # conda-pack must add it
     env = PythonEnv(conda_prefix=prefix)
@@ -138,6 +144,8 @@ def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) 
         assert inner is not None
         with tarfile.open(fileobj=inner) as env_tar:
             assert {"bin/activate", "bin/conda-unpack"} <= set(env_tar.getnames())
+    # packed again from nothing (an empty cache, so conda-pack runs a second time): the same bytes
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cold-cache"))
     again = build_ensemble(where_ensemble("conda_where", env), tmp_path / "again", "local")
     assert again.read_bytes() == archive.read_bytes()
 

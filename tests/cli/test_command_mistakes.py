@@ -8,6 +8,7 @@ from pathlib import Path
 
 import basic_steps
 import pytest
+from conftest import REFUSED_URL
 from test_cli import conch
 from test_cli_errors import assert_one_line_each
 
@@ -16,7 +17,7 @@ from conch.builder.build import build_ensemble
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_targets
 
-NOWHERE = "http://127.0.0.1:9"  # nothing listens there: a command that got that far would fail differently
+NOWHERE = REFUSED_URL  # nothing listens there: a command that got that far would fail differently
 AWS = ("--endpoint", "prod", "--region", "us-east-1", "--endpoint-url", NOWHERE)
 PLAN = ("plan", "--ensembles", "3", "--rps", "10")
 

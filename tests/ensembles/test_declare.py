@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import basic_steps
@@ -44,9 +45,15 @@ def test_model_names_refuse_shell_and_triton_specials(char: str) -> None:
         Ensemble(f"bad{char}name")
 
 
-@pytest.mark.parametrize("name", ["", "has space", "a/b", ".hidden", "123"])
-def test_model_names_refuse_non_folder_names(name: str) -> None:
-    with pytest.raises(DeclarationError):
+@pytest.mark.parametrize(("name", "message"), [
+    ("", "python step: a model name must be a non-empty string, got ''"),
+    ("has space", "python step: name 'has space' is not a safe folder name"),
+    ("a/b", "python step: name 'a/b' is not a safe folder name"),
+    (".hidden", "python step: name '.hidden' is not a safe folder name"),
+    ("123", "python step: name '123' is all digits, which Triton reads as a version folder"),
+])
+def test_model_names_refuse_non_folder_names(name: str, message: str) -> None:
+    with pytest.raises(DeclarationError, match=re.escape(message)):
         step(name=name)
 
 

@@ -114,8 +114,9 @@ def test_load_of_a_bad_archive_fails_with_the_server_error(tmp_path: Path, trito
     client = MultiModelClient(triton.sagemaker_url, triton.http_url)
     with pytest.raises(ServeError, match="loading 'bad_config.tar.gz' failed"):
         client.load("bad_config.tar.gz", folder, timeout=60)
-    with pytest.raises(InvokeError):
+    with pytest.raises(InvokeError, match="^Not Found$") as caught:  # tritonserver's SageMaker front end: no model
         client.invoke_json("bad_config.tar.gz", {"X": np.ones((1, 4), np.float32)})
+    assert caught.value.status == 404
 
 
 def test_production_archive_with_backends_the_server_lacks_is_explained(tmp_path: Path, triton: LocalTriton) -> None:
@@ -143,8 +144,9 @@ def test_unload_removes_the_archive_and_a_second_unload_fails(tmp_path: Path, tr
     assert client.describe(archive.name) is not None
     client.unload(archive.name)
     assert client.describe(archive.name) is None
-    with pytest.raises(InvokeError):
+    with pytest.raises(InvokeError, match="^Not Found$") as caught:  # tritonserver's SageMaker front end: no model
         client.invoke_json(archive.name, {"X": np.ones((1, 4), np.float32)})
+    assert caught.value.status == 404
     with pytest.raises(ServeError, match=r"unloading 'unload_me.tar.gz' failed \(HTTP \d+\)"):
         client.unload(archive.name)
 

@@ -66,7 +66,7 @@ def test_an_update_makes_a_new_config_and_moves_the_endpoint_to_it(moto: Moto) -
 
     image = spec(image=triton_image("24.05", REGION))
     assert image.model_name != first.model_name  # a new container is a new model
-    with pytest.raises(DeployError):
+    with pytest.raises(DeployError, match=f"updating endpoint 'text-mme' to config '{image.config_name}'"):
         deploy_endpoint(image, moto.aws, poll=0.01)
     model = sm.describe_model(ModelName=image.model_name)
     assert model["PrimaryContainer"]["Image"].endswith("/sagemaker-tritonserver:24.05-py3")
@@ -74,8 +74,9 @@ def test_an_update_makes_a_new_config_and_moves_the_endpoint_to_it(moto: Moto) -
 
 def test_delete_removes_the_endpoint_and_every_config_and_model_conch_made(moto: Moto) -> None:
     first = deploy_endpoint(spec(), moto.aws, poll=0.01)
-    with pytest.raises(DeployError):  # leaves a second config behind (moto cannot update)
-        deploy_endpoint(spec(instance_count=2), moto.aws, poll=0.01)
+    second = spec(instance_count=2)
+    with pytest.raises(DeployError, match=f"updating endpoint 'text-mme' to config '{second.config_name}'"):
+        deploy_endpoint(second, moto.aws, poll=0.01)  # leaves a second config behind (moto cannot update)
     sm = moto.client("sagemaker")
     sm.create_model(ModelName="text-mme-someone-elses", ExecutionRoleArn=ROLE,
                     PrimaryContainer={"Image": IMAGE, "ModelDataUrl": "s3://x/", "Mode": "MultiModel"})

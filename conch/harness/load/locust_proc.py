@@ -262,7 +262,7 @@ def run_master(spec: LoadSpec, out: Path, workers: int, bind: str, port: int) ->
 
     runner.register_message("conch_records", take_records)
     env.events.worker_report.add_listener(lambda client_id, data: RECORDS.extend(data.get("conch_records", [])))
-    emit("master", port=port)
+    emit("master", port=runner.server.port)  # the port it bound: 0 asks the system for a free one
     deadline = time.time() + WAIT_FOR_WORKERS_S
     while runner.worker_count < workers and time.time() < deadline:
         gevent.sleep(0.2)

@@ -17,7 +17,6 @@ from typing import Any
 from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import LoadSpec
-from conch.harness.server import free_port
 
 MODULE = "conch.harness.load.locust_proc"
 GRACE_S = 180.0  # beyond the stages: spawning, waiting for workers, flushing records
@@ -52,11 +51,15 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
         logs = [(work / "main.log").open("w")]
         try:
             distributed = workers + remote_workers > 0
-            port = port or free_port()
+            # Workers on this machine learn the port from the master, which binds port 0 and reports what it
+            # got; only workers elsewhere need a port fixed in advance.
+            port = port if remote_workers and port else 0
             main = locust_command(*(("master", "--workers", str(workers + remote_workers), "--bind", bind,
                                      "--port", str(port)) if distributed else ("local",)),
                                   "--spec", str(work / "spec.json"), "--out", str(out))
             processes.append(_spawn(main, logs[0], stdout=True))
+            if distributed:
+                port = _bound_port(processes[0], work / "main.log", progress)
             for i in range(workers):
                 logs.append((work / f"worker{i}.log").open("w"))
                 worker = locust_command("worker", "--master-host", "127.0.0.1", "--port", str(port),
@@ -78,6 +81,22 @@ def _spawn(command: list[str], log: Any, *, stdout: bool) -> subprocess.Popen[st
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(command, stdout=subprocess.PIPE if stdout else log, stderr=log, stdin=subprocess.DEVNULL,
                             text=True, env=env, start_new_session=True)
+
+
+def _bound_port(process: subprocess.Popen[str], log: Path, progress: Progress | None) -> int:
+    """The port the master bound, from its first event (passed on to ``progress`` like the others)."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "error":
+                raise BenchError(f"load generator: {event.get('message')}")
+            if progress:
+                progress(event)
+            if event.get("event") == "master":
+                return int(event["port"])
+    process.wait(timeout=30)
+    raise BenchError(f"the load generator wrote no results\n{_tail(log)}")
 
 
 def _follow(process: subprocess.Popen[str], limit: float, progress: Progress | None) -> None:

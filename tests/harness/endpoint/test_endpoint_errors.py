@@ -17,7 +17,7 @@ import mme_steps
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from conftest import linear_ensemble
+from conftest import REFUSED_URL, linear_ensemble
 from mme_archives import EXPECTED, copies, invoke_linear, runtime, tar_with
 from test_mme_bad_input import one_step
 
@@ -113,7 +113,7 @@ def test_an_archive_s3_will_not_hand_out_names_the_object_and_s3s_reason(moto_se
 def test_an_s3_server_that_cannot_be_reached_names_the_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(key, "testing")
-    source = S3Source("models", "team/", "http://127.0.0.1:9")  # nothing listens on port 9
+    source = S3Source("models", "team/", REFUSED_URL)
     with pytest.raises(ServeError, match=r"downloading s3://models/team/x.tar.gz for TargetModel 'x.tar.gz': Could "
                                          r"not connect to the endpoint URL"):
         source.fetch("x.tar.gz", tmp_path / "x.tar.gz")

@@ -24,17 +24,29 @@ def linear_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_ensemble(linear_ensemble("mme_linear"), tmp_path_factory.mktemp("built"), "local")
 
 
+def four_copies(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    copies(linear_archive, source, [f"m{i}.tar.gz" for i in range(4)])
+    return source
+
+
 @pytest.fixture(scope="module")
 def mme(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMME]:
     """Four copies of one archive behind one endpoint that keeps at most two loaded; the copies get step names
     of their own (--step-names isolate: what `conch deploy` uploads), so that LRU is the only churn."""
-    source = tmp_path_factory.mktemp("source")
-    copies(linear_archive, source, [f"m{i}.tar.gz" for i in range(4)])
-    with LocalMME(source, max_loaded=2, step_names="isolate") as endpoint:
+    with LocalMME(four_copies(linear_archive, tmp_path_factory), max_loaded=2, step_names="isolate") as endpoint:
         yield endpoint
 
 
-def test_models_load_on_first_call_and_the_least_recently_used_is_unloaded(mme: LocalMME) -> None:
+@pytest.fixture
+def fresh_mme(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMME]:
+    """The same, started for one test: its counters and loaded models owe nothing to the tests before it."""
+    with LocalMME(four_copies(linear_archive, tmp_path_factory), max_loaded=2, step_names="isolate") as endpoint:
+        yield endpoint
+
+
+def test_models_load_on_first_call_and_the_least_recently_used_is_unloaded(fresh_mme: LocalMME) -> None:
+    mme = fresh_mme
     rt = runtime(mme.url)
     assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
     before = mme.metrics_json()

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import linear_ensemble
@@ -19,7 +20,6 @@ from conch.harness.load.report import summarise
 from conch.harness.load.runner import run_load
 from conch.harness.load.spec import LoadSpec, archive_targets
 from conch.harness.load.stages import Stage
-from conch.harness.server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,10 @@ def test_bench_writes_json_and_png_with_throughput_and_correct_answers(archives:
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert [s["users"] for s in summary["per_stage"]] == [1, 2, 4]
     assert summary["requests"] > 0 and summary["failures"] == 0 and summary["first_failure"] is None
-    assert all(s["throughput_rps"] > 0 for s in summary["per_stage"])
+    # each request counts in the stage it started in: no stage has to see one finish within its 3 s on a busy
+    # machine, but together they hold the run's requests, all answered correctly
+    staged = sum(s["requests"] for s in summary["per_stage"])
+    assert 1 <= staged <= summary["requests"] and all(s["failures"] == 0 for s in summary["per_stage"])
     assert set(summary["per_target"]) == {a.name for a in archives}
     assert summary["cold"]["requests"] >= 2  # each TargetModel's first call
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
@@ -62,18 +65,26 @@ def test_master_and_two_workers_count_wrong_answers_as_failures(archives: list[P
 
 def test_a_worker_started_with_conch_bench_worker_joins_the_master(archives: list[Path]) -> None:
     """What a worker on another machine runs: it needs no archives, the master sends the payloads."""
-    port = free_port()
-    worker = subprocess.Popen([sys.executable, "-m", "conch.cli", "bench", "--worker", "--master-host", "127.0.0.1",
-                               "--master-port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_worker(event: dict[str, Any]) -> None:
+        """Started once the master reports the port it bound (port 0: the system picked a free one)."""
+        if event.get("event") == "master":
+            started.append(subprocess.Popen([sys.executable, "-m", "conch.cli", "bench", "--worker", "--master-host",
+                                             "127.0.0.1", "--master-port", str(event["port"])],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
     try:
         with local_triton([(a, a.name) for a in archives]) as url:
             spec = LoadSpec("kserve", url, archive_targets(archives), [Stage(4, 2, 2)])
-            summary = summarise(run_load(spec, remote_workers=1, port=port))
+            summary = summarise(run_load(spec, remote_workers=1, port=0, progress=start_worker))
+        (worker,) = started
         assert worker.wait(timeout=60) == 0  # the master's quit ends it
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert summary["workers"] == 1 and summary["requests"] > 0 and summary["failures"] == 0
 
 

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import linear_ensemble
+from conftest import REFUSED_URL, linear_ensemble
 
 from conch.builder.build import build_ensemble
 from conch.errors import BenchError
@@ -19,7 +19,7 @@ from conch.harness.load.stages import Stage
 
 def test_a_master_port_already_taken_ends_the_run_with_the_generators_log(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("load_port"), tmp_path, "local")
-    spec = LoadSpec("sagemaker", "http://127.0.0.1:9", archive_targets([archive]), [Stage(2, 1, 1)])
+    spec = LoadSpec("sagemaker", REFUSED_URL, archive_targets([archive]), [Stage(2, 1, 1)])
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -31,7 +31,7 @@ def test_a_master_port_already_taken_ends_the_run_with_the_generators_log(tmp_pa
 @pytest.mark.slow  # the master waits WAIT_FOR_WORKERS_S (60 s) for its workers before it gives up
 def test_remote_workers_that_never_connect_end_the_run_saying_how_many_came(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("load_alone"), tmp_path, "local")
-    spec = LoadSpec("sagemaker", "http://127.0.0.1:9", archive_targets([archive]), [Stage(2, 1, 1)])
+    spec = LoadSpec("sagemaker", REFUSED_URL, archive_targets([archive]), [Stage(2, 1, 1)])
     with pytest.raises(BenchError, match=r"load generator: only 0 of 1 workers connected within 60 s"):
         run_load(spec, remote_workers=1)
 

@@ -26,7 +26,10 @@ def test_seed_list_parses_with_cumulative_durations(tmp_path: Path) -> None:
     assert parse_stages(json.dumps(seed)) == [Stage(30, 10, 5), Stage(60, 20, 1)]
     (tmp_path / "stages.json").write_text(json.dumps(seed))
     assert parse_stages(str(tmp_path / "stages.json")) == parse_stages(json.dumps(seed))
-    assert parse_stages("test") == PRESETS["test"]
+    # the presets by their numbers (a preset is what users pick by name: a changed one must show up here)
+    assert parse_stages("test") == [Stage(3, 1, 1), Stage(6, 2, 2), Stage(9, 4, 4)]
+    assert parse_stages("quick") == [Stage(10, 2, 2), Stage(20, 4, 2), Stage(30, 8, 4), Stage(40, 16, 8)]
+    assert parse_stages("seed") == seed_ramp() and sorted(PRESETS) == ["quick", "seed", "test"]
 
 
 @pytest.mark.parametrize("text, words", [
