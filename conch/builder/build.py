@@ -75,7 +75,7 @@ def render_repository(
     steps: list[StepRecord] = []
     notes: list[str] = []
     envs = EnvLayout(target, release, progress, refresh)
-    observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
+    observed = observe(ensemble, target, release, refresh)  # runs in-process for a warmup or to size shm, once
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)
