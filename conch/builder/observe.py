@@ -54,7 +54,8 @@ class Observed:
     def from_json(data: dict[str, Any]) -> Observed:
         steps = {}
         for model, s in data["steps"].items():
-            inputs = tuple(WarmupInput(name, DType.of(dtype), tuple(dims), file) for name, dtype, dims, file in s["inputs"])
+            inputs = tuple(WarmupInput(name, DType.of(dtype), tuple(dims), file)
+                           for name, dtype, dims, file in s["inputs"])
             entry = Warmup(s["name"], batch_size=s["batch_size"], count=s["count"], inputs=inputs)
             steps[model] = StepWarmup(entry, {rel: base64.b64decode(b) for rel, b in s["files"].items()})
         return Observed(DerivedWarmup(data["source"], steps), {m: dict(v) for m, v in data["row_bytes"].items()})
