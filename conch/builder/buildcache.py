@@ -129,9 +129,8 @@ class BuildRecord:
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
     def matches(self, key: str) -> bool:
-        known = read_json(self.where)
-        current = self._stat()
-        return current is not None and known == {"key": key, "stat": current}
+        current = self._stat()  # first: a new --out has no archive, and then no record is worth reading
+        return current is not None and read_json(self.where) == {"key": key, "stat": current}
 
     def save(self, key: str) -> None:
         write_json(self.where, {"key": key, "stat": self._stat()})
