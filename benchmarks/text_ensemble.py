@@ -132,8 +132,9 @@ def process_cpu(server_pid: int, models: list[str]) -> dict[str, float]:
         if int(proc.name) == server_pid:
             found["tritonserver (HTTP, ensemble scheduler, server side of the hops)"] = seconds
         elif len(cmdline) > 1 and "triton_python_backend_stub" in cmdline[0]:
-            model = next((m for m in models if f"/{m}/" in cmdline[1]), cmdline[1])
-            found[f"stub {model}"] = found.get(f"stub {model}", 0.0) + seconds
+            model = next((m for m in models if f"/{m}/" in cmdline[1]), None)
+            if model is not None:  # not another server's stub
+                found[f"stub {model}"] = found.get(f"stub {model}", 0.0) + seconds
     return found
 
 
