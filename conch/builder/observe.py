@@ -66,12 +66,18 @@ def observe(ensemble: Ensemble, target: Target, release: Release, refresh: bool 
     A warmup that cannot run fails the build; samples that cannot run leave the sizes unmeasured.
 
     The findings come from the cache when everything they follow from is unchanged (``refresh`` runs
-    anyway); findings with unmeasured sizes are not kept, so a fixed environment is tried again."""
+    anyway); findings with unmeasured sizes are not kept, so a fixed environment is tried again. The
+    packages installed in this Python are not part of the key (as for sample expected outputs): after
+    upgrading one a step uses, build with ``--refresh``."""
     request = ensemble.warmup_request
     measure = needs_samples(ensemble, target) and bool(ensemble.samples)
     if request is None and not measure:
         return Observed()
-    where = cache_dir() / "observed" / f"{observation_key(ensemble, target, release, measure)[:32]}.json"
+    try:
+        key = observation_key(ensemble, target, release, measure)
+    except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
+        return _run(ensemble, release, measure)
+    where = cache_dir() / "observed" / f"{key[:32]}.json"
     known = None if refresh else read_json(where)
     if isinstance(known, dict):
         try:
@@ -116,7 +122,7 @@ def observation_key(ensemble: Ensemble, target: Target, release: Release, measur
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
     the modules of the step code's folder, the wiring, the payloads, and conch's own code for it.
-    A declaration the run would refuse has no key worth keeping: it raises as the run would."""
+    Raises ConchError for a declaration the run would refuse (observe() then lets the run report it)."""
     steps = []
     for call in ensemble.calls:
         step = call.step

@@ -174,7 +174,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--shard", metavar="K/N", help="build only shard K of N (1 <= K <= N), split by ensemble name: "
                    "N jobs with the same sources build every ensemble once (docs/ci-matrix.md)")
     b.add_argument("--refresh", action="store_true",
-                   help="ask the package index again and recompute sample expected outputs (normally cached)")
+                   help="ask the package index again, recompute sample expected outputs and run the warmup and "
+                   "samples in-process again (all normally cached)")
     common(b)
     b.set_defaults(func=cmd_build)
 
