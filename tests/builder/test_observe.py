@@ -27,7 +27,9 @@ _names = itertools.count()
 
 @pytest.fixture
 def steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """A step module of its own in a folder of its own (its content is part of the key)."""
+    """A step module of its own in a folder of its own (its content is part of the key), and a cache of
+    this test's own (the session's cache may hold these very findings from an earlier run)."""
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
     name = f"observe_steps_{next(_names)}"
     (tmp_path / f"{name}.py").write_text(STEPS)
     (tmp_path / "table.txt").write_text("one table\n")
