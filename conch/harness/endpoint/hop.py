@@ -90,6 +90,7 @@ class TritonHop:
 
 _SMALL_BODY = 1 << 16  # up to this size the body is joined to the head (one write); larger: two, no copy
 _KEEP = 32  # idle connections kept
+_OPEN = 64  # connections at once (as the httpx pool allowed); more calls wait for one
 
 
 class _Unanswered(ConnectionError):
@@ -104,8 +105,13 @@ class _KeptAlive:
         self.host = f"{parsed.host}:{parsed.port}"
         self._address = (parsed.host, parsed.port or 80)
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._open = asyncio.Semaphore(_OPEN)
 
     async def exchange(self, head: bytes, body: bytes) -> Answer:
+        async with self._open:
+            return await self._exchange(head, body)
+
+    async def _exchange(self, head: bytes, body: bytes) -> Answer:
         """Send one request; a kept connection the server closed meanwhile (no byte of an answer came on
         it, so the request never reached Triton's handler) is dropped and the next one tried."""
         while self._idle:
