@@ -64,8 +64,9 @@ def wrk(url: str, body: bytes, content_type: str, connections: int, seconds: int
     return wrk_run(url, body, content_type, connections, seconds)[0]
 
 
-def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds: int) -> tuple[float, int]:
-    """(requests/s, requests) of one wrk run."""
+def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds: int,
+            headers: Mapping[str, str] | None = None) -> tuple[float, int]:
+    """(requests/s, requests) of one wrk run (``headers``: sent with every request besides Content-Type)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for HTTP load (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="conch-wrk-") as tmp:
@@ -75,6 +76,7 @@ def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds:
         script.write_text(
             'wrk.method = "POST"\n'
             f'wrk.headers["Content-Type"] = "{content_type}"\n'
+            + "".join(f'wrk.headers["{k}"] = "{v}"\n' for k, v in (headers or {}).items()) +
             f'local f = io.open("{payload}", "rb"); wrk.body = f:read("*all"); f:close()\n'
             "done = function(summary, latency, requests)\n"
             '  io.write(string.format("non2xx %d\\n", summary.errors.status))\n'

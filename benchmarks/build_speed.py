@@ -10,7 +10,8 @@ alternating (medians over rounds):
 
     python benchmarks/build_speed.py [text many again] [--rounds 3]
 
-Writes benchmarks/results/build_speed.json.
+Each command runs as users run Python: bytecode caches written and reused (PYTHONDONTWRITEBYTECODE is
+dropped for them). Writes benchmarks/results/build_speed.json.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ for _i in range(COUNT):
 '''
 
 
+# Python as users run it: bytecode caches written and reused (a shell with PYTHONDONTWRITEBYTECODE=1
+# compiles conch's modules and the ensemble files again in every command, ~0.1 s of CPU each time)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 INNER: dict[str, list[float]] = {}  # the CLI's own timing of an unchanged build
 CPU: dict[str, list[float]] = {}  # CPU seconds (user + system, children included) per case label
 
@@ -58,7 +62,7 @@ def timed(command: list[str], env: dict[str, str] | None = None, cwd: Path | Non
     """Wall seconds of a command; its CPU seconds go to CPU[label] (steadier on a shared machine)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
+    result = subprocess.run(command, capture_output=True, text=True, env=env or ENV, cwd=cwd)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
@@ -88,7 +92,8 @@ class Fresh:
 
 def row_text(tmp: Path, rounds: int) -> dict[str, object]:
     tree = tmp / "tree"
-    subprocess.run(conch("build", TEXT, "--out", tmp / "warm", "--repo-dir", tree), check=True, capture_output=True)
+    subprocess.run(conch("build", TEXT, "--out", tmp / "warm", "--repo-dir", tree), check=True, capture_output=True,
+                   env=ENV)
     tree = tree / "text_embeddings"
     outs = Fresh(tmp, "text-out-")
     cases: dict[str, Callable[[], float]] = {
@@ -110,7 +115,7 @@ def row_many(tmp: Path, rounds: int, count: int, jobs: int) -> dict[str, object]
     (project / "smalls.py").write_text(SMALL.replace("COUNT", str(count)))
     trees = tmp / "many-trees"
     subprocess.run(conch("build", project, "--out", tmp / "many-warm", "--repo-dir", trees), check=True,
-                   capture_output=True)
+                   capture_output=True, env=ENV)
     loop = f'mkdir -p "$1"; for d in {trees}/*; do tar -C "$d" -czf "$1/$(basename "$d").tar.gz" .; done'
     outs = Fresh(tmp, "many-out-")
     cases: dict[str, Callable[[], float]] = {
@@ -126,7 +131,7 @@ def row_many(tmp: Path, rounds: int, count: int, jobs: int) -> dict[str, object]
 def row_again(tmp: Path, rounds: int) -> dict[str, object]:
     shared = Path(os.environ.get("CONCH_CACHE_DIR") or Path.home() / ".cache" / "conch")
     out = tmp / "again-out"
-    subprocess.run(conch("build", TEXT, "--out", out), check=True, capture_output=True)
+    subprocess.run(conch("build", TEXT, "--out", out), check=True, capture_output=True, env=ENV)
     colds = Fresh(tmp, "cold-")
 
     def cold() -> float:
@@ -135,7 +140,7 @@ def row_again(tmp: Path, rounds: int) -> dict[str, object]:
         for kind in ("artifacts", "envs", "triton-backends"):  # downloads and exports, not this build's work
             if (shared / kind).exists():
                 (cache / kind).symlink_to(shared / kind)
-        return timed(conch("build", TEXT, "--out", cache / "out"), env={**os.environ, "CONCH_CACHE_DIR": str(cache)},
+        return timed(conch("build", TEXT, "--out", cache / "out"), env={**ENV, "CONCH_CACHE_DIR": str(cache)},
                      label="cold")
 
     cases: dict[str, Callable[[], float]] = {

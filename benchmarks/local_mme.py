@@ -86,6 +86,8 @@ def main() -> int:
     parser.add_argument("--step-names", choices=["isolate", "shared"], default="shared")
     parser.add_argument("--churn", type=int, default=0, help="calls in random order at --churn-slots loaded")
     parser.add_argument("--churn-slots", type=int, default=10)
+    parser.add_argument("--overhead", action="store_true",
+                        help="only the front's overhead: warm calls straight vs via the front (conc. 1; 32 with wrk)")
     args = parser.parse_args()
 
     rows: list[dict[str, Any]] = []
@@ -143,6 +145,10 @@ def main() -> int:
             for side, latencies in warm.items():
                 row(f"warm p50 {side}", statistics.median(latencies), "ms")
             row("warm p90 via the front, boto3, JSON", percentile(warm["via the front, boto3, JSON"], 0.9), "ms")
+            front_overhead(mme, target, body, content_type, warm, row)
+        if args.overhead:
+            rows_out(args, archive, rows)
+            return 0
 
         with LocalMME(source, max_loaded=2, step_names=args.step_names) as mme:
             rt = client(mme.url, config)
@@ -156,12 +162,49 @@ def main() -> int:
             row("Triton unload p50 (ModelUnloadingTime)", after["ModelUnloadingTime"]["p50_s"] * 1000, "ms")
         if args.churn:
             churn(args, source, names, row, config)
+    rows_out(args, archive, rows)
+    return 0
 
+
+def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: dict[str, list[float]],
+                   row: Any) -> None:
+    """What the front adds to a warm call: at concurrency 1 from the alternating httpx sides above; at 32
+    from wrk (a C client, when installed) against each, alternating, with the front process's CPU per call."""
+    from _common import wrk_run
+
+    from conch.harness.endpoint.protocol import TARGET_HEADER
+    from conch.harness.mme import model_hash
+
+    direct = statistics.median(warm["straight to Triton's SageMaker port, httpx, JSON"])
+    row("front's added p50 at concurrency 1 (httpx via the front - straight)",
+        statistics.median(warm["via the front, httpx, JSON"]) - direct, "ms")
+    if shutil.which("wrk") is None:
+        return
+    urls = {"front": f"{mme.url}/endpoints/local/invocations",
+            "direct": f"{mme.triton.sagemaker_url}/models/{model_hash(target)}/invoke"}
+    rates: dict[str, list[float]] = {"front": [], "direct": []}
+    front_cpu: list[float] = []
+    for index in range(5):
+        for side in ("front", "direct") if index % 2 == 0 else ("direct", "front"):
+            before = time.process_time()  # this process: the front's thread (the main thread waits for wrk)
+            rate, count = wrk_run(urls[side], body, content_type, 32, 2, {TARGET_HEADER: target})
+            if side == "front":
+                front_cpu.append((time.process_time() - before) / count)
+            rates[side].append(rate)
+    front, straight = statistics.median(rates["front"]), statistics.median(rates["direct"])
+    row("wrk, 32 connections: req/s straight to Triton", straight, "req/s")
+    row("wrk, 32 connections: req/s via the front", front, "req/s")
+    row("front's added time at concurrency 32, % of Triton's (straight/front - 1)", (straight / front - 1) * 100, "%")
+    row("front process CPU per call at concurrency 32", statistics.median(front_cpu) * 1e6, "us")
+
+
+def rows_out(args: argparse.Namespace, archive: Path, rows: list[dict[str, Any]]) -> None:
     width = max(len(r["metric"]) for r in rows)
     print(f"{'metric':<{width}}  {'value':>9}  unit")
     for r in rows:
         print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
-    suffix = ("_distinct" if args.distinct else "") + ("_isolate" if args.step_names == "isolate" else "")
+    suffix = ("_distinct" if args.distinct else "") + ("_isolate" if args.step_names == "isolate" else "") + (
+        "_overhead" if args.overhead else "")
     out = ROOT / "benchmarks" / "results" / f"local_mme{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
@@ -169,7 +212,6 @@ def main() -> int:
             "step_names": args.step_names, "churn": args.churn, "churn_slots": args.churn_slots}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
-    return 0
 
 
 def client(url: str, config: Any) -> Any:

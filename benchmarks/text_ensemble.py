@@ -4,6 +4,11 @@ and B alternate, the table shows medians of requests/s and of CPU time per reque
 vs this process; steadier than requests/s on a shared machine) and their ratios.
 
     python benchmarks/text_ensemble.py [--seconds 2] [--rounds 5] [--variants shipped ...]
+    python benchmarks/text_ensemble.py --breakdown [--connections 1 8]   # where the CPU of a request goes
+
+--breakdown serves the shipped ensemble only and splits its CPU per request by process (tritonserver:
+HTTP, the ensemble scheduler and the Python backend's shared-memory hops on the server side; each
+Python stub: its step's code plus its side of the hops), beside the in-process CPU per request.
 
 Needs wrk (Debian: apt-get install wrk). Writes benchmarks/results/text_ensemble.json.
 """
@@ -11,6 +16,7 @@ Needs wrk (Debian: apt-get install wrk). Writes benchmarks/results/text_ensemble
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -110,6 +116,54 @@ def served(url: str, body: bytes, seconds: int, server_pid: int, cpu_ms: list[fl
     return rps
 
 
+def process_cpu(server_pid: int, models: list[str]) -> dict[str, float]:
+    """CPU seconds so far of tritonserver itself and of each stub, by the model it serves."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        if int(proc.name) == server_pid:
+            found["tritonserver (HTTP, ensemble scheduler, server side of the hops)"] = seconds
+        elif len(cmdline) > 1 and "triton_python_backend_stub" in cmdline[0]:
+            model = next((m for m in models if f"/{m}/" in cmdline[1]), None)
+            if model is not None:  # not another server's stub
+                found[f"stub {model}"] = found.get(f"stub {model}", 0.0) + seconds
+    return found
+
+
+def breakdown(url: str, body: bytes, seconds: int, server_pid: int, models: list[str], local: InProcess,
+              connections: list[int], rounds: int) -> int:
+    """CPU ms per request by process at each connection count (medians of ``rounds``), and requests/s."""
+    rows = []
+    for conns in connections:
+        per: dict[str, list[float]] = {}
+        rates: list[float] = []
+        for _ in range(rounds):
+            before = process_cpu(server_pid, models)
+            rate, count = wrk_run(url, body, "application/json", conns, seconds)
+            after = process_cpu(server_pid, models)
+            rates.append(rate)
+            for name, value in after.items():
+                per.setdefault(name, []).append((value - before.get(name, 0.0)) / max(1, count) * 1e3)
+        total = sum(median(v) for v in per.values())
+        for name, values in sorted(per.items()):
+            rows.append([conns, name, round(median(values), 3), f"{median(values) / total:.0%}"])
+        rows.append([conns, "ensemble, all processes", round(total, 3), f"{median(rates):.1f} req/s"])
+    cpu_ms: list[float] = []
+    rates = [local.rate(seconds, cpu_ms) for _ in range(rounds)]
+    rows.append([1, "in-process (tokenizer + ONNX Runtime + pooling)", round(median(cpu_ms), 3),
+                 f"{median(rates):.1f} req/s"])
+    header = ["connections", "process", "CPU ms per request", "share / throughput"]
+    return finish("text_ensemble_breakdown", header, rows, {"seconds": seconds, "rounds": rounds, "rows": rows})
+
+
 HEADER = ["variant (encoder settings)", "ensemble req/s", "in-process req/s", "ensemble/in-process",
           "ensemble CPU ms/req", "in-process CPU ms/req", "in-process/ensemble CPU"]
 
@@ -123,7 +177,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--variants", nargs="+", default=list(variants()))
+    parser.add_argument("--breakdown", action="store_true", help="the shipped ensemble's CPU per request by process")
+    parser.add_argument("--connections", nargs="+", type=int, default=[1, 8])
     args = parser.parse_args()
+    if args.breakdown:
+        args.variants = ["shipped"]
 
     body = kserve_json({"TEXT": np.array([[SENTENCE]], dtype=object)})
     rows, records = [], []
@@ -142,6 +200,10 @@ def main() -> int:
             local.rate(1)
             cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
             assert server.process is not None
+            if args.breakdown:
+                models = [repo_ensemble.model_name(c.step) for c in repo_ensemble.calls]
+                return breakdown(url, body, args.seconds, server.process.pid, models, local, args.connections,
+                                 args.rounds)
             samples = alternate({
                 "ensemble": partial(served, url, body, args.seconds, server.process.pid, cpu["ensemble"]),
                 "in-process": partial(local.rate, args.seconds, cpu["in-process"]),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import io
 import os
 import stat
 import tarfile
@@ -82,36 +80,87 @@ def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
     """Write a deterministic gzip'd tar of ``files`` (path in archive -> bytes or file on disk).
 
     Each file is deflated at a level chosen from its content (deflate.level_for): already compressed
-    content is stored instead of being compressed a second time."""
+    content is stored instead of being compressed a second time. The bytes are those of tarfile's GNU
+    format; headers, small files and padding are gathered and deflated in pieces of about 1 MiB (small
+    archives: one call of zlib), large files stream through in 1 MiB reads."""
     entries = expand(files)
     names = sorted(entries)
     gz = SegmentedGzip(fileobj)
-    with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:  # type: ignore[call-overload]
-        for d in sorted(_dirs_of(names)):
-            tar.addfile(_info(d + "/", tarfile.DIRTYPE, 0o755))
-        for name in names:
-            if name.endswith("/"):
-                continue
-            source = entries[name]
-            if isinstance(source, bytes):
-                gz.level(level_for(source, len(source)))
-                tar.addfile(_info(name, tarfile.REGTYPE, 0o644, len(source)), io.BytesIO(source))
-                continue
-            if source.is_symlink():
-                info = _info(name, tarfile.SYMTYPE, 0o777)
-                info.linkname = os.readlink(source)
-                gz.level(COMPRESS)
-                tar.addfile(info)
-                continue
-            if not source.is_file():
-                raise BuildError(f"file {source} (for {name}) does not exist")
-            st = source.stat()
-            mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
-            gz.level(level_for(source, st.st_size))
-            with source.open("rb") as fh:
-                tar.addfile(_info(name, tarfile.REGTYPE, mode, st.st_size), fh)
-        gz.level(COMPRESS)  # the tar end-of-archive blocks
+    out = _Gathered(gz)
+    for d in sorted(_dirs_of(names)):
+        out.member(_info(d + "/", tarfile.DIRTYPE, 0o755))
+    for name in names:
+        if name.endswith("/"):
+            continue
+        source = entries[name]
+        if isinstance(source, bytes):
+            out.level(level_for(source, len(source)))
+            out.member(_info(name, tarfile.REGTYPE, 0o644, len(source)), source)
+            continue
+        if source.is_symlink():
+            info = _info(name, tarfile.SYMTYPE, 0o777)
+            info.linkname = os.readlink(source)
+            out.level(COMPRESS)
+            out.member(info)
+            continue
+        if not source.is_file():
+            raise BuildError(f"file {source} (for {name}) does not exist")
+        st = source.stat()
+        mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+        out.level(level_for(source, st.st_size))
+        out.member(_info(name, tarfile.REGTYPE, mode, st.st_size), source)
+    out.level(COMPRESS)  # the tar end-of-archive blocks, padded to a whole record as tarfile pads them
+    out.write(tarfile.NUL * (2 * tarfile.BLOCKSIZE))
+    out.write(tarfile.NUL * (-out.offset % tarfile.RECORDSIZE))
+    out.flush()
     gz.close()
+
+
+_GATHER = 1 << 20
+
+
+class _Gathered:
+    """Tar members written to a SegmentedGzip through a buffer: one deflate call per ~1 MiB, not three
+    or more per member."""
+
+    def __init__(self, gz: SegmentedGzip) -> None:
+        self.gz, self.offset = gz, 0
+        self._pending: list[bytes | memoryview] = []
+        self._size = 0
+
+    def level(self, level: int) -> None:
+        if level != self.gz.current_level:
+            self.flush()
+            self.gz.level(level)
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._pending.append(data)
+        self._size += len(data)
+        self.offset += len(data)
+        if self._size >= _GATHER:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self.gz.write(b"".join(self._pending))
+            self._pending, self._size = [], 0
+
+    def member(self, info: tarfile.TarInfo, content: bytes | Path | None = None) -> None:
+        self.write(info.tobuf(tarfile.GNU_FORMAT, tarfile.ENCODING, "surrogateescape"))
+        if content is None:
+            return
+        if isinstance(content, bytes):
+            self.write(content)
+        else:
+            with content.open("rb") as fh:
+                left = info.size
+                while left > 0:
+                    chunk = fh.read(min(left, _GATHER))
+                    if not chunk:
+                        raise BuildError(f"file {content} shrank while it was archived; build again")
+                    self.write(chunk)
+                    left -= len(chunk)
+        self.write(tarfile.NUL * (-info.size % tarfile.BLOCKSIZE))
 
 
 @contextmanager
@@ -136,14 +185,34 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
 
 
 def sweep_parts(path: Path) -> list[Path]:
-    """Remove ``path``'s temp files left by writers that were killed (their pid, in the name, is gone)."""
+    """Remove ``path``'s temp files left by writers that were killed (their pid, in the name, is gone).
+
+    The folder is listed once while a process writes into it (1000 archives into one folder listed it
+    1000 times): a part left by a writer killed after that is swept by the next build."""
     removed = []
-    for part in path.parent.glob(f".{glob.escape(path.name)}.*.part"):
-        pid = part.name[len(path.name) + 2:].split(".", 1)[0]
+    for name in _parts_in(path.parent).get(path.name, ()):
+        pid = name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and not alive(int(pid)):
-            part.unlink(missing_ok=True)
-            removed.append(part)
+            (path.parent / name).unlink(missing_ok=True)
+            removed.append(path.parent / name)
     return removed
+
+
+_listed: dict[str, dict[str, list[str]]] = {}  # the last folder listed (one: long-lived processes stage many)
+
+
+def _parts_in(folder: Path) -> dict[str, list[str]]:
+    """The ``.<name>.<pid>.<random>.part`` files of a folder by ``<name>``, as first listed in this process."""
+    key = os.path.abspath(folder)
+    if key not in _listed:
+        parts: dict[str, list[str]] = {}
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") and entry.name.endswith(".part"):
+                    parts.setdefault(entry.name[1:].rsplit(".", 3)[0], []).append(entry.name)
+        _listed.clear()
+        _listed[key] = parts
+    return _listed[key]
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

@@ -80,7 +80,7 @@ def render_repository(
     envs = EnvLayout(target, release, progress, refresh)
     output: list[CapturedOutput] = []
     with captured("running the ensemble in this process", output):
-        observed = observe(ensemble, target, release)  # runs in-process only for a warmup or to size shm
+        observed = observe(ensemble, target, release, refresh)  # runs in-process for a warmup or to size shm, once
     for call in ensemble.calls:
         step = call.step
         model = ensemble.model_name(step)

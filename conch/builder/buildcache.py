@@ -19,7 +19,7 @@ from conch.cache import cache_dir
 from conch.ensembles.layout import FileSource
 
 
-def _write_json(path: Path, data: object) -> None:
+def write_json(path: Path, data: object) -> None:
     """Publish atomically (parallel builds share the cache); a lost race only repeats work."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -27,7 +27,7 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -54,10 +54,10 @@ def digest(source: FileSource) -> str:
         value = sha256(source)
     else:
         where = cache_dir() / "digests" / key_of(list(identity))[:32]
-        known = _read_json(where)
+        known = read_json(where)
         value = known if isinstance(known, str) else sha256(source)
         if known != value:
-            _write_json(where, value)
+            write_json(where, value)
     _known[identity] = value
     return value
 
@@ -105,11 +105,11 @@ def cached_expected(material: object, compute: Callable[[], dict[str, Any]], ref
     """Encoded expected outputs of a sample: from the cache under ``material``'s key, else computed."""
     where = cache_dir() / "samples" / f"{key_of([__version__, material])[:32]}.json"
     if not refresh:
-        known = _read_json(where)
+        known = read_json(where)
         if isinstance(known, dict):
             return known
     value = compute()
-    _write_json(where, value)
+    write_json(where, value)
     return value
 
 
@@ -119,7 +119,7 @@ def passed_before(material: object) -> bool:
 
 
 def remember_passed(material: object) -> None:
-    _write_json(cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
+    write_json(cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
 
 
 class BuildRecord:
@@ -138,9 +138,8 @@ class BuildRecord:
         return [st.st_size, st.st_mtime_ns, st.st_ino]
 
     def matches(self, key: str) -> bool:
-        known = _read_json(self.where)
-        current = self._stat()
-        return current is not None and known == {"key": key, "stat": current}
+        current = self._stat()  # first: a new --out has no archive, and then no record is worth reading
+        return current is not None and read_json(self.where) == {"key": key, "stat": current}
 
     def save(self, key: str) -> None:
-        _write_json(self.where, {"key": key, "stat": self._stat()})
+        write_json(self.where, {"key": key, "stat": self._stat()})

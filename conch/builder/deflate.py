@@ -57,6 +57,10 @@ class SegmentedGzip:
         self._deflater: zlib._Compress | None = None
         out.write(_HEADER)
 
+    @property
+    def current_level(self) -> int:
+        return self._level
+
     def level(self, level: int) -> None:
         if level != self._level:
             self._end_segment()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -140,3 +142,33 @@ def locate(
                 seen[ensemble.name] = file
                 found.append((file.absolute(), ensemble))  # build workers may run elsewhere
     return found
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (1-based, as ``--shard K/N`` says): the ensembles whose name hashes to
+    it. The split depends on the names alone (sha256, not Python's per-process hash, the files' paths or
+    their order), so N machines given the same sources build every ensemble exactly once between them."""
+
+    index: int
+    count: int
+
+    @staticmethod
+    def parse(text: str) -> Shard:
+        """``K/N`` with 1 <= K <= N; anything else is a BuildError saying what to write."""
+        match = re.fullmatch(r"([0-9]+)/([0-9]+)", text)
+        if match and 1 <= int(match[1]) <= int(match[2]):
+            return Shard(int(match[1]), int(match[2]))
+        raise BuildError(f"--shard {text!r}: expected K/N with 1 <= K <= N (e.g. --shard 1/4 … --shard 4/4 "
+                         "for a matrix of 4 jobs)")
+
+    def holds(self, ensemble: str) -> bool:
+        return shard_of(ensemble, self.count) == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard_of(ensemble: str, count: int) -> int:
+    """The shard (1..count) an ensemble name falls in."""
+    return int.from_bytes(hashlib.sha256(ensemble.encode()).digest()[:8], "big") % count + 1

@@ -23,17 +23,21 @@ if TYPE_CHECKING:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from conch.builder.discover import locate
+    from conch.builder.discover import Shard, locate
     from conch.builder.parallel import BuildJob, build_all
 
+    shard = Shard.parse(args.shard) if args.shard else None  # a bad K/N stops before anything is imported
     failed: list[str] = []
     found = locate(args.paths, on_error=_skipping(failed))
-    total = len(found) + len(failed)  # a file that does not load counts as one failed ensemble
+    total = len(found) + len(failed)  # a file that does not load counts as one failed ensemble (in every shard)
     if args.only:
         found = [(file, e) for file, e in found if e.name in set(args.only)]
     if not found and not failed:
         say("conch: error: no ensembles found; give .py files that declare conch.Ensemble objects at module level")
         return 2
+    if shard is not None:
+        say(f"shard {shard}: {sum(shard.holds(e.name) for _, e in found)} of the {len(found)} ensembles found")
+        found = [(file, e) for file, e in found if shard.holds(e.name)]
     jobs = [BuildJob(file, e.name, args.out, args.target, args.release, args.refresh, args.repo_dir)
             for file, e in found]
     finished: list[BuildOutcome] = []
@@ -57,6 +61,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     failed += [o.ensemble for o in outcomes if o.error is not None]
     document({
         "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
+        "shard": str(shard) if shard else None,
         "ensembles": [{"ensemble": o.ensemble, "archive": None if o.archive is None else str(o.archive),
                        "written": o.written, "bytes": None if o.archive is None else o.archive.stat().st_size,
                        "seconds": round(o.seconds, 3), "error": o.error,
@@ -190,8 +195,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
     b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
                    help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
+    b.add_argument("--shard", metavar="K/N", help="build only shard K of N (1 <= K <= N), split by ensemble name: "
+                   "N jobs with the same sources build every ensemble once (docs/ci-matrix.md)")
     b.add_argument("--refresh", action="store_true",
-                   help="ask the package index again and recompute sample expected outputs (normally cached)")
+                   help="ask the package index again, recompute sample expected outputs and run the warmup and "
+                   "samples in-process again (all normally cached)")
     b.add_argument("-v", "--verbose", action="store_true",
                    help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
                         "full, not one line per ensemble")

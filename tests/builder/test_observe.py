@@ -1,0 +1,91 @@
+"""observe() runs the ensemble in this process once per content: an unchanged rebuild takes its warmup
+and shared-memory sizes from conch's cache; a change to the step code, a step file, a sample or the
+warmup runs it again (counted by ``conch.builder.observe.runs``)."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from conch import Ensemble, PythonStep, Tensor
+from conch.builder import observe
+from conch.builder.build import render_repository
+
+STEPS = '''import numpy as np
+
+
+def as_text(x):
+    return {"t": np.array([[str(float(row.sum()))] for row in x], dtype=object)}
+'''
+_names = itertools.count()
+
+
+@pytest.fixture
+def steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A step module of its own in a folder of its own (its content is part of the key), and a cache of
+    this test's own (the session's cache may hold these very findings from an earlier run)."""
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    name = f"observe_steps_{next(_names)}"
+    (tmp_path / f"{name}.py").write_text(STEPS)
+    (tmp_path / "table.txt").write_text("one table\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
+
+
+def declared(steps: ModuleType, value: float = 1.0, count: int = 1) -> Ensemble:
+    """X -> as_text (BYTES out, so shared memory is sized from the sample), with a warmup from the sample."""
+    folder = Path(steps.__file__).parent  # type: ignore[arg-type]
+    ens = Ensemble(f"observed_{steps.__name__}", max_batch_size=4)
+    step = PythonStep("as_text", steps.as_text, [Tensor("x", "FP32", [4])], [Tensor("t", "BYTES", [1])],
+                      files={"table.txt": folder / "table.txt"}, max_batch_size=4)
+    ens.output("T", step(ens.input("X", "FP32", [4])))
+    ens.sample("one", {"X": np.full((2, 4), value, np.float32)},
+               {"T": np.array([[str(4 * value)]] * 2, dtype=object)})
+    ens.warmup("one", count=count)
+    return ens
+
+
+def runs_for(ens: Ensemble, refresh: bool = False) -> tuple[int, dict[str, object]]:
+    before = observe.runs
+    repo = render_repository(ens, "local", "24.10", refresh=refresh)
+    return observe.runs - before, repo.files  # type: ignore[return-value]
+
+
+def test_an_unchanged_rebuild_runs_nothing_and_builds_the_same_files(steps: ModuleType) -> None:
+    ran, first = runs_for(declared(steps))
+    assert ran == 1
+    ran, again = runs_for(declared(steps))  # a new declaration object with the same content
+    assert ran == 0
+    assert again == first  # warmup files, configs (model_warmup) and manifest (shm sizes) all alike
+    assert any(name.endswith("/warmup/0_x") for name in again)
+
+
+@pytest.mark.parametrize("change", ["step code", "step file", "sample", "warmup count"])
+def test_a_change_to_what_the_run_follows_from_runs_it_again(steps: ModuleType, change: str) -> None:
+    assert runs_for(declared(steps))[0] == 1
+    folder = Path(steps.__file__).parent  # type: ignore[arg-type]
+    value, count = 1.0, 1
+    if change == "step code":
+        with (folder / f"{steps.__name__}.py").open("a") as fh:
+            fh.write("\n# edited\n")
+    elif change == "step file":
+        (folder / "table.txt").write_text("another table\n")
+    elif change == "sample":
+        value = 2.0
+    else:
+        count = 2
+    ran, files = runs_for(declared(steps, value, count))
+    assert ran == 1
+    assert runs_for(declared(steps, value, count))[0] == 0  # and that is kept in turn
+    if change == "sample":  # the warmup file holds the new payload's first row
+        assert files[f"{declared(steps).name}__as_text/warmup/0_x"] == np.full(4, 2.0, "<f4").tobytes()
+
+
+def test_refresh_runs_it_again(steps: ModuleType) -> None:
+    assert runs_for(declared(steps))[0] == 1
+    assert runs_for(declared(steps), refresh=True)[0] == 1

@@ -1,0 +1,109 @@
+"""The hop's invocation client (HTTP/1.1 on kept-alive connections) against a small server on loopback
+that answers the way servers do: Content-Length or chunked bodies, keep-alive or close, and a kept
+connection the server closes while it is idle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from conch.harness.endpoint.hop import TritonHop
+from conch.harness.mme import model_hash
+
+
+def answered(handler: Callable[[bytes, int], bytes | None], check: Callable[[TritonHop, list[int]], object]) -> None:
+    """Serve ``handler(request body, connection number) -> raw response`` (None: close without a word, or
+    after the answer when it ends in "\n\n" + "quietly") and run ``check(hop, connections)``."""
+    connections: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(len(connections) + 1)
+        number = len(connections)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                assert f"/models/{model_hash('m.tar.gz')}/invoke".encode() in head
+                assert b"X-Amzn-SageMaker-Target-Model: m.tar.gz" in head
+                response = handler(await reader.readexactly(length), number)
+                if response is None:
+                    break
+                writer.write(response.removesuffix(b"quietly"))
+                await writer.drain()
+                if b"Connection: close" in response or response.endswith(b"quietly"):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        hop = TritonHop(f"http://127.0.0.1:{port}")
+        try:
+            result = check(hop, connections)
+            if asyncio.iscoroutine(result):
+                await result
+        finally:
+            await hop.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def ok(body: bytes, extra: str = "") -> bytes:
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+            ).encode() + body
+
+
+def test_calls_reuse_one_kept_connection() -> None:
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        for i in range(3):
+            answer = await hop.invoke("m.tar.gz", b'{"n": %d}' % i, "application/json")
+            assert (answer.status, answer.content, answer.content_type) == (200, b'{"n": %d}' % i, "application/json")
+        assert connections == [1]
+
+    answered(lambda body, _: ok(body), check)
+
+
+def test_chunked_and_close_delimited_answers_are_read_whole() -> None:
+    def handler(body: bytes, number: int) -> bytes:
+        if body == b"chunked":
+            return (b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                    b"\r\n5\r\n{\"err\r\nb;x=1\r\nor\": \"bad\"}\r\n0\r\n\r\n")
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nuntil the end"
+
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        first = await hop.invoke("m.tar.gz", b"chunked", "application/json")
+        assert (first.status, first.error_text()) == (400, "bad")
+        second = await hop.invoke("m.tar.gz", b"close", "application/json")  # on the same connection
+        assert (second.status, second.content, second.content_type) == (200, b"until the end", "text/plain")
+        third = await hop.invoke("m.tar.gz", b"close", "application/json")  # a new one: that one was closed
+        assert third.content == b"until the end" and connections == [1, 2]
+
+    answered(handler, check)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced() -> None:
+    def handler(body: bytes, number: int) -> bytes:
+        return ok(body) + (b"quietly" if number == 1 else b"")  # closes without saying so
+
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        assert (await hop.invoke("m.tar.gz", b"1", "application/json")).content == b"1"
+        assert (await hop.invoke("m.tar.gz", b"2", "application/json")).content == b"2"
+        assert connections == [1, 2]
+
+    answered(handler, check)
+
+
+def test_no_answer_is_an_httpx_error_for_the_front() -> None:
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        with pytest.raises(httpx.HTTPError, match="closed before an answer"):
+            await hop.invoke("m.tar.gz", b"x", "application/json")
+
+    answered(lambda body, _: None, check)
