@@ -72,8 +72,8 @@ class TritonHop:
 
     async def invoke(self, target_model: str, body: bytes, content_type: str,
                      timeout: float | None = None) -> Answer:
-        """Triton's answer; httpx.TimeoutException past ``timeout`` (default INVOKE_TIMEOUT_S), another httpx.HTTPError when it
-        does not answer (as the httpx client raised, so callers keep one contract)."""
+        """Triton's answer; httpx.TimeoutException past ``timeout`` (default INVOKE_TIMEOUT_S), another
+        httpx.HTTPError when it does not answer (as the httpx client raised, so callers keep one contract)."""
         head = (f"POST /models/{model_hash(target_model)}/invoke HTTP/1.1\r\nHost: {self._invocations.host}\r\n"
                 f"{TARGET_HEADER}: {target_model}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
