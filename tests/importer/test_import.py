@@ -208,3 +208,11 @@ def test_a_pipeline_serialized_by_dali_itself_is_kept_byte_for_byte(tmp_path: Pa
     assert imported.messages == []
     assert "as_is=True" in imported.module.read_text()
     assert_same(root, build_module(imported.module, tmp_path / "built"))
+
+
+def test_as_is_takes_a_serialized_pipeline_only() -> None:
+    from conch import DaliStep, DeclarationError, Tensor
+
+    with pytest.raises(DeclarationError, match="as_is=True lays out a serialized pipeline byte for byte, so pass"):
+        DaliStep("d", lambda: None, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=1,
+                 as_is=True)
