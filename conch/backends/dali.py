@@ -116,7 +116,8 @@ class DaliStep(Step):
     backend parameters go in ``parameters``. ``autoserialize=True`` ships the pipeline as Python
     (``1/dali.py``, serialized by the server's DALI at load) instead of ``1/model.dali``.
     ``probe=False`` skips the build-time run of the CPU pipeline on a generated input (a small JPEG for
-    1-D UINT8 inputs, zeros otherwise) that checks the real output dtypes and dims.
+    1-D UINT8 inputs, zeros otherwise) that checks the real output dtypes and dims. ``as_is=True`` lays
+    out a serialized pipeline byte for byte instead of declaring the outputs' dtypes and ranks in it.
     """
 
     kind = "dali"
@@ -133,6 +134,7 @@ class DaliStep(Step):
         num_threads: int | None = None,
         autoserialize: bool = False,
         probe: bool = True,
+        as_is: bool = False,
         **options: Unpack[SettingsArgs],
     ) -> None:
         max_batch_size = whole(max_batch_size, f"dali step {name!r}: max_batch_size")
@@ -158,6 +160,10 @@ class DaliStep(Step):
         self.num_threads = num_threads
         self.autoserialize = autoserialize
         self.probe = probe
+        self.as_is = as_is
+        if as_is and not isinstance(pipeline, bytes | str | Path):
+            raise DeclarationError(f"dali step {name!r}: as_is=True lays out a serialized pipeline byte for byte, "
+                                   "so pass its file (or bytes), not a pipeline function")
         self._definition: Callable[..., Any] | None = None
         self._file: Artifact | None = None
         if isinstance(pipeline, bytes | str | Path):
@@ -192,6 +198,8 @@ class DaliStep(Step):
 
     def serialized(self) -> bytes:
         """``model.dali``: the pipeline with the declared output dtypes and ranks baked in."""
+        if self.as_is:  # a model.dali made elsewhere, kept byte for byte (e.g. by `conch import`)
+            return self.raw_pipeline()
         declared = [(t.dtype, len(t.dims)) for t in self.outputs]
         return dali_serialized.declare_outputs(self.raw_pipeline(), declared, self.name)
 

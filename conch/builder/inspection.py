@@ -312,11 +312,11 @@ def summarize_config(folder: str, text: bytes) -> ModelSummary:
 def _carried_fields(folder: str, config: Any) -> dict[str, str]:
     """The fields conch's typed spec does not model, each as one line of proto text (the reader's view)."""
     from conch.builder.config_reader import config_field, read_config
-    from conch.errors import BuildError
+    from conch.errors import ConchError
 
     try:
         carried = read_config(config, where=f"{folder}/config.pbtxt").spec.settings.config_fields
-    except BuildError:  # a backend conch has no step for: nothing of it is typed
+    except ConchError:  # a backend conch has no step for: nothing of it is typed
         return {}
     message = carried.message() if carried else None
     out: dict[str, str] = {}

@@ -106,7 +106,8 @@ def _import_one(repo: Repository, ensemble: ModelFolder, target: Path, samples: 
         declared = _load(target, ensemble.name)
         built = render_repository(declared, "production", DEFAULT_RELEASE).files
     except ConchError as exc:
-        if not imported.messages:  # nothing explains it: a case the import does not handle
+        if not imported.messages:  # nothing explains it: the source is inconsistent, or a case not handled
+            exc.within(f"{target.name}, imported from {repo.source}")
             raise
         imported.messages.append(f"{target.name}: does not build, for the reasons above ({exc})")
         return imported

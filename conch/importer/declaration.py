@@ -168,6 +168,8 @@ def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     if shared:
         lines.append("    beside={" + ", ".join(f"{_q(k)}: MODELS / {_q(k)}" for k in shared) + "},")
     lines += [f"    {line}," for line in _settings(spec.settings, model.platform)]
+    if cls == "DaliStep" and not _declares_outputs(model):
+        lines.append("    as_is=True,  # serialized elsewhere: kept byte for byte")
     warmup = sorted(p.relative_to(model.folder / "warmup").as_posix() for p in (model.folder / "warmup").rglob("*")
                     if p.is_file()) if filename is not None else []
     if warmup:
@@ -183,6 +185,20 @@ def _tensors(argument: str, tensors: list[str]) -> list[str]:
     if len(line) <= 110:
         return [line]
     return [f"    {argument}=[", *(f"        {t}," for t in tensors), "    ],"]
+
+
+def _declares_outputs(model: ModelFolder) -> bool:
+    """Whether a model.dali already holds what conch writes into it (its outputs' dtypes and ranks)."""
+    from conch.backends import dali_serialized
+    from conch.errors import ConchError
+
+    path = model.folder / "1" / "model.dali"
+    try:
+        raw = path.read_bytes()
+        declared = [(t.dtype, len(t.dims)) for t in model.read.spec.outputs]
+        return dali_serialized.declare_outputs(raw, declared, model.name) == raw
+    except (OSError, ConchError, ValueError):
+        return True  # the build says what is wrong with it
 
 
 def _beside(model: ModelFolder) -> list[str]:

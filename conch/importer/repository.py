@@ -11,7 +11,7 @@ from conch.builder.config_reader import ReadConfig, parse_config, read_config
 from conch.builder.extract import safe_extract
 from conch.builder.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from conch.ensembles.layout import Platform
-from conch.errors import BuildError
+from conch.errors import BuildError, ConchError
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def read_repository(source: Path, root: Path) -> Repository:
                                  "file); conch declares them, read from the model file where it can")
         try:
             read = read_config(config, entry, where)
-        except BuildError as exc:
+        except ConchError as exc:
             repo.messages.append(str(exc))
             continue
         repo.models[entry.name] = ModelFolder(entry.name, entry, config, read)

@@ -184,3 +184,35 @@ def test_typed_warmups_are_declared_typed(tmp_path: Path) -> None:
     assert imported.messages == []
     assert 'warmup=[Warmup("zeros", batch_size=8, count=2)]' in imported.module.read_text()
     assert_same(repo, build_module(imported.module, tmp_path / "built"))
+
+
+def test_a_pipeline_serialized_by_dali_itself_is_kept_byte_for_byte(tmp_path: Path) -> None:
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=8, num_threads=1, device_id=None)
+    def scale() -> object:
+        return fn.cast(fn.external_source(name="x", dtype=types.FLOAT), dtype=types.FLOAT) * 2
+
+    root = tmp_path / "repo"
+    for folder in ("dali/1", "shop/1"):
+        (root / folder).mkdir(parents=True)
+    (root / "dali/1/model.dali").write_bytes(scale().serialize())
+    (root / "dali/config.pbtxt").write_text(
+        'name: "dali"\nbackend: "dali"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (root / "shop/config.pbtxt").write_text(
+        handmade.ENSEMBLE.replace('{ model_name: "scale" model_version: -1\n      input_map { key: "x" value: "X" }\n'
+                                  '      output_map { key: "y" value: "doubled" } },\n', "")
+        .replace('"affine"', '"dali"').replace('"doubled"', '"X"').replace("response_cache { enable: true }\n", ""))
+    (imported,) = import_sources([root], tmp_path / "out", samples=False)
+    assert imported.messages == []
+    assert "as_is=True" in imported.module.read_text()
+    assert_same(root, build_module(imported.module, tmp_path / "built"))
+
+
+def test_as_is_takes_a_serialized_pipeline_only() -> None:
+    from conch import DaliStep, DeclarationError, Tensor
+
+    with pytest.raises(DeclarationError, match="as_is=True lays out a serialized pipeline byte for byte, so pass"):
+        DaliStep("d", lambda: None, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=1,
+                 as_is=True)
