@@ -1,4 +1,4 @@
-"""`conch build | replay | serve | graph | inspect | check | run | deploy | invoke | undeploy | bench | plan`:
+"""`conch build | replay | serve | graph | inspect | check | stamp | run | deploy | invoke | undeploy | bench | plan`:
 the command line over the library. Each module of this package registers its own subcommands."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, local, run
+from conch.cli import bench, check, deploy, endpoint, graph, local, run, stamp
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, run, deploy, bench)
+COMMANDS = (local, graph, endpoint, check, stamp, run, deploy, bench)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
