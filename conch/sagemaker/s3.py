@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conch.builder.fleet import ArchiveModels, read_archive_models
 from conch.builder.manifest import sha256
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code, http_status
@@ -37,6 +38,14 @@ class ModelLocation:
     @property
     def model_data_url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}/" if self.prefix else f"s3://{self.bucket}/"
+
+    @classmethod
+    def parse(cls, url: str) -> ModelLocation:
+        """``s3://bucket/prefix`` (the form ``ModelDataUrl`` takes)."""
+        if not url.startswith("s3://") or not url[len("s3://"):].split("/")[0]:
+            raise DeployError(f"{url!r}: give an S3 prefix as s3://bucket/prefix")
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        return cls(bucket, prefix)
 
     def key(self, target_model: str) -> str:
         return f"{self.prefix}/{target_model}" if self.prefix else target_model
@@ -177,3 +186,42 @@ def _remote_sha256(s3: Any, bucket: str, key: str) -> str | None:
 
 def _denied_hint(location: ModelLocation, key: str) -> str:
     return f"the credentials need s3:PutObject on arn:aws:s3:::{location.bucket}/{key}"
+
+
+def remote_archives(location: ModelLocation, aws: AwsTarget,
+                    progress: Callable[[str], None] | None = None) -> list[ArchiveModels]:
+    """The configs and manifest of every archive under ``location`` (any ``.tar.gz`` key below the prefix; its
+    TargetModel is the key relative to the prefix), each streamed from S3 through the safe extraction's rules,
+    nothing written to disk. Objects with one ETag (the same bytes) are read once."""
+    s3 = aws.client("s3", read_timeout=300)
+    check_bucket(s3, location, aws)
+    start = f"{location.prefix}/" if location.prefix else ""
+    objects: list[dict[str, Any]] = []
+    token: dict[str, str] = {}
+    with aws_errors(f"listing {location.model_data_url}",
+                    f"the credentials need s3:ListBucket on arn:aws:s3:::{location.bucket}"):
+        while True:
+            page = s3.list_objects_v2(Bucket=location.bucket, Prefix=start, **token)
+            objects += [o for o in page.get("Contents", []) if o["Key"].endswith(".tar.gz")]
+            if not page.get("IsTruncated"):
+                break
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+    read: dict[str, ArchiveModels] = {}
+    fleet = []
+    for obj in sorted(objects, key=lambda o: str(o["Key"])):
+        key, etag = str(obj["Key"]), str(obj.get("ETag", ""))
+        target_model = key[len(start):]
+        if etag not in read or not etag:
+            if progress:
+                progress(f"reading the configs of s3://{location.bucket}/{key}")
+            with aws_errors(f"reading s3://{location.bucket}/{key}",
+                            f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
+                body = s3.get_object(Bucket=location.bucket, Key=key)["Body"]
+                try:
+                    read[etag] = read_archive_models(body, target_model, int(obj.get("Size", 0)) or None)
+                finally:
+                    body.close()
+        seen = read[etag]
+        fleet.append(ArchiveModels(target_model, seen.configs, seen.manifest,
+                                   seen.problem and seen.problem.replace(seen.target_model, target_model)))
+    return fleet
