@@ -41,6 +41,7 @@ from conch.ensembles.samples import Sample, TopK, encode_array
 from conch.ensembles.step import Step
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.errors import BuildError, ConchError
+from conch.wire import json_refusal
 
 
 @dataclass
@@ -98,6 +99,13 @@ def render_repository(
     python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
+    schema = Schema.from_json(ensemble.schema())
+    refusal = json_refusal([("input", t.name, t.datatype) for t in schema.inputs]
+                           + [("output", t.name, t.datatype) for t in schema.outputs])
+    if refusal:
+        notes.append(f"ensemble {ensemble.name!r} needs binary bodies: {refusal}")
+        if progress:
+            progress(f"warning: {notes[-1]}")
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
@@ -109,7 +117,7 @@ def render_repository(
         target=target.value,
         release=str(release),
         stub_python=release.stub_python,
-        schema=Schema.from_json(ensemble.schema()),
+        schema=schema,
         steps=tuple(steps),
         description=ensemble.description,
         conch_version=__version__,

@@ -6,8 +6,8 @@ An archive whose bytes are already there (same sha256, recorded in the object's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ class Upload:
     url: str
     sha256: str
     action: str
+    stamped: str | None = None  # why it went up stamped (conch.sagemaker.upload_plan), None: as built
+    steps: Mapping[str, str] = field(default_factory=dict)  # original step -> stamped step
 
 
 def upload_archives(
@@ -74,9 +76,11 @@ def upload_archives(
     multipart_chunk: int = MULTIPART_CHUNK,
     progress: Callable[[str], None] | None = None,
     sent: Callable[[int], None] | None = None,
+    bucket_checked: bool = False,
 ) -> list[Upload]:
     """Upload each archive to ``location`` unless the same bytes are there already; ``sent`` hears how many
-    bytes of the archives went up (or were found there already), for a progress bar."""
+    bytes of the archives went up (or were found there already), for a progress bar. ``bucket_checked``: the
+    caller already ran :func:`check_bucket` (reading what is under the prefix)."""
     names = [a.name for a in archives]
     for archive in archives:
         if not archive.name.endswith(".tar.gz"):
@@ -89,7 +93,8 @@ def upload_archives(
                 "so names must be unique"
             )
     s3 = aws.client("s3", read_timeout=300)
-    check_bucket(s3, location, aws)
+    if not bucket_checked:
+        check_bucket(s3, location, aws)
     return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress, sent)
             for archive in archives]
 
