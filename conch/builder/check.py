@@ -146,7 +146,9 @@ def check_folder(root: Path, archive: str) -> CheckReport:
 
 def _ensemble_tensors(config: model_config_pb2.ModelConfig) -> list[tuple[str, str, str]]:
     """(kind, name, datatype) of an ensemble's inputs and outputs, the tensors a request body carries."""
-    name = model_config_pb2.DataType.Name
+    def name(data_type: int) -> str:
+        return model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+
     return ([("input", t.name, name(t.data_type)) for t in config.input]
             + [("output", t.name, name(t.data_type)) for t in config.output])
 
