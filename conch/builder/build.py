@@ -100,8 +100,7 @@ def render_repository(
     shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
     notes.extend(shm.warn(ensemble.name, progress))
     schema = Schema.from_json(ensemble.schema())
-    refusal = json_refusal([("input", t.name, t.datatype) for t in schema.inputs]
-                           + [("output", t.name, t.datatype) for t in schema.outputs])
+    refusal = json_refusal(schema.tensors())
     if refusal:
         notes.append(f"ensemble {ensemble.name!r} needs binary bodies: {refusal}")
         if progress:

@@ -57,6 +57,11 @@ class Schema:
     inputs: tuple[TensorRecord, ...]
     outputs: tuple[TensorRecord, ...]
 
+    def tensors(self) -> list[tuple[str, str, str]]:
+        """(input or output, name, KServe datatype) of each tensor a request or response body carries."""
+        return ([("input", t.name, t.datatype) for t in self.inputs]
+                + [("output", t.name, t.datatype) for t in self.outputs])
+
     def to_json(self) -> dict[str, Any]:
         return {"max_batch_size": self.max_batch_size, "inputs": [t.to_json() for t in self.inputs],
                 "outputs": [t.to_json() for t in self.outputs]}

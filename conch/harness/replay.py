@@ -176,8 +176,7 @@ def _replay_one(
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
     if not manifest.samples:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    refusal = json_refusal([("input", t.name, t.datatype) for t in manifest.schema.inputs]
-                           + [("output", t.name, t.datatype) for t in manifest.schema.outputs])
+    refusal = json_refusal(manifest.schema.tensors())
     for sample in manifest.samples:
         inputs, expected = sample.input_arrays(), sample.expected_arrays()
         for endpoint in endpoints:

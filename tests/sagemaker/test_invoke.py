@@ -167,3 +167,19 @@ def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp
         read_json_body(tmp_path / "rows.json")
     with pytest.raises(DeployError, match=r"--request .*absent.json: not a KServe v2 request body"):
         read_json_body(tmp_path / "absent.json")
+
+
+def test_fp16_marks_the_json_row_not_applicable_on_the_real_triton_front_end(tmp_path: Path,
+                                                                              triton: LocalTriton) -> None:
+    halves = Ensemble("sm_halves", max_batch_size=4)
+    step = PythonStep("twice", basic_steps.twice_half, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
+                      max_batch_size=4)
+    halves.output("Y", step(halves.input("X", "FP16", [4])))
+    x = np.ones((2, 4), np.float16)
+    halves.sample("ones", {"X": x}, {"Y": x * 2})
+    archive = build_ensemble(halves, tmp_path, "local")
+    _load(triton, MultiModelClient(triton.sagemaker_url, triton.http_url), archive)
+    report = replay_endpoint(AwsTarget(REGION), "local", archive, runtime=TritonBehindSageMaker(triton))
+    assert report.passed, report.table()
+    assert [(r.endpoint, r.result) for r in report.rows] == [("local (json)", "n/a"), ("local (binary)", "ok")]
+    assert report.rows[0].detail.startswith("not applicable: input 'X' is FP16, output 'Y' is FP16")
