@@ -144,30 +144,57 @@ def plan_renames(configs: Mapping[str, model_config_pb2.ModelConfig], target_mod
     return renames, record
 
 
-def stamp_archive(archive: Path, target_model: str, out: Path) -> Stamped:
-    """Write ``archive`` stamped for ``target_model`` to ``out``/<target_model> (deterministic bytes, written
-    atomically). The archive must pass `conch check`; ArchiveError saying why not."""
-    archive, target_model = Path(archive), target_model_of(target_model)
-    with scratch_temp("conch-stamp-") as tmp:
-        folder = Path(tmp) / "archive"
-        safe_extract(archive, folder)
-        report = check_folder(folder, archive.name)
-        if not report.ok:
-            raise ArchiveError(f"{report.summary()}; fix it before stamping")
-        manifest = _manifest(folder, archive)
-        configs = read_configs(folder)
-        renames, record = plan_renames(configs, target_model, manifest.stamp if manifest else None)
+class Unpacked:
+    """An archive unpacked (through the safe extraction) and checked once, to be stamped under many names."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = Path(archive)
+        self._tmp = scratch_temp("conch-stamp-")
+        self.folder = Path(self._tmp.name) / "archive"
+        try:
+            safe_extract(self.archive, self.folder)
+            report = check_folder(self.folder, self.archive.name)
+            if not report.ok:
+                raise ArchiveError(f"{report.summary()}; fix it before stamping")
+            self.manifest = _manifest(self.folder, self.archive)
+            self.configs = read_configs(self.folder)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Unpacked:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def stamp(self, target_model: str, out: Path) -> Stamped:
+        """Write the archive stamped for ``target_model`` to ``out``/<target_model> (deterministic bytes, written
+        atomically)."""
+        target_model = target_model_of(target_model)
+        renames, record = plan_renames(self.configs, target_model, self.manifest.stamp if self.manifest else None)
         for old, new in renames.items():
-            if (folder / new).exists():
-                raise ArchiveError(f"{archive.name}: cannot rename step {old!r} to {new!r}, the archive already "
+            if (self.folder / new).exists():
+                raise ArchiveError(f"{self.archive.name}: cannot rename step {old!r} to {new!r}, the archive already "
                                    "holds a folder of that name; rename that folder and rebuild")
-        files = _stamped_files(folder, renames, restamp_configs(configs, renames))
-        if manifest is not None:
-            files[MANIFEST_NAME] = dumps(stamped_manifest(manifest, target_model, record, renames, files))
+        files = _stamped_files(self.folder, renames, restamp_configs(self.configs, renames))
+        if self.manifest is not None:
+            files[MANIFEST_NAME] = dumps(stamped_manifest(self.manifest, target_model, record, renames, files))
         dest = Path(out) / target_model
         with atomic_output(dest) as fh:
             write_tar(files, fh)
-    return Stamped(dest, target_model, record, archive, manifest is not None)
+        return Stamped(dest, target_model, record, self.archive, self.manifest is not None)
+
+
+def stamp_archive(archive: Path, target_model: str, out: Path) -> Stamped:
+    """Write ``archive`` stamped for ``target_model`` to ``out``/<target_model> (deterministic bytes, written
+    atomically). The archive must pass `conch check`; ArchiveError saying why not."""
+    target_model_of(target_model)  # a bad name is refused before the archive is unpacked
+    with Unpacked(archive) as unpacked:
+        return unpacked.stamp(target_model, out)
 
 
 def _manifest(folder: Path, archive: Path) -> Manifest | None:
@@ -223,4 +250,5 @@ def stamp_archives(archive: Path, target_models: list[str], out: Path) -> list[S
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ArchiveError(f"TargetModel {', '.join(twice)} given twice; each name is one archive under the prefix")
-    return [stamp_archive(archive, name, out) for name in names]
+    with Unpacked(archive) as unpacked:  # unpacked and checked once for every name
+        return [unpacked.stamp(name, out) for name in names]

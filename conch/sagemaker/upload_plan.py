@@ -10,11 +10,12 @@ among archives already there is a warning (conch does not touch archives it is n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from conch.builder.fleet import ArchiveModels, archive_models, check_fleet
-from conch.builder.stamp import ARCHIVE_SUFFIX, stamp_archive, target_model_of
+from conch.builder.stamp import ARCHIVE_SUFFIX, Unpacked, target_model_of
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget
 from conch.sagemaker.s3 import ModelLocation, remote_archives
@@ -86,23 +87,15 @@ def plan_uploads(
     taken: dict[str, str] = {m: a.target_model for a in staying for m in sorted(a.models)}
     uploads: list[PlannedUpload] = []
     fleet: list[ArchiveModels] = list(staying)
-    for source, target, forced in wanted:
-        models = archive_models(source, target)
-        clash = sorted(m for m in models.models if m in taken and taken[m] != target)
-        why = forced or (f"step model{'s' if len(clash) > 1 else ''} {', '.join(clash)} already used by "
-                         f"{taken[clash[0]]}" if clash else "")
-        upload = PlannedUpload(source, target, source)
-        if why:
-            stamped = stamp_archive(source, target, workdir)
-            upload = PlannedUpload(source, target, stamped.archive, why, dict(stamped.steps))
-            models = archive_models(stamped.archive, target)
-        elif source.name != target:
-            raise DeployError(f"{source}: would go up as {target} unstamped; a bug in conch's upload plan")
-        if progress and why:
-            progress(f"stamping {source.name} as {target} ({why})")
-        uploads.append(upload)
-        fleet.append(models)
-        taken.update({m: target for m in models.models})
+    with ExitStack() as unpacking:
+        unpacked: dict[Path, Unpacked] = {}  # each archive unpacked once, however many names it goes up under
+        for source, target, forced in wanted:
+            upload, models = _plan_one(source, target, forced, taken, workdir, unpacked, unpacking)
+            if progress and upload.stamped:
+                progress(f"stamping {source.name} as {target} ({upload.stamped})")
+            uploads.append(upload)
+            fleet.append(models)
+            taken.update({m: target for m in models.models})
     report = check_fleet(fleet)
     mine = set(targets)
     refused = [f for f in report.errors if mine & set(f.archives)]
@@ -114,3 +107,19 @@ def plan_uploads(
     plan.warnings += [f.message if mine & set(f.archives) else f"under {location.model_data_url} already: "
                       f"{f.message}" for f in report.findings if f not in refused]
     return plan
+
+
+def _plan_one(source: Path, target: str, forced: str, taken: dict[str, str], workdir: Path,
+              unpacked: dict[Path, Unpacked], unpacking: ExitStack) -> tuple[PlannedUpload, ArchiveModels]:
+    """One upload, stamped into ``workdir`` when ``forced`` or when its step names are ``taken`` by others."""
+    models = replace(archive_models(source), target_model=target)
+    clash = sorted(m for m in models.models if m in taken and taken[m] != target)
+    why = forced or (f"step model{'s' if len(clash) > 1 else ''} {', '.join(clash)} already used by "
+                     f"{taken[clash[0]]}" if clash else "")
+    if not why:
+        return PlannedUpload(source, target, source), models
+    if source not in unpacked:
+        unpacked[source] = unpacking.enter_context(Unpacked(source))
+    stamped = unpacked[source].stamp(target, workdir)
+    return (PlannedUpload(source, target, stamped.archive, why, dict(stamped.steps)),
+            archive_models(stamped.archive, target))

@@ -16,6 +16,7 @@ from seed_archives import bert_repo, pack_repo
 import conch
 from conch.builder.build import build_ensemble
 from conch.builder.check import check_archive
+from conch.builder.inspection import inspect_archive
 from conch.builder.manifest import read_manifest
 from conch.builder.stamp import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
@@ -74,6 +75,9 @@ def test_the_manifest_records_the_originals_and_restamping_starts_from_them(buil
     assert all(path.split("/")[0] in {"stampme", *manifest.stamp.steps.values()} for path in manifest.files)
     assert manifest.shm is not None and set(manifest.shm.steps) == set(manifest.stamp.steps.values())
     assert read_manifest(built).stamp is None  # an unstamped archive (and every older one) reads as before
+    assert (f"stamped for TargetModel x-v1.tar.gz: stampme__add_one -> "
+            f"{stamped_name('stampme__add_one', 'x-v1.tar.gz')}, stampme__double -> ") in "\n".join(
+        inspect_archive(v1).lines())
     again = stamp_archive(v1, "x-v2", tmp_path / "again").archive
     direct = stamp_archive(built, "x-v2", tmp_path / "direct").archive
     assert digest(again) == digest(direct)
