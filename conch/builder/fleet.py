@@ -11,7 +11,8 @@ safe extraction's rules (conch.builder.extract.scan_archive), without unpacking 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,7 +22,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.builder.check import ENSEMBLE_REGEX, Level
 from conch.builder.extract import scan_archive
-from conch.builder.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from conch.builder.manifest import MANIFEST_NAME, parse_manifest
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"
@@ -31,26 +32,35 @@ STAMP_FIX = ("give each its own step names: `conch stamp ARCHIVE --as NAME` befo
 
 @dataclass(frozen=True)
 class ArchiveModels:
-    """What the fleet check reads of one archive: its TargetModel, model configs and manifest."""
+    """What the fleet check needs of one archive: its TargetModel, its ensembles, its other model folders, the
+    folders its ensembles call, and from its manifest the release and stamp. Small enough to travel in the S3
+    object's metadata (:meth:`summary`), so a prefix is checked without downloading what conch uploaded."""
 
     target_model: str
-    configs: Mapping[str, model_config_pb2.ModelConfig] = field(default_factory=dict)
-    manifest: Manifest | None = None
+    ensembles: tuple[str, ...] = ()
+    models: frozenset[str] = frozenset()  # model folders other than the ensembles
+    steps: frozenset[str] = frozenset()  # model folders its ensembles call
+    release: str | None = None
+    stamped_for: str | None = None  # the TargetModel its stamp names
     problem: str | None = None  # why the archive could not be read
 
-    @property
-    def ensembles(self) -> list[str]:
-        return sorted(name for name, c in self.configs.items() if c.platform == "ensemble")
+    def summary(self) -> str:
+        """A compact JSON form (ASCII: model names are checked shell-safe) for S3 metadata."""
+        return json.dumps({"v": 1, "ensembles": list(self.ensembles), "models": sorted(self.models),
+                           "steps": sorted(self.steps), "release": self.release, "stamped_for": self.stamped_for},
+                          separators=(",", ":"), sort_keys=True)
 
-    @property
-    def steps(self) -> set[str]:
-        """The model folders its ensembles call."""
-        return {s.model_name for c in self.configs.values() for s in c.ensemble_scheduling.step} & set(self.configs)
-
-    @property
-    def models(self) -> set[str]:
-        """Its model folders other than the ensembles (SageMaker serves the ensemble under the TargetModel)."""
-        return set(self.configs) - set(self.ensembles)
+    @classmethod
+    def from_summary(cls, target_model: str, text: str) -> ArchiveModels | None:
+        """The archive's models from :meth:`summary`'s text; None when it is not one this conch wrote."""
+        try:
+            data = json.loads(text)
+            if data.get("v") != 1:
+                return None
+            return cls(target_model, tuple(map(str, data["ensembles"])), frozenset(map(str, data["models"])),
+                       frozenset(map(str, data["steps"])), data.get("release"), data.get("stamped_for"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
 
 
 def _wanted(path: str) -> bool:
@@ -83,7 +93,11 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
             manifest = parse_manifest(found[MANIFEST_NAME], target_model)
         except ArchiveError:
             manifest = None
-    return ArchiveModels(target_model, configs, manifest)
+    ensembles = tuple(sorted(name for name, c in configs.items() if c.platform == "ensemble"))
+    called = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
+    return ArchiveModels(target_model, ensembles, frozenset(set(configs) - set(ensembles)),
+                         frozenset(called & set(configs)), manifest.release if manifest else None,
+                         manifest.stamp.target_model if manifest and manifest.stamp else None)
 
 
 def archive_models(path: Path, target_model: str | None = None) -> ArchiveModels:
@@ -181,11 +195,10 @@ def check_fleet(fleet: Sequence[ArchiveModels]) -> FleetReport:
         elif len(ensembles) > 1:
             add(FleetFinding("error", "several-ensembles", (archive.target_model,), f"{archive.target_model} holds "
                              f"{len(ensembles)} ensembles ({', '.join(ensembles)}): SageMaker serves one per archive; "
-                             "build one archive per ensemble", tuple(ensembles)))
-        stamp = archive.manifest.stamp if archive.manifest else None
-        if stamp is not None and stamp.target_model != archive.target_model:
+                             "build one archive per ensemble", ensembles))
+        if archive.stamped_for is not None and archive.stamped_for != archive.target_model:
             add(FleetFinding("warning", "stamped-for-another-name", (archive.target_model,),
-                             f"{archive.target_model} was stamped for TargetModel {stamp.target_model}; stamp it as "
+                             f"{archive.target_model} was stamped for TargetModel {archive.stamped_for}; stamp it as "
                              f"its own name (`conch stamp ARCHIVE --as {archive.target_model}`) so its step names "
                              "follow from the name it is served under"))
         readable.append(archive)
@@ -203,8 +216,8 @@ def check_fleet(fleet: Sequence[ArchiveModels]) -> FleetReport:
 def _releases(fleet: Sequence[ArchiveModels], add: Any) -> None:
     built: dict[str, list[str]] = {}
     for archive in fleet:
-        if archive.manifest is not None:
-            built.setdefault(archive.manifest.release, []).append(archive.target_model)
+        if archive.release is not None:
+            built.setdefault(archive.release, []).append(archive.target_model)
     if len(built) > 1:
         listing = "; ".join(f"{release}: {named(names)}" for release, names in sorted(built.items()))
         add(FleetFinding("error", "releases", tuple(n for names in built.values() for n in names),

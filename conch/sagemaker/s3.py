@@ -7,16 +7,21 @@ An archive whose bytes are already there (same sha256, recorded in the object's 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from conch.builder.fleet import ArchiveModels, read_archive_models
+from conch.builder.fleet import ArchiveModels, archive_models, read_archive_models
 from conch.builder.manifest import sha256
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code, http_status
 
 SHA256_METADATA = "conch-sha256"  # stored as x-amz-meta-conch-sha256
+# What the fleet check needs of the archive (conch.builder.fleet.ArchiveModels.summary), so `conch check s3://…`
+# and `conch deploy` read a prefix with one HEAD per archive; left out past this size (S3 allows 2 KB of user
+# metadata in all), and then the archive is streamed instead.
+FLEET_METADATA = "conch-fleet"
+FLEET_METADATA_MAX = 1500
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 MULTIPART_CHUNK = 64 * 1024 * 1024  # S3 allows 10,000 parts: 64 MiB parts cover archives up to 625 GiB
 
@@ -154,6 +159,10 @@ def _upload_one(
             sent(archive.stat().st_size)
         return Upload(archive, archive.name, url, digest, "unchanged")
     config = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=multipart_chunk)
+    metadata = {SHA256_METADATA: digest}
+    summary = archive_models(archive).summary()
+    if len(summary) <= FLEET_METADATA_MAX:
+        metadata[FLEET_METADATA] = summary
     if progress:
         size = archive.stat().st_size
         progress(f"uploading {archive} -> {url} ({size / 1e6:.1f} MB)")
@@ -164,7 +173,7 @@ def _upload_one(
         with aws_errors(f"uploading {archive.name} to {url}", _denied_hint(location, key)):
             s3.upload_file(
                 str(archive), location.bucket, key, Config=config,
-                ExtraArgs={"Metadata": {SHA256_METADATA: digest}, "ContentType": "application/gzip"},
+                ExtraArgs={"Metadata": metadata, "ContentType": "application/gzip"},
                 **({"Callback": sent} if sent else {}),
             )
     except S3UploadFailedError as exc:  # boto3 wraps the ClientError of the failing part or PUT
@@ -216,6 +225,13 @@ def remote_archives(location: ModelLocation, aws: AwsTarget,
     for obj in sorted(objects, key=lambda o: str(o["Key"])):
         key, etag = str(obj["Key"]), str(obj.get("ETag", ""))
         target_model = key[len(start):]
+        with aws_errors(f"reading s3://{location.bucket}/{key}",
+                        f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
+            recorded = s3.head_object(Bucket=location.bucket, Key=key).get("Metadata", {}).get(FLEET_METADATA)
+        summary = ArchiveModels.from_summary(target_model, recorded) if recorded else None
+        if summary is not None:  # what conch recorded when it uploaded these bytes: nothing to download
+            fleet.append(summary)
+            continue
         if etag not in read or not etag:
             if progress:
                 progress(f"reading the configs of s3://{location.bucket}/{key}")
@@ -227,6 +243,6 @@ def remote_archives(location: ModelLocation, aws: AwsTarget,
                 finally:
                     body.close()
         seen = read[etag]
-        fleet.append(ArchiveModels(target_model, seen.configs, seen.manifest,
-                                   seen.problem and seen.problem.replace(seen.target_model, target_model)))
+        fleet.append(replace(seen, target_model=target_model,
+                             problem=seen.problem and seen.problem.replace(seen.target_model, target_model)))
     return fleet

@@ -52,8 +52,7 @@ def test_two_copies_of_one_archive_collide_and_stamped_copies_do_not(built: Path
 
 def test_a_target_model_twice_and_mixed_releases_are_errors(built: Path, tmp_path: Path) -> None:
     models = archive_models(built)
-    older = replace(models, target_model="older.tar.gz", configs={},
-                    manifest=replace(models.manifest, release="23.05"))  # type: ignore[type-var]
+    older = replace(models, target_model="older.tar.gz", models=frozenset(), steps=frozenset(), release="23.05")
     report = check_fleet([models, models, older])
     kinds = {f.kind: f.message for f in report.errors}
     assert "TargetModel fleetchk.tar.gz is given 2 times" in kinds["duplicate-target-model"]
@@ -79,6 +78,14 @@ def test_archives_the_front_end_cannot_serve_are_named(tmp_path: Path) -> None:
     assert kinds["unreadable"].startswith("archive broken.tar.gz is not a readable .tar.gz")
     assert "no-ensemble" not in kinds  # `platform:"ensemble"` still matches the front end's regex
     assert check_fleet([ArchiveModels("empty.tar.gz")]).errors[0].kind == "no-ensemble"
+
+
+def test_the_summary_that_travels_in_s3_metadata_round_trips(built: Path) -> None:
+    models = archive_models(built)
+    assert models.ensembles == ("fleetchk",) and models.release == "24.10" and models.stamped_for is None
+    assert models.steps == models.models == {"fleetchk__add_one", "fleetchk__double"}
+    assert ArchiveModels.from_summary("fleetchk.tar.gz", models.summary()) == models
+    assert ArchiveModels.from_summary("x", '{"v": 2}') is None and ArchiveModels.from_summary("x", "no") is None
 
 
 def test_the_scan_reads_only_what_it_wants_and_refuses_unsafe_entries(built: Path, tmp_path: Path) -> None:

@@ -35,8 +35,7 @@ def uploaded(moto: Moto, bucket: str, key: str) -> tuple[set[str], str | None]:
     """The model folders of the archive at ``key`` and the TargetModel its manifest's stamp names."""
     body = moto.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     models = read_archive_models(io.BytesIO(body), key)
-    manifest = models.manifest
-    return set(models.configs), manifest.stamp.target_model if manifest and manifest.stamp else None
+    return {*models.ensembles, *models.models}, models.stamped_for
 
 
 def test_copies_go_up_stamped_and_a_second_deploy_changes_nothing(moto: Moto, bucket: str, built: Path) -> None:
@@ -66,8 +65,8 @@ def test_a_version_whose_step_names_are_taken_is_stamped_and_check_names_raw_cop
     assert ("conch: error: fleet: x-raw.tar.gz, x-v1.tar.gz both hold step models x__add_one, x__double"
             in check.stderr)
     fleet = remote_archives(ModelLocation(bucket, "versions"), moto.aws)
-    assert [a.target_model for a in fleet] == ["x-raw.tar.gz", "x-v1.tar.gz"] and fleet[0].configs == fleet[1].configs
-    assert len(moto.called("GetObject")) == 1  # one ETag: the same bytes, streamed once
+    assert [a.target_model for a in fleet] == ["x-raw.tar.gz", "x-v1.tar.gz"] and fleet[0].models == fleet[1].models
+    assert len(moto.called("GetObject")) == 1  # uploaded raw (no conch metadata), one ETag: streamed once
     s3.delete_object(Bucket=bucket, Key="versions/x-raw.tar.gz")
     v2 = tmp_path / "x-v2.tar.gz"
     v2.write_bytes(built.read_bytes())
@@ -78,6 +77,10 @@ def test_a_version_whose_step_names_are_taken_is_stamped_and_check_names_raw_cop
     assert uploaded(moto, bucket, "versions/x-v2.tar.gz")[1] == "x-v2.tar.gz"
     result = conch("check", f"s3://{bucket}/versions", "--s3-endpoint-url", moto.url)
     assert result.returncode == 0, result.stderr
+    reads = len(moto.called("GetObject"))
+    fleet = remote_archives(location, moto.aws)
+    assert [(a.target_model, a.stamped_for) for a in fleet] == [("x-v1.tar.gz", None), ("x-v2.tar.gz", "x-v2.tar.gz")]
+    assert len(moto.called("GetObject")) == reads + 1  # x-v1 (raw) streamed; x-v2 read from conch's metadata
 
 
 def test_dry_run_shows_the_stamps_and_uploads_nothing(moto: Moto, bucket: str, built: Path) -> None:
