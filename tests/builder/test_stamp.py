@@ -127,3 +127,17 @@ def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, t
     assert report.passed, report.table()
     assert {r.ensemble for r in report.rows if r.endpoint == "sagemaker-binary"} == {
         "stampme.tar.gz", "stamp-v1.tar.gz", "stamp-v2.tar.gz"}
+
+
+def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_path: Path) -> None:
+    from conch.builder.archive import safe_extract
+    from conch.builder.stamp import read_configs, stamp_folder
+
+    folder = tmp_path / "unpacked"
+    safe_extract(built, folder)
+    taken = stamped_name("stampme__double", "y.tar.gz")
+    (folder / taken).mkdir()
+    with pytest.raises(ArchiveError, match=rf"cannot rename step 'stampme__double' to '{taken}': the archive already "
+                       "holds a folder of that name"):
+        stamp_folder(folder, {"stampme__double": taken}, read_configs(folder))
+    assert (folder / "stampme__double").is_dir()  # nothing renamed

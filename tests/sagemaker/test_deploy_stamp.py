@@ -105,3 +105,17 @@ def test_the_deploy_refuses_what_the_endpoint_could_not_serve(moto: Moto, bucket
     with pytest.raises(DeployError, match=r"give --as NAME .* or --copies N .*, not both"):
         deploy([built], location, spec(model_data_url=location.model_data_url), moto.aws, names=["a"], copies=2)
     assert not moto.called("PutObject") and not moto.called("CreateModel")
+
+
+def test_names_and_prefixes_are_checked_before_anything_is_read(built: Path, tmp_path: Path) -> None:
+    from conch.sagemaker.upload_plan import copy_names, requested
+
+    assert copy_names(built, 3) == ["x-1.tar.gz", "x-2.tar.gz", "x-3.tar.gz"]
+    assert requested([built], ["a", "b.tar.gz"]) == [(built, "a.tar.gz", "--as"), (built, "b.tar.gz", "--as")]
+    with pytest.raises(DeployError, match=r"--as names copies of one archive, but 2 were given"):
+        requested([built, tmp_path / "y.tar.gz"], ["a"])
+    with pytest.raises(DeployError, match=r"--copies -1: give a number of copies of at least 1"):
+        requested([built], copies=-1)
+    with pytest.raises(DeployError, match=r"'bucket/mme': give an S3 prefix as s3://bucket/prefix"):
+        ModelLocation.parse("bucket/mme")
+    assert ModelLocation.parse("s3://bucket/mme/") == ModelLocation("bucket", "mme")
