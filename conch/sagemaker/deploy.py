@@ -81,6 +81,23 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
     return Release.of(next(iter(built)))
 
 
+# Triton answers "unknown model" for a loaded model when its lookup races another model's load or unload (its
+# SageMaker front end reads the TargetModel list without the lock load and unload hold); fixed in server v2.65.0
+# (PRs #8563, #8571), the 25.12 release. See DESIGN.md, "The local proof is never kinder than production".
+LOOKUP_RACE_FIXED = Release(25, 12)
+
+
+def lookup_race_note(release: Release, target_models: int) -> str | None:
+    """What an image without the lookup-race fix means for an endpoint of several TargetModels (None: nothing)."""
+    if release >= LOOKUP_RACE_FIXED or target_models < 2:
+        return None
+    return (f"the {release} image's Triton (before {LOOKUP_RACE_FIXED}: server v2.65.0, PRs #8563 and #8571) can "
+            "answer 'unknown model' (HTTP 400, a ModelError through boto3) for a loaded TargetModel while another "
+            f"one loads or unloads: with {target_models} TargetModels and models moving in and out of memory, let "
+            "callers retry such an answer (seen locally under churn: 21 of 1110 calls, 8 still on the second try), "
+            f"or build for {LOOKUP_RACE_FIXED} or later")
+
+
 def deploy(
     archives: Sequence[Path],
     location: ModelLocation,
@@ -126,6 +143,9 @@ def deploy(
                                   bucket_checked=True, **threshold)
     uploads = [replace(u, archive=p.source, stamped=p.stamped, steps=p.steps)
                for u, p in zip(uploads, plan.uploads, strict=True)]
+    served = set(plan.already) | {u.target_model for u in uploads}
+    race = lookup_race_note(archives_release(archives), len(served))
+    warnings += [race] if race else []
     for upload in uploads:
         if upload.action == "replaced":
             warnings.append(

@@ -43,6 +43,10 @@ def test_copies_go_up_stamped_and_a_second_deploy_changes_nothing(moto: Moto, bu
     done = deploy([built], location, spec(model_data_url=location.model_data_url), moto.aws, poll=0.01, copies=3)
     assert [u.target_model for u in done.uploads] == ["x-1.tar.gz", "x-2.tar.gz", "x-3.tar.gz"]
     assert all(u.archive == built and u.stamped == "--copies" and u.action == "uploaded" for u in done.uploads)
+    (race,) = [w for w in done.warnings if "unknown model" in w]
+    assert race.startswith("the 24.10 image's Triton (before 25.12: server v2.65.0, PRs #8563 and #8571) can answer "
+                           "'unknown model' (HTTP 400, a ModelError through boto3) for a loaded TargetModel")
+    assert "with 3 TargetModels" in race
     for upload in done.uploads:
         folders, stamp = uploaded(moto, bucket, f"copies/{upload.target_model}")
         assert stamp == upload.target_model
