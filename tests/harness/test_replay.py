@@ -7,7 +7,7 @@ from pathlib import Path
 import basic_steps
 import numpy as np
 import pytest
-from conftest import linear_ensemble
+from conftest import half_ensemble, linear_ensemble
 
 from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.builder.archive import safe_extract
@@ -209,13 +209,7 @@ def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: 
     pass, `conch check` warns, and the server itself refuses the JSON body (what the row stands for)."""
     from conch.builder.check import check_archive
 
-    ens = Ensemble("halves", max_batch_size=4)
-    step = PythonStep("twice", basic_steps.twice_half, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
-                      max_batch_size=4)
-    ens.output("Y", step(ens.input("X", "FP16", [4])))
-    x = np.ones((2, 4), np.float16)
-    ens.sample("ones", {"X": x}, {"Y": x * 2})
-    archive = build_ensemble(ens, tmp_path, "local")
+    archive = build_ensemble(half_ensemble("halves"), tmp_path, "local")
     from conch.builder.manifest import read_manifest
 
     assert [n for n in read_manifest(archive).notes if "needs binary bodies" in n] == [
@@ -234,4 +228,4 @@ def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: 
     assert report.table().endswith("3 passed, 0 failed, 1 not applicable")
     client = MultiModelClient(triton.sagemaker_url, triton.http_url)
     with pytest.raises(InvokeError, match=r"receiving FP16 data via JSON is not supported"):
-        client.invoke_json("halves.tar.gz", {"X": x})
+        client.invoke_json("halves.tar.gz", {"X": np.ones((2, 4), np.float16)})

@@ -13,7 +13,7 @@ import basic_steps
 import numpy as np
 import pytest
 import requests
-from conftest import ACCOUNT, REGION, Moto, linear_ensemble
+from conftest import ACCOUNT, REGION, Moto, half_ensemble, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.builder.archive import safe_extract
@@ -171,13 +171,7 @@ def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp
 
 def test_fp16_marks_the_json_row_not_applicable_on_the_real_triton_front_end(tmp_path: Path,
                                                                               triton: LocalTriton) -> None:
-    halves = Ensemble("sm_halves", max_batch_size=4)
-    step = PythonStep("twice", basic_steps.twice_half, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
-                      max_batch_size=4)
-    halves.output("Y", step(halves.input("X", "FP16", [4])))
-    x = np.ones((2, 4), np.float16)
-    halves.sample("ones", {"X": x}, {"Y": x * 2})
-    archive = build_ensemble(halves, tmp_path, "local")
+    archive = build_ensemble(half_ensemble("sm_halves"), tmp_path, "local")
     _load(triton, MultiModelClient(triton.sagemaker_url, triton.http_url), archive)
     report = replay_endpoint(AwsTarget(REGION), "local", archive, runtime=TritonBehindSageMaker(triton))
     assert report.passed, report.table()
