@@ -2,6 +2,9 @@
 
 __version__ = "0.1.0"
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from conch.backends.dali import DaliStep
 from conch.backends.onnx import OnnxStep
 from conch.backends.python import PythonModelStep, PythonStep
@@ -26,6 +29,18 @@ from conch.errors import (
 )
 from conch.run import Executor, RunResult, run
 
+if TYPE_CHECKING:
+    from conch.builder.stamp import Stamped, stamp_archive
+
+_LAZY = {"Stamped": "conch.builder.stamp", "stamp_archive": "conch.builder.stamp"}
+
+
+def __getattr__(name: str) -> Any:
+    """Names whose modules load Triton's config proto, imported on first use (the CLI starts without them)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'conch' has no attribute {name!r}")
+
 __all__ = [
     "DEFAULT_RELEASE",
     "BuildError",
@@ -49,6 +64,7 @@ __all__ = [
     "RunError",
     "RunResult",
     "ServeError",
+    "Stamped",
     "Target",
     "Tensor",
     "TensorFlowStep",
@@ -60,4 +76,5 @@ __all__ = [
     "VersionPolicy",
     "Warmup",
     "run",
+    "stamp_archive",
 ]

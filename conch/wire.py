@@ -5,7 +5,7 @@ the parsing of responses into numpy arrays."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +21,23 @@ TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
 BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
 # Where a replay sends each sample: Triton's KServe v2 endpoint, or its SageMaker front end with either body.
 ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
+# Datatypes Triton's JSON bodies cannot carry, either way: server v2.51.0 src/http_server.cc, ReadDataFromJson
+# ("receiving FP16 data via JSON is not supported", likewise BF16) for inputs and WriteDataToJson ("sending FP16
+# data via JSON is not supported", likewise BF16) for outputs; the SageMaker front end parses bodies with the same
+# code. Such tensors travel only in binary+json bodies.
+JSON_REFUSED = ("FP16", "BF16")
+
+
+def json_refusal(tensors: Iterable[tuple[str, str, str]]) -> str | None:
+    """Why a JSON body cannot carry these ensemble tensors ((kind, name, KServe datatype), kind being input or
+    output), or None when it can."""
+    refused = [f"{kind} {name!r} is {datatype}" for kind, name, datatype in tensors
+               if datatype.upper().removeprefix("TYPE_") in JSON_REFUSED]
+    if not refused:
+        return None
+    return (f"{', '.join(refused)}: Triton's JSON bodies cannot carry {' or '.join(JSON_REFUSED)} (its HTTP front "
+            "end answers 400 'sending FP16 data via JSON is not supported'); callers must send binary+json bodies "
+            f"({BINARY_CONTENT_TYPE}N)")
 
 
 def encode_request(inputs: Mapping[str, np.ndarray], body: str) -> tuple[bytes, str]:

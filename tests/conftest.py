@@ -137,6 +137,17 @@ def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
     return ens
 
 
+def half_ensemble(name: str = "halves") -> Ensemble:
+    """X (FP16) -> twice -> Y (FP16), with one sample: tensors Triton's JSON bodies cannot carry."""
+    ens = Ensemble(name, max_batch_size=4)
+    step = PythonStep("twice", basic_steps.twice_half, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
+                      max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP16", [4])))
+    x = np.ones((2, 4), np.float16)
+    ens.sample("ones", {"X": x}, {"Y": x * 2})
+    return ens
+
+
 @pytest.fixture
 def linear() -> Ensemble:
     return linear_ensemble()

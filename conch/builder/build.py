@@ -42,6 +42,7 @@ from conch.ensembles.samples import Sample, TopK, encode_array
 from conch.ensembles.step import Step
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.errors import BuildError, ConchError
+from conch.wire import json_refusal
 
 
 @dataclass
@@ -109,6 +110,12 @@ def render_repository(
     warned = shm if target is Target.PRODUCTION else plan_shm(ensemble, production, observed.row_bytes,
                                                               observed.unmeasured)
     notes.extend(warned.warn(ensemble.name, progress))
+    schema = Schema.from_json(ensemble.schema())
+    refusal = json_refusal(schema.tensors())
+    if refusal:
+        notes.append(f"ensemble {ensemble.name!r} needs binary bodies: {refusal}")
+        if progress:
+            progress(f"warning: {notes[-1]}")
     files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
     files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
     files.update(envs.files)
@@ -120,7 +127,7 @@ def render_repository(
         target=target.value,
         release=str(release),
         stub_python=release.stub_python,
-        schema=Schema.from_json(ensemble.schema()),
+        schema=schema,
         steps=tuple(steps),
         description=ensemble.description,
         conch_version=__version__,

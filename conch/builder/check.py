@@ -19,6 +19,7 @@ from conch.builder.check_wiring import check_wiring
 from conch.builder.extract import safe_extract
 from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
+from conch.wire import json_refusal
 
 # The regex SageMaker's front end (server src/sagemaker_server.cc) runs over each config's raw text.
 ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')
@@ -137,7 +138,19 @@ def check_folder(root: Path, archive: str) -> CheckReport:
     if ensemble is not None:
         report.ensemble = ensemble.folder
         check_wiring(ensemble, models, report)
+        refusal = json_refusal(_ensemble_tensors(ensemble.config))
+        if refusal:
+            report.warning(f"{ensemble.folder}/config.pbtxt", f"needs binary bodies: {refusal}")
     return report
+
+
+def _ensemble_tensors(config: model_config_pb2.ModelConfig) -> list[tuple[str, str, str]]:
+    """(kind, name, datatype) of an ensemble's inputs and outputs, the tensors a request body carries."""
+    def name(data_type: int) -> str:
+        return model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+
+    return ([("input", t.name, name(t.data_type)) for t in config.input]
+            + [("output", t.name, name(t.data_type)) for t in config.output])
 
 
 def _read_model(path: Path, report: CheckReport) -> Model | None:

@@ -13,6 +13,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -65,6 +66,60 @@ def safe_extract(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def scan_archive(
+    stream: BinaryIO,
+    archive: str,
+    wanted: Callable[[str], bool],
+    *,
+    size: int | None = None,
+    max_file: int = 1 << 20,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+) -> dict[str, bytes]:
+    """Read an untrusted archive (.tar.gz or .tar, from any stream: a file, an S3 body) in one pass without
+    writing anything: the bytes of the regular files whose cleaned path ``wanted`` accepts (each at most
+    ``max_file`` bytes), under the entry rules of :func:`safe_extract` (paths, kinds, counts, sizes); every other
+    file's bytes are inflated past and dropped. ``size`` (the archive's bytes, when known) caps the unpacked
+    size by ``max_ratio`` as safe_extract does.
+
+    Raises:
+        ArchiveError: naming ``archive`` and the entry, for an unsafe, oversized or unreadable archive.
+    """
+    budget = max_bytes if size is None else min(max_bytes, max(RATIO_FLOOR, int(max_ratio * size)))
+    found: dict[str, bytes] = {}
+    total = 0
+    checker = _Unpacker(Path(archive), Path("."), budget, max_bytes, max_entries)
+    try:
+        inflater = _Inflater(stream)
+        with tarfile.open(fileobj=inflater, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]
+            for count, member in enumerate(tar, start=1):
+                if count > max_entries:
+                    raise checker.refuse(member.name, f"is past the limit of {max_entries} entries "
+                                         "(a possible archive bomb)")
+                name = checker.clean(member.name, member.name)
+                if not (member.isdir() or member.isreg() or member.issym() or member.islnk()):
+                    raise checker.refuse(member.name, "is not a folder, file or link; an MME archive holds only "
+                                         "folders, files and symlinks")
+                if not member.isreg():
+                    continue
+                total += member.size
+                if total > budget:
+                    raise checker.refuse(member.name, f"takes the unpacked size past {budget} bytes (a possible "
+                                         "gzip bomb)")
+                if name is not None and member.size <= max_file and wanted(name):
+                    data = tar.extractfile(member)
+                    found[name] = data.read() if data is not None else b""
+                    if len(found[name]) != member.size:
+                        raise checker.refuse(member.name, f"ends after {len(found[name])} of its {member.size} "
+                                             "bytes (truncated archive)")
+        inflater.drain()
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise ArchiveError(f"archive {archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
+                           "rebuild it with `conch build` or copy it again") from None
+    return found
 
 
 class _Inflater:

@@ -128,6 +128,9 @@ class Inspection:
                f"in {files} files, {len(self.entries)} archive entries"]
         for io, tensors in (("input", m.schema.inputs), ("output", m.schema.outputs)):
             out += [f"  {io:6} {t.name:24} {t.datatype:6} {list(t.shape)}" for t in tensors]
+        if m.stamp is not None:
+            out.append(f"stamped for TargetModel {m.stamp.target_model}: "
+                       + ", ".join(f"{a} -> {b}" for a, b in sorted(m.stamp.steps.items())))
         out.append("tree:")
         out += tree_lines(self.entries)
         out.append("models:")

@@ -57,6 +57,11 @@ class Schema:
     inputs: tuple[TensorRecord, ...]
     outputs: tuple[TensorRecord, ...]
 
+    def tensors(self) -> list[tuple[str, str, str]]:
+        """(input or output, name, KServe datatype) of each tensor a request or response body carries."""
+        return ([("input", t.name, t.datatype) for t in self.inputs]
+                + [("output", t.name, t.datatype) for t in self.outputs])
+
     def to_json(self) -> dict[str, Any]:
         return {"max_batch_size": self.max_batch_size, "inputs": [t.to_json() for t in self.inputs],
                 "outputs": [t.to_json() for t in self.outputs]}
@@ -179,6 +184,27 @@ class SampleRecord:
 
 
 @dataclass(frozen=True)
+class StampRecord:
+    """The stamp an archive was given (conch.builder.stamp): the TargetModel it was stamped for, and each step's
+    original model name with the name it has in this archive."""
+
+    target_model: str
+    steps: Mapping[str, str]  # original step model name -> its name in this archive
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target_model": self.target_model, "steps": dict(self.steps)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StampRecord:
+        return cls(str(data["target_model"]), {str(k): str(v) for k, v in data["steps"].items()})
+
+    @property
+    def originals(self) -> dict[str, str]:
+        """{name in this archive: original name}."""
+        return {v: k for k, v in self.steps.items()}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What conch records about an archive: how it was built, its I/O, its steps, environments, file digests,
     derived warmup, shared-memory needs and the sample payloads it replays."""
@@ -198,12 +224,15 @@ class Manifest:
     warmup: WarmupRecord | None = None
     shm: ShmRecord | None = None
     format: int = FORMAT
+    stamp: StampRecord | None = None  # written only when stamped: unstamped manifests keep their bytes
 
     def sample(self, name: str) -> SampleRecord | None:
         return next((s for s in self.samples if s.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
+        stamp = {"stamp": self.stamp.to_json()} if self.stamp else {}
         return {
+            **stamp,
             "format": self.format,
             "conch_version": self.conch_version,
             "ensemble": self.ensemble,
@@ -246,6 +275,7 @@ class Manifest:
             warmup=WarmupRecord.from_json(data["warmup"]) if data.get("warmup") else None,
             shm=ShmRecord.from_json(data["shm"]) if data.get("shm") else None,
             format=version,
+            stamp=StampRecord.from_json(data["stamp"]) if data.get("stamp") else None,
         )
 
 

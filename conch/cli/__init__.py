@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, profile, run
+from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, profile, run, stamp
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
 # Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, run, deploy, bench, profile, import_repository)
+COMMANDS = (local, graph, endpoint, check, stamp, run, deploy, bench, profile, import_repository)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
@@ -39,6 +39,7 @@ EXAMPLES = {
     "graph": "conch graph ensembles/text_embeddings.py --format mermaid",
     "serve": "conch serve dist/ --port 8080",
     "check": "conch check dist/",
+    "stamp": "conch stamp dist/text_embeddings.tar.gz --as customer-a --as customer-b --out stamped/",
     "run": "conch run ensembles/text_embeddings.py --sample 'one sentence, non-ASCII'",
     "deploy": "conch deploy dist/ --bucket my-bucket --role arn:aws:iam::123456789012:role/SageMakerRole "
               "--endpoint my-mme --dry-run",
@@ -46,7 +47,7 @@ EXAMPLES = {
     "undeploy": "conch undeploy --endpoint my-mme",
     "bench": "conch bench dist/ --mme --stages quick",
     "plan": "conch plan --ensembles 200 --rps 50 --measure dist/text_embeddings.tar.gz",
-    "profile": "conch profile dist/text_embeddings.tar.gz --out profile/",
+    "profile": "conch profile dist/text_embeddings.tar.gz --format png --out profile/",
     "import": "conch import model_repository/ --out ensembles/imported.py",
 }
 

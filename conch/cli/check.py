@@ -1,41 +1,80 @@
-"""`conch check ARCHIVE…`: check MME archives as SageMaker's Triton front end and Triton will read them."""
+"""`conch check ARCHIVE…`: check MME archives as SageMaker's Triton front end and Triton will read them, each
+alone and, given several (files, folders, or an S3 prefix), together as one endpoint would serve them."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, progress_bar, result, say
+
+if TYPE_CHECKING:
+    from conch.builder.fleet import ArchiveModels
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from conch.builder.check import CheckReport, check_archive
+    from conch.builder.fleet import archive_models, check_fleet
 
     archives: list[Path] = []
-    for path in args.archives:
+    prefixes: list[str] = []
+    for item in args.archives:
+        if item.startswith("s3://"):
+            prefixes.append(item)
+            continue
+        path = Path(item)
         archives.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
-    if not archives:
-        say(f"conch: error: no .tar.gz archives in {', '.join(map(str, args.archives))}; give archive files")
+    fleet: list[ArchiveModels] = []
+    with progress_bar("reading S3", None) as bar:
+        for url in prefixes:
+            fleet += _remote(url, args, bar.line)
+    if not archives and not fleet:
+        say(f"conch: error: no .tar.gz archives in {', '.join(map(str, args.archives))}; give archive files, "
+            "folders of them or an s3://bucket/prefix holding some")
         return 2
     reports: list[CheckReport] = []
     with progress_bar("checking", len(archives)) as bar:
         for archive in archives:
             reports.append(check_archive(archive))
             result("\n".join(reports[-1].lines()))
+            if reports[-1].ok:  # one failing alone is refused already; the fleet is of those that could deploy
+                fleet.append(archive_models(archive))
             bar.advance()
+    together = check_fleet(fleet) if len(fleet) > 1 or prefixes else None
+    if together is not None:  # its errors are shown below, where --quiet still shows them
+        shown = [f.line() for f in together.findings if f.level != "error"]
+        shown += together.lines()[-1:] if together.ok else []
+        if shown:
+            result("\n".join(shown))
     failed = [r for r in reports if not r.ok]
     for report in failed:  # what --quiet still shows; the findings above name each file
         error(report.summary())
+    for finding in together.errors if together else []:
+        error(f"fleet: {finding.message}")
     if failed:
         say(f"conch: {len(failed)} of {len(archives)} archives fail the check")
-    document({"ok": not failed, "archives": [
+    fleet_failed = together is not None and not together.ok
+    document({"ok": not failed and not fleet_failed, "archives": [
         {"archive": str(path), "ok": r.ok, "ensemble": r.ensemble, "models": r.models,
          "findings": [{"level": f.level, "file": f.file, "message": f.message} for f in r.findings]}
-        for path, r in zip(archives, reports, strict=True)]})
-    return 1 if failed else 0
+        for path, r in zip(archives, reports, strict=True)],
+        "fleet": together.to_json() if together else None})
+    return 1 if failed or fleet_failed else 0
+
+
+def _remote(url: str, args: argparse.Namespace, progress: Any) -> list[ArchiveModels]:
+    from conch.sagemaker.aws import AwsTarget
+    from conch.sagemaker.s3 import ModelLocation, remote_archives
+
+    return remote_archives(ModelLocation.parse(url), AwsTarget.resolve(args.region, args.s3_endpoint_url), progress)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    c = sub.add_parser("check", help="check MME archives (conch-built or hand-made) as SageMaker and Triton read them")
-    c.add_argument("archives", nargs="+", type=Path, help=".tar.gz archives, or folders of them")
+    c = sub.add_parser("check", help="check MME archives (conch-built or hand-made) as SageMaker and Triton read them, "
+                       "and several together as one endpoint serves them")
+    c.add_argument("archives", nargs="+", help=".tar.gz archives, folders of them, or s3://bucket/prefix (the archives "
+                   "under it: their configs are read as a fleet, not unpacked)")
+    c.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// prefixes (e.g. a local moto)")
+    c.add_argument("--region", help="AWS region for s3:// prefixes (default: AWS_REGION or the profile's)")
     c.set_defaults(func=cmd_check)

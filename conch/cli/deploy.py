@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.local import replay_document
@@ -16,6 +16,7 @@ from conch.wire import BODIES
 
 if TYPE_CHECKING:
     from conch.sagemaker.autoscaling import Autoscaling
+    from conch.sagemaker.s3 import Upload
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -44,15 +45,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     scaling = _scaling(args, spec.instance_type)
     for warning in spec.warnings:
         say(f"conch: warning: {warning}")
-    total = sum(a.stat().st_size for a in archives)
+    per_archive = len(args.names) if args.names else args.copies or 1
+    total = sum(a.stat().st_size for a in archives) * per_archive
     with progress_bar("uploading", None if args.dry_run else total, bytes_=True) as bar:
         done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait,
                       timeout=args.wait_timeout, progress=None if args.dry_run else say, checked=True,
-                      sent=None if args.dry_run else bar.advance)
+                      sent=None if args.dry_run else bar.advance, names=args.names or (), copies=args.copies)
     if args.dry_run:
-        result("\n".join(f"shared memory: {line}" for line in said))
+        result("\n".join([*(f"shared memory: {line}" for line in said), *_stamp_lines(done.uploads, "would stamp")]))
+        for warning in done.warnings:
+            say(f"conch: warning: {warning}")
         result(aws.report())  # type: ignore[attr-defined]
         document({"dry_run": True, "region": aws.region, "shared_memory": said,
+                  "uploads": [_upload_json(u) for u in done.uploads], "warnings": done.warnings,
                   "calls": [asdict(call) for call in aws.calls]})  # type: ignore[attr-defined]
         return 0
     for warning in done.warnings:
@@ -61,12 +66,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     lines = [f"endpoint {ended.name} {ended.action} ({ended.status}) in {aws.region}: {spec.instance_count} x "
              f"{spec.instance_type}, {spec.image}, models from {location.model_data_url}"]
     lines += [f"  {upload.action:9} {upload.url}  TargetModel={upload.target_model}" for upload in done.uploads]
+    lines += _stamp_lines(done.uploads, "  stamped")
     lines += [f"  removed   {removed}" for removed in ended.removed]
     lines += [f"  shared memory: {line}" for line in said]
     if scaling is not None:
         lines.append(f"  autoscaling {scaling.min_instances}..{scaling.max_instances} instances, target "
                      f"{scaling.target_value:g} {scaling.target_unit} ({done.policy_arn})")
-    lines.append(f"  try: conch invoke --endpoint {ended.name} --archive {done.uploads[0].archive} "
+    first = done.uploads[0]
+    lines.append(f"  try: conch invoke --endpoint {ended.name} --archive {first.archive} "
+                 f"{'' if first.archive.name == first.target_model else f'--target-model {first.target_model} '}"
                  f"--region {aws.region}")
     result("\n".join(lines))
     document({
@@ -75,13 +83,23 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         "instance_type": spec.instance_type, "instance_count": spec.instance_count,
         "model_data_url": location.model_data_url, "removed": ended.removed, "shared_memory": said,
         "warnings": done.warnings,
-        "uploads": [{"archive": str(u.archive), "url": u.url, "target_model": u.target_model, "sha256": u.sha256,
-                     "action": u.action} for u in done.uploads],
+        "uploads": [_upload_json(u) for u in done.uploads],
         "autoscaling": None if scaling is None else {
             "min_instances": scaling.min_instances, "max_instances": scaling.max_instances,
             "metric": scaling.metric, "target_value": scaling.target_value, "policy_arn": done.policy_arn},
     })
     return 0
+
+
+def _stamp_lines(uploads: Sequence[Upload], verb: str) -> list[str]:
+    """One line per stamped upload: which TargetModel, why, and how many step names it got."""
+    return [f"{verb} {u.archive.name} as {u.target_model} ({u.stamped}): step names "
+            f"{', '.join(f'{a} -> {b}' for a, b in sorted(u.steps.items()))}" for u in uploads if u.stamped]
+
+
+def _upload_json(u: Upload) -> dict[str, Any]:
+    return {"archive": str(u.archive), "url": u.url, "target_model": u.target_model, "sha256": u.sha256,
+            "action": u.action, "stamped": u.stamped, "steps": dict(u.steps)}
 
 
 def _pairs(items: Sequence[str]) -> dict[str, str]:
@@ -169,10 +187,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         sp.add_argument("--endpoint-url", help="one URL for S3, SageMaker and autoscaling (S3/SageMaker-compatible "
                         "servers such as moto); default: AWS")
 
-    d = sub.add_parser("deploy", help="upload archives to S3 and serve them from one SageMaker MME")
+    d = sub.add_parser("deploy", help="upload archives to S3 (stamping any whose step names are taken under the "
+                       "prefix) and serve them from one SageMaker MME")
     d.add_argument("archives", nargs="+", type=Path, help=".tar.gz archives built by `conch build`, or folders")
     d.add_argument("--bucket", required=True, help="S3 bucket in the endpoint's region")
     d.add_argument("--prefix", default="", help="S3 prefix the MME serves (the archives go to <prefix>/<name>)")
+    d.add_argument("--as", dest="names", action="append", metavar="NAME",
+                   help="upload the one archive as TargetModel NAME (repeatable), each stamped with step names of "
+                   "its own")
+    d.add_argument("--copies", type=int, default=0, metavar="N",
+                   help="upload each archive N times, as <name>-1.tar.gz … <name>-N.tar.gz, each stamped")
     d.add_argument("--role", required=True, help="ARN of the execution role SageMaker assumes")
     aws(d)
     d.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE, help=f"default {DEFAULT_INSTANCE_TYPE}")

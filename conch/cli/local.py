@@ -161,10 +161,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def replay_document(report: ReplayReport) -> dict[str, Any]:
     """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
-    passed = sum(r.passed for r in report.rows)
-    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed,
+    skipped = sum(not r.applicable for r in report.rows)
+    passed = sum(r.passed for r in report.rows) - skipped
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed - skipped,
+            "not_applicable_rows": skipped,
             "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
-                      "millis": round(r.millis, 3), "detail": r.detail} for r in report.rows]}
+                      "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
+                     for r in report.rows]}
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

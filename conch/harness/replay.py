@@ -18,7 +18,7 @@ from conch.ensembles.samples import OutputCheck, check_of, compare
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
-from conch.wire import ENDPOINTS
+from conch.wire import ENDPOINTS, json_refusal
 
 BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
 DEFAULT_LOAD_TIMEOUT_S = 300.0
@@ -33,6 +33,11 @@ class ReplayRow:
     passed: bool
     detail: str
     millis: float = 0.0
+    applicable: bool = True  # False: this endpoint cannot carry the sample (detail says why); not a failure
+
+    @property
+    def result(self) -> str:
+        return "n/a" if not self.applicable else "ok" if self.passed else "FAIL"
 
 
 @dataclass
@@ -51,7 +56,7 @@ class ReplayReport:
     def table(self) -> str:
         header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
         body = [
-            (r.ensemble, r.sample, r.endpoint, "ok" if r.passed else "FAIL", f"{r.millis:.1f}", r.detail)
+            (r.ensemble, r.sample, r.endpoint, r.result, f"{r.millis:.1f}", r.detail)
             for r in self.rows
         ]
         widths = [max(len(str(x[i])) for x in [header, *body]) for i in range(5)]
@@ -61,8 +66,10 @@ class ReplayReport:
             detail = str(row[5]).splitlines() or [""]
             lines.append(f"{first}  {detail[0]}")
             lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
-        passed = sum(r.passed for r in self.rows)
-        lines.append(f"{passed} passed, {len(self.rows) - passed} failed")
+        skipped = sum(not r.applicable for r in self.rows)
+        passed = sum(r.passed for r in self.rows) - skipped
+        lines.append(f"{passed} passed, {len(self.rows) - passed - skipped} failed"
+                     + (f", {skipped} not applicable" if skipped else ""))
         return "\n".join(lines)
 
 
@@ -168,15 +175,19 @@ def _replay_one(
     if not manifest.samples:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
     sequenced = _sequence_batched(folder)
+    refusal = json_refusal(manifest.schema.tensors())
     for sample in manifest.samples:
         inputs, expected = sample.input_arrays(), sample.expected_arrays()
         for endpoint in endpoints:
-            row = _replay_sample(client, name, sample.name, endpoint, inputs, expected, sample.checks, sequenced)
-            if sequenced:
-                row.detail += f" (sent as a sequence of one: {', '.join(sequenced)} has a sequence batcher)"
+            if endpoint == "sagemaker-json" and refusal:
+                row = not_applicable(name, sample.name, endpoint, refusal)
+            else:
+                row = _replay_sample(client, name, sample.name, endpoint, inputs, expected, sample.checks, sequenced)
+                if sequenced:
+                    row.detail += f" (sent as a sequence of one: {', '.join(sequenced)} has a sequence batcher)"
             report.rows.append(row)
             if progress:
-                progress(_short(report.rows[-1]))
+                progress(_short(row))
 
 
 def _sequence_batched(folder: Path) -> list[str]:
@@ -197,8 +208,13 @@ def _sequence_batched(folder: Path) -> list[str]:
     return found
 
 
+def not_applicable(name: str, sample: str, endpoint: str, why: str) -> ReplayRow:
+    """A row this endpoint cannot run, with the reason: shown as n/a, counted as neither passed nor failed."""
+    return ReplayRow(name, sample, endpoint, True, f"not applicable: {why}", applicable=False)
+
+
 def _short(row: ReplayRow) -> str:
-    return f"{row.ensemble} {row.sample} {row.endpoint}: {'ok' if row.passed else 'FAIL'} {row.detail.splitlines()[0]}"
+    return f"{row.ensemble} {row.sample} {row.endpoint}: {row.result} {row.detail.splitlines()[0]}"
 
 
 def _replay_sample(

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from conch.builder.check import check_archive
+from conch.builder.scratch import scratch_temp
 from conch.ensembles.target import Release
 from conch.errors import DeployError
 from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
@@ -19,9 +20,11 @@ from conch.sagemaker.endpoint import (
     EndpointSpec,
     deploy_endpoint,
 )
+from conch.sagemaker.images import churn_note
 from conch.sagemaker.instances import gpus
 from conch.sagemaker.invoke import archive_manifest
 from conch.sagemaker.s3 import ModelLocation, Upload, upload_archives
+from conch.sagemaker.upload_plan import plan_uploads
 
 
 @dataclass
@@ -79,6 +82,14 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
     return Release.of(next(iter(built)))
 
 
+def lookup_race_note(release: Release, target_models: int) -> str | None:
+    """What Triton's races under churn mean for an endpoint of several TargetModels on ``release`` (None: one
+    TargetModel, nothing moves); the facts and their sources are ``images.churn_note``'s."""
+    if target_models < 2:
+        return None
+    return f"with {target_models} TargetModels, {churn_note(release)}"
+
+
 def deploy(
     archives: Sequence[Path],
     location: ModelLocation,
@@ -93,9 +104,14 @@ def deploy(
     progress: Callable[[str], None] | None = None,
     checked: bool = False,
     sent: Callable[[int], None] | None = None,
+    names: Sequence[str] = (),
+    copies: int = 0,
 ) -> Deployment:
     """Upload ``archives`` to ``location`` and serve them all from the MME ``spec`` describes.
 
+    ``names`` (``--as``) uploads the one archive under each name, ``copies`` (``--copies``) each archive as
+    ``<name>-1`` … ``<name>-N``; those, and any archive whose step names another TargetModel under the prefix
+    already uses, go up stamped (conch.sagemaker.upload_plan), after the fleet check of the prefix plus uploads.
     Every archive must pass `conch check` first (``checked``: the caller already ran ``check_archives``).
     ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
     if not checked:
@@ -112,7 +128,16 @@ def deploy(
                               "invocations (--scale-on invocations --target-value N)")
     warnings: list[str] = []
     threshold = {"multipart_threshold": multipart_threshold} if multipart_threshold else {}
-    uploads = upload_archives(archives, location, aws, progress=progress, sent=sent, **threshold)
+    with scratch_temp("conch-deploy-") as tmp:
+        plan = plan_uploads(archives, location, aws, Path(tmp), names=names, copies=copies, progress=progress)
+        warnings += plan.warnings
+        uploads = upload_archives([p.file for p in plan.uploads], location, aws, progress=progress, sent=sent,
+                                  bucket_checked=True, **threshold)
+    uploads = [replace(u, archive=p.source, stamped=p.stamped, steps=p.steps)
+               for u, p in zip(uploads, plan.uploads, strict=True)]
+    served = set(plan.already) | {u.target_model for u in uploads}
+    race = lookup_race_note(archives_release(archives), len(served))
+    warnings += [race] if race else []
     for upload in uploads:
         if upload.action == "replaced":
             warnings.append(

@@ -20,6 +20,7 @@ _ABSENT = {  # reads that find nothing on a fresh account: (error code, message)
 }
 _EMPTY = {
     "list_models": "Models", "list_endpoint_configs": "EndpointConfigs", "list_tags": "Tags",
+    "list_objects_v2": "Contents",  # the archives under the prefix the fleet check reads: none on a fresh account
     "describe_scalable_targets": "ScalableTargets", "describe_scaling_policies": "ScalingPolicies",
 }
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
-from conch.harness.replay import ReplayReport, ReplayRow, judge
+from conch.harness.replay import ReplayReport, ReplayRow, judge, not_applicable
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code
-from conch.wire import BODIES, check_json_request, encode_request, parse_response
+from conch.wire import BODIES, check_json_request, encode_request, json_refusal, parse_response
 
 MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 READ_TIMEOUT_S = 120.0  # a TargetModel's first call downloads and loads the archive before it answers
@@ -111,10 +111,14 @@ def replay_endpoint(
     if not chosen:
         report.rows.append(ReplayRow(target, "-", endpoint, False, "the archive has no samples to replay"))
     runtime = runtime or aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S)
+    refusal = json_refusal(manifest.schema.tensors())
     for sample in chosen:
         inputs, expected = sample.input_arrays(), sample.expected_arrays()
         for body in bodies:
             label = f"{endpoint} ({body})"
+            if body == "json" and refusal:
+                report.rows.append(not_applicable(target, sample.name, label, refusal))
+                continue
             start = time.perf_counter()
             try:
                 got = invoke(aws, endpoint, target, inputs, body=body, runtime=runtime)
@@ -125,7 +129,7 @@ def replay_endpoint(
                 report.rows.append(judge(target, sample.name, label, got, expected, sample.checks, millis))
             if progress:
                 row = report.rows[-1]
-                progress(f"{target} {row.sample} {label}: {'ok' if row.passed else 'FAIL'}")
+                progress(f"{target} {row.sample} {label}: {row.result}")
     return report
 
 

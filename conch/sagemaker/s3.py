@@ -6,16 +6,22 @@ An archive whose bytes are already there (same sha256, recorded in the object's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from conch.builder.fleet import ArchiveModels, archive_models, read_archive_models
 from conch.builder.manifest import sha256
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code, http_status
 
 SHA256_METADATA = "conch-sha256"  # stored as x-amz-meta-conch-sha256
+# What the fleet check needs of the archive (conch.builder.fleet.ArchiveModels.summary), so `conch check s3://…`
+# and `conch deploy` read a prefix with one HEAD per archive; left out past this size (S3 allows 2 KB of user
+# metadata in all), and then the archive is streamed instead.
+FLEET_METADATA = "conch-fleet"
+FLEET_METADATA_MAX = 1500
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 MULTIPART_CHUNK = 64 * 1024 * 1024  # S3 allows 10,000 parts: 64 MiB parts cover archives up to 625 GiB
 
@@ -38,6 +44,14 @@ class ModelLocation:
     def model_data_url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}/" if self.prefix else f"s3://{self.bucket}/"
 
+    @classmethod
+    def parse(cls, url: str) -> ModelLocation:
+        """``s3://bucket/prefix`` (the form ``ModelDataUrl`` takes)."""
+        if not url.startswith("s3://") or not url[len("s3://"):].split("/")[0]:
+            raise DeployError(f"{url!r}: give an S3 prefix as s3://bucket/prefix")
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        return cls(bucket, prefix)
+
     def key(self, target_model: str) -> str:
         return f"{self.prefix}/{target_model}" if self.prefix else target_model
 
@@ -54,6 +68,8 @@ class Upload:
     url: str
     sha256: str
     action: str
+    stamped: str | None = None  # why it went up stamped (conch.sagemaker.upload_plan), None: as built
+    steps: Mapping[str, str] = field(default_factory=dict)  # original step -> stamped step
 
 
 def upload_archives(
@@ -65,9 +81,11 @@ def upload_archives(
     multipart_chunk: int = MULTIPART_CHUNK,
     progress: Callable[[str], None] | None = None,
     sent: Callable[[int], None] | None = None,
+    bucket_checked: bool = False,
 ) -> list[Upload]:
     """Upload each archive to ``location`` unless the same bytes are there already; ``sent`` hears how many
-    bytes of the archives went up (or were found there already), for a progress bar."""
+    bytes of the archives went up (or were found there already), for a progress bar. ``bucket_checked``: the
+    caller already ran :func:`check_bucket` (reading what is under the prefix)."""
     names = [a.name for a in archives]
     for archive in archives:
         if not archive.name.endswith(".tar.gz"):
@@ -80,7 +98,8 @@ def upload_archives(
                 "so names must be unique"
             )
     s3 = aws.client("s3", read_timeout=300)
-    check_bucket(s3, location, aws)
+    if not bucket_checked:
+        check_bucket(s3, location, aws)
     return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress, sent)
             for archive in archives]
 
@@ -140,6 +159,10 @@ def _upload_one(
             sent(archive.stat().st_size)
         return Upload(archive, archive.name, url, digest, "unchanged")
     config = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=multipart_chunk)
+    metadata = {SHA256_METADATA: digest}
+    summary = archive_models(archive).summary()
+    if len(summary) <= FLEET_METADATA_MAX:
+        metadata[FLEET_METADATA] = summary
     if progress:
         size = archive.stat().st_size
         progress(f"uploading {archive} -> {url} ({size / 1e6:.1f} MB)")
@@ -150,7 +173,7 @@ def _upload_one(
         with aws_errors(f"uploading {archive.name} to {url}", _denied_hint(location, key)):
             s3.upload_file(
                 str(archive), location.bucket, key, Config=config,
-                ExtraArgs={"Metadata": {SHA256_METADATA: digest}, "ContentType": "application/gzip"},
+                ExtraArgs={"Metadata": metadata, "ContentType": "application/gzip"},
                 **({"Callback": sent} if sent else {}),
             )
     except S3UploadFailedError as exc:  # boto3 wraps the ClientError of the failing part or PUT
@@ -177,3 +200,49 @@ def _remote_sha256(s3: Any, bucket: str, key: str) -> str | None:
 
 def _denied_hint(location: ModelLocation, key: str) -> str:
     return f"the credentials need s3:PutObject on arn:aws:s3:::{location.bucket}/{key}"
+
+
+def remote_archives(location: ModelLocation, aws: AwsTarget,
+                    progress: Callable[[str], None] | None = None) -> list[ArchiveModels]:
+    """The configs and manifest of every archive under ``location`` (any ``.tar.gz`` key below the prefix; its
+    TargetModel is the key relative to the prefix), each streamed from S3 through the safe extraction's rules,
+    nothing written to disk. Objects with one ETag (the same bytes) are read once."""
+    s3 = aws.client("s3", read_timeout=300)
+    check_bucket(s3, location, aws)
+    start = f"{location.prefix}/" if location.prefix else ""
+    objects: list[dict[str, Any]] = []
+    token: dict[str, str] = {}
+    with aws_errors(f"listing {location.model_data_url}",
+                    f"the credentials need s3:ListBucket on arn:aws:s3:::{location.bucket}"):
+        while True:
+            page = s3.list_objects_v2(Bucket=location.bucket, Prefix=start, **token)
+            objects += [o for o in page.get("Contents", []) if o["Key"].endswith(".tar.gz")]
+            if not page.get("IsTruncated"):
+                break
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+    read: dict[str, ArchiveModels] = {}
+    fleet = []
+    for obj in sorted(objects, key=lambda o: str(o["Key"])):
+        key, etag = str(obj["Key"]), str(obj.get("ETag", ""))
+        target_model = key[len(start):]
+        with aws_errors(f"reading s3://{location.bucket}/{key}",
+                        f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
+            recorded = s3.head_object(Bucket=location.bucket, Key=key).get("Metadata", {}).get(FLEET_METADATA)
+        summary = ArchiveModels.from_summary(target_model, recorded) if recorded else None
+        if summary is not None:  # what conch recorded when it uploaded these bytes: nothing to download
+            fleet.append(summary)
+            continue
+        if etag not in read or not etag:
+            if progress:
+                progress(f"reading the configs of s3://{location.bucket}/{key}")
+            with aws_errors(f"reading s3://{location.bucket}/{key}",
+                            f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
+                body = s3.get_object(Bucket=location.bucket, Key=key)["Body"]
+                try:
+                    read[etag] = read_archive_models(body, target_model, int(obj.get("Size", 0)) or None)
+                finally:
+                    body.close()
+        seen = read[etag]
+        fleet.append(replace(seen, target_model=target_model,
+                             problem=seen.problem and seen.problem.replace(seen.target_model, target_model)))
+    return fleet

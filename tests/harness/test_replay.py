@@ -7,7 +7,7 @@ from pathlib import Path
 import basic_steps
 import numpy as np
 import pytest
-from conftest import linear_ensemble
+from conftest import half_ensemble, linear_ensemble
 
 from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.builder.archive import safe_extract
@@ -204,3 +204,30 @@ def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tm
     (folder / "conch-manifest.json").write_text("{oops")
     with pytest.raises(ServeError, match=r"^garbled.tar.gz: its conch-manifest.json is not JSON"):
         staged_manifest(archive, folder)
+
+
+def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: Path, triton: LocalTriton) -> None:
+    """Triton's JSON cannot carry FP16: the SageMaker-JSON row says so instead of failing, the binary rows
+    pass, `conch check` warns, and the server itself refuses the JSON body (what the row stands for)."""
+    from conch.builder.check import check_archive
+
+    archive = build_ensemble(half_ensemble("halves"), tmp_path, "local")
+    from conch.builder.manifest import read_manifest
+
+    assert [n for n in read_manifest(archive).notes if "needs binary bodies" in n] == [
+        "ensemble 'halves' needs binary bodies: input 'X' is FP16, output 'Y' is FP16: Triton's JSON bodies cannot "
+        "carry FP16 or BF16 (its HTTP front end answers 400 'sending FP16 data via JSON is not supported'); callers "
+        "must send binary+json bodies (application/vnd.sagemaker-triton.binary+json;json-header-size=N)"]
+    (warning,) = check_archive(archive).findings
+    assert warning.level == "warning" and warning.file == "halves/config.pbtxt"
+    assert warning.message.startswith("needs binary bodies: input 'X' is FP16, output 'Y' is FP16: "
+                                      "Triton's JSON bodies cannot carry FP16 or BF16")
+    report = replay_archives([archive], server=triton)
+    assert report.passed, report.table()
+    (row,) = [r for r in report.rows if r.endpoint == "sagemaker-json"]
+    assert not row.applicable and row.result == "n/a"
+    assert row.detail.startswith("not applicable: input 'X' is FP16, output 'Y' is FP16: Triton's JSON bodies")
+    assert report.table().endswith("3 passed, 0 failed, 1 not applicable")
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    with pytest.raises(InvokeError, match=r"receiving FP16 data via JSON is not supported"):
+        client.invoke_json("halves.tar.gz", {"X": np.ones((2, 4), np.float16)})

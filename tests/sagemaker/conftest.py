@@ -31,6 +31,7 @@ def _root_conftest() -> Any:
 
 
 linear_ensemble = _root_conftest().linear_ensemble
+half_ensemble = _root_conftest().half_ensemble
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

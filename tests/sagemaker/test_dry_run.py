@@ -49,7 +49,8 @@ def test_dry_run_prints_every_call_with_the_shm_environment_and_sends_nothing(
     assert moto.client("sagemaker").list_endpoints()["Endpoints"] == []
     assert f"shared memory: set {ENV_DEFAULT}={75 * MIB} (75 MiB" in captured.out
     assert f'"{ENV_DEFAULT}": "{75 * MIB}"' in captured.out
-    assert "dry run: conch deploy would make these 17 AWS calls in us-east-1 (none was made" in captured.out
+    assert "dry run: conch deploy would make these 18 AWS calls in us-east-1 (none was made" in captured.out
+    assert ("s3", "ListObjectsV2") in plan_of(captured.out)  # the fleet check reads what is under the prefix
     writes = [op for op in plan_of(captured.out) if op[1] in
               ("PutObject", "CreateModel", "CreateEndpointConfig", "CreateEndpoint", "RegisterScalableTarget",
                "PutScalingPolicy")]

@@ -13,7 +13,7 @@ import basic_steps
 import numpy as np
 import pytest
 import requests
-from conftest import ACCOUNT, REGION, Moto, linear_ensemble
+from conftest import ACCOUNT, REGION, Moto, half_ensemble, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.builder.archive import safe_extract
@@ -167,3 +167,13 @@ def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp
         read_json_body(tmp_path / "rows.json")
     with pytest.raises(DeployError, match=r"--request .*absent.json: not a KServe v2 request body"):
         read_json_body(tmp_path / "absent.json")
+
+
+def test_fp16_marks_the_json_row_not_applicable_on_the_real_triton_front_end(tmp_path: Path,
+                                                                              triton: LocalTriton) -> None:
+    archive = build_ensemble(half_ensemble("sm_halves"), tmp_path, "local")
+    _load(triton, MultiModelClient(triton.sagemaker_url, triton.http_url), archive)
+    report = replay_endpoint(AwsTarget(REGION), "local", archive, runtime=TritonBehindSageMaker(triton))
+    assert report.passed, report.table()
+    assert [(r.endpoint, r.result) for r in report.rows] == [("local (json)", "n/a"), ("local (binary)", "ok")]
+    assert report.rows[0].detail.startswith("not applicable: input 'X' is FP16, output 'Y' is FP16")

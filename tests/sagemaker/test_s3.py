@@ -17,7 +17,7 @@ from conftest import REGION, Moto, linear_ensemble
 from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.builder.build import build_ensemble
 from conch.sagemaker.aws import AwsTarget
-from conch.sagemaker.s3 import SHA256_METADATA, ModelLocation, upload_archives
+from conch.sagemaker.s3 import FLEET_METADATA, SHA256_METADATA, ModelLocation, upload_archives
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,13 @@ def test_each_archive_lands_under_the_prefix_with_its_sha256(moto: Moto, bucket:
         assert upload.target_model == archive.name  # the key relative to the prefix
         assert upload.url == f"s3://conch-models/mme/v1/{archive.name}"
         head = s3.head_object(Bucket=bucket, Key=f"mme/v1/{archive.name}")
-        assert head["Metadata"] == {SHA256_METADATA: hashlib.sha256(archive.read_bytes()).hexdigest()}
+        stem = archive.name.removesuffix(".tar.gz")
+        assert head["Metadata"] == {SHA256_METADATA: hashlib.sha256(archive.read_bytes()).hexdigest(),
+                                    FLEET_METADATA: json.dumps({  # what the fleet check reads with one HEAD
+                                        "ensembles": [stem], "models": [f"{stem}__add_one", f"{stem}__double"],
+                                        "release": "24.10", "stamped_for": None,
+                                        "steps": [f"{stem}__add_one", f"{stem}__double"], "v": 1},
+                                        separators=(",", ":"))}
         body = s3.get_object(Bucket=bucket, Key=f"mme/v1/{archive.name}")["Body"].read()
         assert body == archive.read_bytes()
 

@@ -12,38 +12,21 @@ name: the SageMaker front end maps it to the TargetModel.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.archive import atomic_output
+from conch.builder.stamp import read_configs as read_configs  # the stamp's readers, as callers found them here
+from conch.builder.stamp import stamp_folder, stamped_name
+from conch.builder.stamp import step_models as step_models
+from conch.errors import ArchiveError
 from conch.harness.endpoint.protocol import ValidationError
 
 
-def read_configs(folder: Path) -> dict[str, model_config_pb2.ModelConfig]:
-    """Every model folder's config under an unpacked archive (already through ``check_folder``)."""
-    configs = {}
-    for path in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()):
-        config = model_config_pb2.ModelConfig()
-        text_format.Parse((path / "config.pbtxt").read_text(encoding="utf-8"), config)
-        configs[path.name] = config
-    return configs
-
-
-def step_models(configs: dict[str, model_config_pb2.ModelConfig]) -> list[str]:
-    """The model folders some ensemble of the archive calls as a step."""
-    called = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
-    return sorted(called & set(configs))
-
-
 def isolated_name(step: str, target_model: str, attempt: int = 0) -> str:
-    """A step's name of its own for ``target_model``: shell-safe, stable across reloads."""
-    tag = hashlib.sha256(f"{target_model}#{attempt}".encode()).hexdigest()[:10]
-    return f"{step}__t{tag}"
+    """A step's name of its own for ``target_model``: the name `conch stamp` gives it (conch.builder.stamp)."""
+    return stamped_name(step, target_model, attempt)
 
 
 @dataclass
@@ -86,25 +69,9 @@ class StepClaims:
 
 def rename_steps(folder: Path, target_model: str, renames: dict[str, str],
                  configs: dict[str, model_config_pb2.ModelConfig]) -> None:
-    """Rename step folders under ``folder`` and every reference to them in ``configs`` (its ``read_configs``,
-    changed in place): each config's ``name`` and the ensembles' ``model_name``. Nothing else in a conch
-    archive depends on a step's name (model.py finds its files beside itself, EXECUTION_ENV_PATH is relative
-    to the model directory)."""
-    if not renames:
-        return
-    for old, new in renames.items():
-        if (folder / new).exists():
-            raise ValidationError(f"TargetModel {target_model!r}: cannot rename step {old!r} to {new!r}, the archive "
-                                  "already holds a folder of that name; rename it, or serve with --step-names shared")
-    for model, config in configs.items():
-        touched = model in renames
-        for step in config.ensemble_scheduling.step:
-            if step.model_name in renames:
-                step.model_name, touched = renames[step.model_name], True
-        if touched:
-            config.name = renames.get(model, config.name)
-            with atomic_output(folder / model / "config.pbtxt") as fh:
-                fh.write(text_format.MessageToString(config).encode())
-    for old, new in renames.items():
-        os.rename(folder / old, folder / new)
-
+    """Rename step folders under ``folder`` and every reference to them (``configs``: its ``read_configs``),
+    as `conch stamp` does (conch.builder.stamp.stamp_folder)."""
+    try:
+        stamp_folder(folder, renames, configs)
+    except ArchiveError as exc:
+        raise ValidationError(f"TargetModel {target_model!r}: {exc}, or serve with --step-names shared") from None

@@ -1,0 +1,225 @@
+"""The fleet check: archives checked together, as one multi-model endpoint would serve them side by side.
+
+What only breaks when archives share an endpoint: step model names found in two TargetModels (with
+``--model-namespacing``, as SageMaker's image runs Triton, Triton polls a step's ``model_name`` in every
+repository holding a folder of that name, so copies and versions reload each other, and Triton 2.51 crashed
+under such churn; without namespacing the second archive does not load at all), a TargetModel given twice,
+archives built for different Triton releases (one endpoint runs one image), and an archive the front end
+cannot serve at all (no ensemble, or several). Each archive's configs are read from its stream through the
+safe extraction's rules (conch.builder.extract.scan_archive), without unpacking it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conch.builder.check import ENSEMBLE_REGEX, Level
+from conch.builder.extract import scan_archive
+from conch.builder.manifest import MANIFEST_NAME, parse_manifest
+from conch.errors import ArchiveError
+
+LISTED = 5  # archives named in one line before "and N more"
+STAMP_FIX = ("give each its own step names: `conch stamp ARCHIVE --as NAME` before uploading, or upload with "
+             "`conch deploy` (it stamps an archive whose step names are taken under the prefix)")
+
+
+@dataclass(frozen=True)
+class ArchiveModels:
+    """What the fleet check needs of one archive: its TargetModel, its ensembles, its other model folders, the
+    folders its ensembles call, and from its manifest the release and stamp. Small enough to travel in the S3
+    object's metadata (:meth:`summary`), so a prefix is checked without downloading what conch uploaded."""
+
+    target_model: str
+    ensembles: tuple[str, ...] = ()
+    models: frozenset[str] = frozenset()  # model folders other than the ensembles
+    steps: frozenset[str] = frozenset()  # model folders its ensembles call
+    release: str | None = None
+    stamped_for: str | None = None  # the TargetModel its stamp names
+    problem: str | None = None  # why the archive could not be read
+
+    def summary(self) -> str:
+        """A compact JSON form (ASCII: model names are checked shell-safe) for S3 metadata."""
+        return json.dumps({"v": 1, "ensembles": list(self.ensembles), "models": sorted(self.models),
+                           "steps": sorted(self.steps), "release": self.release, "stamped_for": self.stamped_for},
+                          separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_summary(cls, target_model: str, text: str) -> ArchiveModels | None:
+        """The archive's models from :meth:`summary`'s text; None when it is not one this conch wrote."""
+        try:
+            data = json.loads(text)
+            if data.get("v") != 1:
+                return None
+            return cls(target_model, tuple(map(str, data["ensembles"])), frozenset(map(str, data["models"])),
+                       frozenset(map(str, data["steps"])), data.get("release"), data.get("stamped_for"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def _wanted(path: str) -> bool:
+    return path == MANIFEST_NAME or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
+
+
+def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = None) -> ArchiveModels:
+    """Stream one archive (a file or an S3 body) for its configs and manifest; an archive that cannot be read
+    comes back with ``problem`` set (the fleet check reports it)."""
+    try:
+        found = scan_archive(stream, target_model, _wanted, size=size)
+    except ArchiveError as exc:
+        return ArchiveModels(target_model, problem=str(exc))
+    configs = {}
+    for path, data in sorted(found.items()):
+        if path == MANIFEST_NAME:
+            continue
+        config = model_config_pb2.ModelConfig()
+        try:
+            text = data.decode("utf-8")
+            text_format.Parse(text, config)
+        except (UnicodeDecodeError, text_format.ParseError):
+            continue  # `conch check` of the archive says why; the fleet check needs the configs that parse
+        if config.platform == "ensemble" and not ENSEMBLE_REGEX.search(text):
+            config.platform = ""  # the front end would not find it: not an ensemble to SageMaker
+        configs[path.split("/")[0]] = config
+    manifest = None
+    if MANIFEST_NAME in found:
+        try:
+            manifest = parse_manifest(found[MANIFEST_NAME], target_model)
+        except ArchiveError:
+            manifest = None
+    ensembles = tuple(sorted(name for name, c in configs.items() if c.platform == "ensemble"))
+    called = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
+    return ArchiveModels(target_model, ensembles, frozenset(set(configs) - set(ensembles)),
+                         frozenset(called & set(configs)), manifest.release if manifest else None,
+                         manifest.stamp.target_model if manifest and manifest.stamp else None)
+
+
+def archive_models(path: Path, target_model: str | None = None) -> ArchiveModels:
+    """:func:`read_archive_models` of a local archive (TargetModel: its file name unless given)."""
+    path = Path(path)
+    with path.open("rb") as fh:
+        return read_archive_models(fh, target_model or path.name, path.stat().st_size)
+
+
+@dataclass(frozen=True)
+class FleetFinding:
+    """One problem of archives together: its level, the archives and models it concerns, and what to do."""
+
+    level: Level
+    kind: str  # shared-step-names | duplicate-target-model | releases | no-ensemble | several-ensembles | ...
+    archives: tuple[str, ...]
+    message: str
+    models: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        return f"fleet: {self.level}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"level": self.level, "kind": self.kind, "archives": list(self.archives), "models": list(self.models),
+                "message": self.message}
+
+
+@dataclass
+class FleetReport:
+    """The fleet check of a set of archives served from one endpoint."""
+
+    archives: tuple[str, ...]
+    findings: list[FleetFinding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def errors(self) -> list[FleetFinding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    def lines(self) -> list[str]:
+        out = [f.line() for f in self.findings]
+        if self.ok:
+            out.append(f"fleet: ok: {len(self.archives)} archives can share one endpoint")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "archives": list(self.archives), "findings": [f.to_json() for f in self.findings]}
+
+
+def named(archives: Sequence[str]) -> str:
+    """A list of archives for one line: the first few, then how many more."""
+    shown = ", ".join(archives[:LISTED])
+    return shown if len(archives) <= LISTED + 1 else f"{shown} and {len(archives) - LISTED} more"
+
+
+def shared_steps(fleet: Sequence[ArchiveModels]) -> dict[tuple[str, ...], list[str]]:
+    """{archives sharing them: model names} for every model folder name found in several archives and called
+    as a step by at least one of them."""
+    owners: dict[str, list[str]] = {}
+    for archive in fleet:
+        for model in sorted(archive.models):
+            holders = owners.setdefault(model, [])
+            if archive.target_model not in holders:  # a TargetModel given twice is its own finding
+                holders.append(archive.target_model)
+    called = set().union(*(a.steps for a in fleet)) if fleet else set()
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for model, holders in sorted(owners.items()):
+        if len(holders) > 1 and model in called:
+            groups.setdefault(tuple(holders), []).append(model)
+    return groups
+
+
+def check_fleet(fleet: Sequence[ArchiveModels]) -> FleetReport:
+    """Everything that breaks when ``fleet`` is served from one endpoint (one prefix, one image)."""
+    report = FleetReport(tuple(a.target_model for a in fleet))
+    add = report.findings.append
+    names = [a.target_model for a in fleet]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        add(FleetFinding("error", "duplicate-target-model", (name,), f"TargetModel {name} is given "
+                         f"{names.count(name)} times; under one prefix the archive's key is its TargetModel, so one "
+                         "would replace the other: give each archive a name of its own"))
+    readable = []
+    for archive in fleet:
+        if archive.problem:
+            add(FleetFinding("error", "unreadable", (archive.target_model,), archive.problem))
+            continue
+        ensembles = archive.ensembles
+        if not ensembles:
+            add(FleetFinding("error", "no-ensemble", (archive.target_model,), f"{archive.target_model} holds no "
+                             "ensemble config (platform: \"ensemble\" written literally): SageMaker's front end "
+                             "would serve whichever folder it lists last; run `conch check` on it"))
+        elif len(ensembles) > 1:
+            add(FleetFinding("error", "several-ensembles", (archive.target_model,), f"{archive.target_model} holds "
+                             f"{len(ensembles)} ensembles ({', '.join(ensembles)}): SageMaker serves one per archive; "
+                             "build one archive per ensemble", ensembles))
+        if archive.stamped_for is not None and archive.stamped_for != archive.target_model:
+            add(FleetFinding("warning", "stamped-for-another-name", (archive.target_model,),
+                             f"{archive.target_model} was stamped for TargetModel {archive.stamped_for}; stamp it as "
+                             f"its own name (`conch stamp ARCHIVE --as {archive.target_model}`) so its step names "
+                             "follow from the name it is served under"))
+        readable.append(archive)
+    for holders, models in shared_steps(readable).items():
+        both = "both" if len(holders) == 2 else f"all {len(holders)}"
+        add(FleetFinding("error", "shared-step-names", holders, f"{named(holders)} {both} hold step model"
+                         f"{'s' if len(models) > 1 else ''} {', '.join(models)}: on one endpoint (SageMaker's image "
+                         "runs Triton with --model-namespacing) each load or unload of one reloads the others, which "
+                         "crashed Triton 2.51 under churn, and without namespacing the second does not load at all; "
+                         f"{STAMP_FIX}", tuple(models)))
+    _releases(readable, add)
+    return report
+
+
+def _releases(fleet: Sequence[ArchiveModels], add: Any) -> None:
+    built: dict[str, list[str]] = {}
+    for archive in fleet:
+        if archive.release is not None:
+            built.setdefault(archive.release, []).append(archive.target_model)
+    if len(built) > 1:
+        listing = "; ".join(f"{release}: {named(names)}" for release, names in sorted(built.items()))
+        add(FleetFinding("error", "releases", tuple(n for names in built.values() for n in names),
+                         f"the archives were built for different Triton releases ({listing}); one endpoint runs one "
+                         "image (and one Python for every Python-backend step): rebuild them for one release"))
