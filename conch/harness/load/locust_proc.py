@@ -219,13 +219,14 @@ def drive(env: Environment, runner: Runner, spec: LoadSpec, out: Path, workers: 
     """Run the shape to its end, reporting progress; then write every record to ``out``."""
     timeline: list[list[float]] = []
     started = time.time()
+    end = started + spec.duration()
     runner.start_shape()
-    while time.time() < started + spec.duration():
+    while time.time() < end:
         timeline.append([time.time(), runner.user_count])
         total = runner.stats.total
         emit("progress", elapsed=time.time() - started, users=runner.user_count, requests=total.num_requests,
              failures=total.num_failures, rps=total.current_rps)
-        gevent.sleep(0.5)
+        gevent.sleep(min(0.5, max(0.0, end - time.time())))  # stop at the last stage's end, not up to 0.5 s after
     if isinstance(runner, MasterRunner):
         collect_from_workers(runner, spec.timeout + FLUSH_TIMEOUT_S)
     else:

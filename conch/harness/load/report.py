@@ -47,16 +47,14 @@ def users_at(timeline: Sequence[Sequence[float]], when: float) -> int:
 
 def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     spec = result.spec
-    # requests started in the moment between the last stage's end and the users' stop are not the test's
-    end = result.started + spec.duration()
-    records = sorted((r for r in result.records if r[0] < end), key=lambda r: r[0])
+    # Every request sent counts once: one that started in the moment between the last stage's end and the
+    # users' stop (or before the start, on a remote worker's clock) counts in the stage nearest to it.
+    records = sorted(result.records, key=lambda r: r[0])
     cold = cold_flags(records)
     per_stage: list[dict[str, Any]] = []
     by_stage: list[list[int]] = [[] for _ in spec.stages]
     for i, rec in enumerate(records):
-        index = stage_index(spec.stages, rec[0] - result.started)
-        if index is not None:
-            by_stage[index].append(i)
+        by_stage[_stage_of(spec.stages, rec[0] - result.started) - 1].append(i)
     for index, (stage, members) in enumerate(zip(spec.stages, by_stage, strict=True)):
         seconds = stage.duration - stage_start(spec.stages, index)
         ok = [records[i][1] for i in members if records[i][2]]
@@ -97,7 +95,7 @@ def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[st
 def _stage_of(stages: Sequence[Any], elapsed: float) -> int:
     """1-based stage at ``elapsed`` seconds; the last one for a request that ended after the run."""
     index = stage_index(stages, elapsed)
-    return (len(stages) if index is None else index) + 1 if elapsed >= 0 else 1
+    return len(stages) if index is None else index + 1 if elapsed >= 0 else 1
 
 
 def _per_target(targets: Sequence[Any], records: Sequence[Sequence[Any]]) -> dict[str, dict[str, Any]]:
