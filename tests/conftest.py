@@ -61,6 +61,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     error_raises.terminal_summary(terminalreporter, config)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("raise_floor", "asserted share (%) of user-facing refusals below which a whole-suite run fails "
+                  "(tests/error_raises.py)", default="")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     error_raises.session_finish(session)

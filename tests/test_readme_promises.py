@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import conch
 from conch.cli import parser
 from conch.cli.console import quiet_tensorflow
 from conch.harness.probe import Copy, ProbeResult
@@ -93,7 +94,8 @@ def test_an_unchanged_90_mb_model_is_not_read_again(tmp_path: Path) -> None:
     model = tmp_path / "model.bin"
     with model.open("wb") as fh:
         fh.truncate(90 * 2**20)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), *sys.path]),
+    conch_root = str(Path(conch.__file__).resolve().parents[1])  # the conch under test, as in the CLI tests
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), conch_root]),
            "CONCH_CACHE_DIR": str(tmp_path / "cache")}
 
     def build() -> int:

@@ -30,8 +30,9 @@ def _root_conftest() -> Any:
     return module
 
 
-linear_ensemble = _root_conftest().linear_ensemble
-half_ensemble = _root_conftest().half_ensemble
+_ROOT = _root_conftest()
+linear_ensemble, half_ensemble, REFUSED_URL = _ROOT.linear_ensemble, _ROOT.half_ensemble, _ROOT.REFUSED_URL
+EXAMPLE_FILES, ExampleArchives = _ROOT.EXAMPLE_FILES, _ROOT.ExampleArchives
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

@@ -25,7 +25,7 @@ def test_a_master_port_already_taken_ends_the_run_with_the_generators_log(tmp_pa
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(BenchError, match=r"the load generator wrote no results\n(.|\n)*Address already in use"):
-            run_load(spec, workers=1, port=port)
+            run_load(spec, remote_workers=1, port=port)  # a port fixed for workers elsewhere (local ones need none)
 
 
 @pytest.mark.slow  # the master waits WAIT_FOR_WORKERS_S (60 s) for its workers before it gives up
