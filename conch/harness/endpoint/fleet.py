@@ -360,7 +360,7 @@ class Fleet:
             self.changed.notify_all()
 
     async def server_back(self, sagemaker_url: str) -> None:
-        self.hop.rebind(sagemaker_url)
+        await self.hop.rebind(sagemaker_url)
         async with self.changed:
             self.down = None
             self.server_up.set()
