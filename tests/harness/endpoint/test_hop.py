@@ -1,10 +1,12 @@
-"""The hop's invocation client (HTTP/1.1 on kept-alive connections) against a small server on loopback
-that answers the way servers do: Content-Length or chunked bodies, keep-alive or close, and a kept
-connection the server closes while it is idle."""
+"""The hop's invocation client (aiohttp on kept-alive connections) against a small server on loopback
+that answers the way servers do: Content-Length or chunked bodies, keep-alive or close, a kept
+connection the server closes while it is idle, no answer at all or none in time, and a restarted
+server on another port."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import httpx
@@ -103,7 +105,40 @@ def test_a_kept_connection_the_server_closed_is_replaced() -> None:
 
 def test_no_answer_is_an_httpx_error_for_the_front() -> None:
     async def check(hop: TritonHop, connections: list[int]) -> None:
-        with pytest.raises(httpx.HTTPError, match="closed before an answer"):
+        with pytest.raises(httpx.RemoteProtocolError, match="closed before an answer"):
             await hop.invoke("m.tar.gz", b"x", "application/json")
+        assert connections == [1, 2]  # tried once more on a new connection (as for a stale kept one), not more
 
     answered(lambda body, _: None, check)
+
+
+def test_no_answer_in_time_is_an_httpx_timeout() -> None:
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        with pytest.raises(httpx.TimeoutException, match="no answer within 0.3 s"):
+            await hop.invoke("m.tar.gz", b"slow", "application/json", timeout=0.3)
+        assert (await hop.invoke("m.tar.gz", b"fast", "application/json")).content == b"fast"
+
+    def handler(body: bytes, number: int) -> bytes:
+        if body == b"slow":
+            time.sleep(1.0)  # holds the server's loop: the client gives up first
+        return ok(body)
+
+    answered(handler, check)
+
+
+def test_a_stopped_server_is_an_httpx_error_and_rebind_drops_the_old_connections() -> None:
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        assert (await hop.invoke("m.tar.gz", b"1", "application/json")).content == b"1"
+        live = str(hop.sagemaker.base_url)
+        gone = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = gone.sockets[0].getsockname()[1]
+        gone.close()
+        await gone.wait_closed()
+        await hop.rebind(f"http://127.0.0.1:{port}")
+        with pytest.raises(httpx.ConnectError, match="Cannot connect to host 127.0.0.1"):
+            await hop.invoke("m.tar.gz", b"2", "application/json")
+        await hop.rebind(live)  # back: a new connection, the kept one went with the old session
+        assert (await hop.invoke("m.tar.gz", b"3", "application/json")).content == b"3"
+        assert connections == [1, 2]
+
+    answered(lambda body, _: ok(body), check)
