@@ -6,8 +6,8 @@ server on another port."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -15,10 +15,12 @@ import pytest
 from conch.harness.endpoint.hop import TritonHop
 from conch.harness.mme import model_hash
 
+Handler = Callable[[bytes, int], bytes | Awaitable[bytes | None] | None]
 
-def answered(handler: Callable[[bytes, int], bytes | None], check: Callable[[TritonHop, list[int]], object]) -> None:
-    """Serve ``handler(request body, connection number) -> raw response`` (None: close without a word, or
-    after the answer when it ends in "\n\n" + "quietly") and run ``check(hop, connections)``."""
+
+def answered(handler: Handler, check: Callable[[TritonHop, list[int]], object]) -> None:
+    """Serve ``handler(request body, connection number) -> raw response`` (or an awaitable of it; None: close
+    without a word, or after the answer when it ends in "\n\n" + "quietly") and run ``check(hop, connections)``."""
     connections: list[int] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -32,6 +34,8 @@ def answered(handler: Callable[[bytes, int], bytes | None], check: Callable[[Tri
                 assert f"/models/{model_hash('m.tar.gz')}/invoke".encode() in head
                 assert b"X-Amzn-SageMaker-Target-Model: m.tar.gz" in head
                 response = handler(await reader.readexactly(length), number)
+                if inspect.isawaitable(response):  # an answer that takes its time
+                    response = await response
                 if response is None:
                     break
                 writer.write(response.removesuffix(b"quietly"))
@@ -117,10 +121,11 @@ def test_no_answer_in_time_is_an_httpx_timeout() -> None:
         with pytest.raises(httpx.TimeoutException, match="no answer within 0.3 s"):
             await hop.invoke("m.tar.gz", b"slow", "application/json", timeout=0.3)
         assert (await hop.invoke("m.tar.gz", b"fast", "application/json")).content == b"fast"
+        assert connections == [1, 2]  # not on the connection that still owes the slow answer
 
-    def handler(body: bytes, number: int) -> bytes:
+    async def handler(body: bytes, number: int) -> bytes:
         if body == b"slow":
-            time.sleep(1.0)  # holds the server's loop: the client gives up first
+            await asyncio.sleep(2.0)  # the client gives up first and drops this connection
         return ok(body)
 
     answered(handler, check)
