@@ -66,7 +66,7 @@ def test_metrics_keep_sagemakers_names_and_the_peak_of_loaded_models() -> None:
 
 
 def test_step_names_are_isolate_or_shared(tmp_path: Path) -> None:
-    with pytest.raises(ServeError, match="'isolate' or 'shared'"):
+    with pytest.raises(ServeError, match=r"step_names 'unique': choose 'shared' or 'isolate'"):
         LocalMME(tmp_path, step_names="unique")
 
 

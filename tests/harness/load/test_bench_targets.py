@@ -52,8 +52,8 @@ def mme(archives: dict[str, Path]) -> Iterator[LocalMME]:
         yield endpoint
 
 
-def bench(out: Path, *args: str) -> dict[str, Any]:
-    assert main(["bench", *args, "--stages", STAGES, "--out", str(out)]) == 0
+def bench(out: Path, *args: str, exit_code: int = 0) -> dict[str, Any]:
+    assert main(["bench", *args, "--stages", STAGES, "--out", str(out)]) == exit_code
     summary: dict[str, Any] = json.loads((out / "bench.json").read_text())
     assert summary["requests"] >= 1 and summary["per_target"][f"{NAME}.tar.gz"]["requests"] == summary["requests"]
     return summary
@@ -64,7 +64,7 @@ def test_bench_endpoint_url_checks_every_answer(archives: dict[str, Path], mme: 
     assert good["target"] == {"kind": "sagemaker", "url": mme.url, "endpoint": "local"}
     assert good["failures"] == 0, good["errors"]
     # the same server, an archive expecting other numbers: every answer is a wrong answer
-    bad = bench(tmp_path / "bad", str(archives["wrong"]), "--endpoint-url", mme.url)
+    bad = bench(tmp_path / "bad", str(archives["wrong"]), "--endpoint-url", mme.url, exit_code=1)  # a failed run
     assert bad["failures"] == bad["requests"] and all(e.startswith("wrong answer: Z") for e in bad["errors"])
 
 
