@@ -93,6 +93,9 @@ MISWIRED = ("ensemble {e!r}, step {s!r}, input {i!r}: expects dims [3] but ensem
             "(-1 matches any size)")
 
 
+UNUSED_X = "ensemble {e!r}: input 'X' is not used by any step; pass it to a step or remove it"
+
+
 @dataclass(frozen=True)
 class Node:
     kind: str
@@ -119,6 +122,10 @@ def dags(draw: st.DrawFn) -> tuple[Node, ...]:
 def expected_refusal(name: str, nodes: tuple[Node, ...]) -> tuple[str, str] | None:
     """(kind of refusal, exact message) for the first wrong step: a miswired one is refused where it is
     declared, before any step declared against its model is refused by the build."""
+    wired = next((i for i, node in enumerate(nodes) if node.wrong == "wire"), None)
+    if wired is None and not any(0 in node.reads for node in nodes if node.wrong != "model"):
+        # every step reads an input of its own (each declared against its model): X feeds nothing
+        return "unused input", UNUSED_X.format(e=name)
     for want in ("wire", "model"):
         for i, node in enumerate(nodes):
             if node.wrong == want:
@@ -216,7 +223,7 @@ def check_dags(examples: int, derandomize: bool, tmp: Path, triton: LocalTriton)
     def property_(nodes: tuple[Node, ...]) -> None:
         holds(nodes, next(counter), tmp, triton, outcome)
 
-    for nodes in (EVERY_BACKEND, *EACH_REFUSAL):
+    for nodes in (EVERY_BACKEND, *EACH_REFUSAL, (Node("onnx", (0,), "model"), Node("onnx", (0,), "model"))):
         property_ = example(nodes=nodes)(property_)
     property_()
     return outcome
