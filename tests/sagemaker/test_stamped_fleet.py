@@ -93,7 +93,8 @@ def serve(moto: Moto, bucket: str, prefix: str, names: list[str], max_loaded: in
     assert len(races) <= calls // 10, f"Triton's lookup race hit {len(races)} of {calls} calls: {races}"
     assert metrics["Invocations"]["2XX"] == calls - len(races)
     assert metrics["TritonRestarts"] == 0  # tritonserver never crashed under the churn
-    assert metrics.get("StepNameCollisions", 0) == 0
+    assert metrics["StepNameCollisions"] == 0  # stamped: no TargetModel shares a step name with another
+    assert metrics["TritonLookupMisses"] == len(races) and metrics["TritonLookupRetries"] == 0  # shown, not absorbed
     assert metrics["ModelLoads"]["cold"] == len(names) and metrics["LoadedModelCountPeak"] <= max_loaded
     return metrics
 
