@@ -1,0 +1,162 @@
+"""The builder's messages a user meets on hand-made archives and bad inputs, each triggered for real and
+asserted by its text: `conch check` findings, extraction refusals, discover and build errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hostile_archives import Entry, write_archive
+from seed_archives import bert_repo, inception_repo, pack_repo
+
+from conch.builder.check import check_archive
+
+Repo = dict[str, bytes | None]
+
+
+def edit(repo: Repo, file: str, old: str, new: str) -> Repo:
+    data = repo[file]
+    assert data is not None and old.encode() in data, (file, old)
+    return {**repo, file: data.replace(old.encode(), new.encode())}
+
+
+def checked(tmp_path: Path, repo: Repo) -> str:
+    """The `conch check` lines of ``repo`` packed as hand.tar.gz, one text."""
+    return "\n".join(check_archive(pack_repo(repo, tmp_path / "hand.tar.gz")).lines())
+
+
+def entries(repo: Repo) -> list[Entry]:
+    """``repo`` as tarball entries, folders before their files."""
+    folders = {"/".join(n.split("/")[:i]) for n in repo for i in range(1, n.count("/") + 1)}
+    folders |= {n for n, data in repo.items() if data is None}
+    out: list[Entry] = [(f"{name}/", "dir", b"") for name in sorted(folders)]
+    return out + [(name, "file", data) for name, data in sorted(repo.items()) if data is not None]
+
+
+# --- conch check findings -------------------------------------------------------------------------------------------
+
+def test_symlink_at_the_root_is_an_error(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "hand.tar.gz", [*entries(inception_repo()), ("alias", "symlink", "dali")])
+    text = "\n".join(check_archive(archive).lines())
+    assert "hand.tar.gz/alias: error: is a symlink at the archive root; SageMaker only sees real folders as models" \
+        in text
+
+
+def test_many_folders_at_the_root_warn(tmp_path: Path) -> None:
+    repo: Repo = {**inception_repo(), **{f"extra{i}": None for i in range(4)}}
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz: warning: 7 folders at the root: past 5, SageMaker's Triton front end warns 'Several "
+            "model directories found' (smaller ensembles manage memory better)") in text
+
+
+def test_fp16_ensemble_output_warns_binary_bodies(tmp_path: Path) -> None:
+    repo = inception_repo()
+    for file in ("inception_graphdef/config.pbtxt", "ensemble_dali_inception/config.pbtxt"):
+        repo = edit(repo, file, "data_type: TYPE_FP32 dims: [ 1001 ]", "data_type: TYPE_FP16 dims: [ 1001 ]")
+    report = check_archive(pack_repo(repo, tmp_path / "hand.tar.gz"))
+    assert report.ok, report.lines()
+    text = "\n".join(report.lines())
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: warning: needs binary bodies: output 'OUTPUT' is "
+            "FP16: Triton's JSON bodies cannot carry") in text
+
+
+def test_config_not_utf8_is_an_error(tmp_path: Path) -> None:
+    repo = {**inception_repo(), "dali/config.pbtxt": b'name: "dali"\n# caf\xe9\nbackend: "dali"\n'}
+    text = checked(tmp_path, repo)
+    assert re.search(r"hand\.tar\.gz/dali/config\.pbtxt: error: is not UTF-8 text \(.*invalid continuation byte.*\); "
+                     r"write the config as UTF-8", text), text
+
+
+def test_non_ensemble_whose_comment_matches_the_regex_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n',
+                'backend: "dali"\n# was platform: "ensemble" once\n')
+    text = checked(tmp_path, repo)
+    assert ('hand.tar.gz/dali/config.pbtxt: error: is not an ensemble, but its text matches SageMaker\'s ensemble '
+            'regex platform:(\\s)*"ensemble" (in a comment?), so SageMaker may serve it; remove that text') in text
+
+
+def test_decoupled_model_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n',
+                'backend: "dali"\nmodel_transaction_policy { decoupled: true }\n')
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/dali/config.pbtxt: error: is a decoupled model, which SageMaker's front end refuses to "
+            "serve") in text
+
+
+def test_model_without_platform_or_backend_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n', "")
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/dali/config.pbtxt: error: names neither platform nor backend; Triton cannot tell how to "
+            "run it") in text
+
+
+def test_unknown_backend_warns_unchecked(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"', 'backend: "mystery"')
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/dali/config.pbtxt: warning: conch does not know which model file backend 'mystery' "
+            "needs; not checked") in text
+
+
+def test_missing_model_file_is_an_error(tmp_path: Path) -> None:
+    repo = {**{k: v for k, v in inception_repo().items() if k != "dali/1/model.dali"}, "dali/1": None}
+    text = checked(tmp_path, repo)
+    assert "hand.tar.gz/dali/1/: error: lacks model.dali or dali.py, the model file dali loads" in text
+
+
+def test_missing_label_file_is_an_error(tmp_path: Path) -> None:
+    repo = {k: v for k, v in inception_repo().items() if k != "inception_graphdef/inception_labels.txt"}
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/inception_graphdef/inception_labels.txt: error: is missing: output "
+            "'InceptionV3/Predictions/Softmax' names it as its label_filename") in text
+
+
+def test_environment_path_with_shell_characters_is_an_error(tmp_path: Path) -> None:
+    repo = edit(bert_repo(), "preprocess/config.pbtxt", "processing_env.tar.gz", "env;reboot.tar.gz")
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/preprocess/config.pbtxt: error: EXECUTION_ENV_PATH '$$TRITON_MODEL_DIRECTORY/env;reboot"
+            ".tar.gz' holds characters a shell would interpret; Triton runs it through `bash -c`: use ASCII "
+            "letters, digits, '_', '.', '-' and '/'") in text
+
+
+def test_environment_folder_without_activate_is_an_error(tmp_path: Path) -> None:
+    repo = edit(bert_repo(), "preprocess/config.pbtxt", "processing_env.tar.gz", "env")
+    repo["preprocess/env/bin/python3"] = b""
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/preprocess/env: error: is an environment folder without bin/activate at its root; Triton "
+            "cannot activate it") in text
+
+
+# --- conch check: the ensemble's wiring -----------------------------------------------------------------------------
+
+ENSEMBLE = "ensemble_dali_inception/config.pbtxt"
+
+
+def test_ensemble_without_steps_is_an_error(tmp_path: Path) -> None:
+    data = inception_repo()[ENSEMBLE]
+    assert data is not None
+    head = data.split(b"ensemble_scheduling")[0]
+    text = checked(tmp_path, {**inception_repo(), ENSEMBLE: head})
+    assert "hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: has no ensemble_scheduling steps" in text
+
+
+def test_step_reading_an_unknown_tensor_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), ENSEMBLE, 'key: "input" value: "preprocessed_image"',
+                'key: "input" value: "preprocesed_image"')
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'inception_graphdef' input 'input' "
+            "reads tensor 'preprocesed_image', which is neither an ensemble input nor written by any step") in text
+
+
+def test_map_key_the_model_lacks_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), ENSEMBLE, 'key: "DALI_INPUT_0"', 'key: "DALI_INPUT_1"')
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'dali': input_map key 'DALI_INPUT_1' "
+            "is not an input of that model (its inputs: DALI_INPUT_0)") in text
+
+
+def test_shape_mismatch_between_steps_is_an_error(tmp_path: Path) -> None:
+    repo = edit(inception_repo(), "inception_graphdef/config.pbtxt", "dims: [ 299, 299, 3 ]", "dims: [ 224, 224, 3 ]")
+    text = checked(tmp_path, repo)
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'inception_graphdef' input 'input' has "
+            "shape [-1, 224, 224, 3] but output 'DALI_OUTPUT_0' of step 'dali' has shape [-1, 299, 299, 3] (batch "
+            "included; -1 matches any size)") in text
