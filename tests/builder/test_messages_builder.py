@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from hostile_archives import Entry, write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch.builder.check import check_archive
+from conch.builder.discover import load_module_ensembles, python_files
+from conch.builder.extract import safe_extract
+from conch.errors import ArchiveError, BuildError, DeclarationError
 
 Repo = dict[str, bytes | None]
 
@@ -160,3 +164,54 @@ def test_shape_mismatch_between_steps_is_an_error(tmp_path: Path) -> None:
     assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'inception_graphdef' input 'input' has "
             "shape [-1, 224, 224, 3] but output 'DALI_OUTPUT_0' of step 'dali' has shape [-1, 299, 299, 3] (batch "
             "included; -1 matches any size)") in text
+
+
+# --- safe extraction: refusals of hand-made tarballs ----------------------------------------------------------------
+
+CONFIG: Entry = ("m/config.pbtxt", "file", b'name: "m"\nplatform: "ensemble"\n')
+
+
+def refused(tmp_path: Path, listed: list[Entry], match: str) -> None:
+    archive = write_archive(tmp_path / "hostile.tar.gz", listed)
+    dest = tmp_path / "stage" / "hostile"
+    with pytest.raises(ArchiveError, match=match):
+        safe_extract(archive, dest)
+    assert not dest.exists(), "a refused archive must leave nothing behind"
+
+
+def test_root_entry_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    refused(tmp_path, [("./", "file", b"not a folder"), CONFIG],
+            r"hostile\.tar\.gz: entry '\./' " + re.escape("would replace the archive root; refusing to unpack it"))
+
+
+def test_fifo_entry_is_refused_naming_what_an_archive_holds(tmp_path: Path) -> None:
+    refused(tmp_path, [CONFIG, ("m/1/pipe", "fifo", b"")],
+            re.escape("entry 'm/1/pipe' is a FIFO; an MME archive holds only folders, files and symlinks; refusing "
+                      "to unpack it"))
+
+
+def test_entry_under_a_file_is_refused(tmp_path: Path) -> None:
+    refused(tmp_path, [("m", "file", b"a file"), CONFIG],
+            re.escape("entry 'm/config.pbtxt' lies under 'm', which the archive wrote as a file; refusing to unpack "
+                      "it"))
+
+
+def test_file_replacing_a_folder_is_refused(tmp_path: Path) -> None:
+    refused(tmp_path, [CONFIG, ("m/1/", "dir", b""), ("m/1", "file", b"a file")],
+            re.escape("entry 'm/1' would replace a folder of the same name; refusing to unpack it"))
+
+
+# --- discovering ensemble files -------------------------------------------------------------------------------------
+
+def test_missing_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=re.escape(f"{tmp_path / 'pipelines.py'}: no such file or folder; give "
+                                                   "ensemble .py files or folders of them")):
+        python_files([tmp_path / "pipelines.py"])
+
+
+def test_file_failing_on_import_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "msgA_broken_ensembles.py"
+    path.write_text("import math\nRATIO = 1 / 0\n")
+    with pytest.raises(DeclarationError, match=re.escape("msgA_broken_ensembles.py line 2: ZeroDivisionError: "
+                                                         "division by zero; fix the file")):
+        load_module_ensembles(path)
