@@ -4,16 +4,21 @@ asserted by its text: `conch check` findings, extraction refusals, discover and 
 from __future__ import annotations
 
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
 from hostile_archives import Entry, write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
+from conch.builder.archive import _Gathered
 from conch.builder.check import check_archive
+from conch.builder.deflate import SegmentedGzip
 from conch.builder.discover import load_module_ensembles, python_files
 from conch.builder.extract import safe_extract
-from conch.errors import ArchiveError, BuildError, DeclarationError
+from conch.builder.pack import resolve
+from conch.builder.stamp import stamp_archive, stamped_name
+from conch.errors import ArchiveError, BuildError, DeclarationError, PackError
 
 Repo = dict[str, bytes | None]
 
@@ -215,3 +220,35 @@ def test_file_failing_on_import_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(DeclarationError, match=re.escape("msgA_broken_ensembles.py line 2: ZeroDivisionError: "
                                                          "division by zero; fix the file")):
         load_module_ensembles(path)
+
+
+# --- writing, stamping and packing archives -------------------------------------------------------------------------
+
+def test_file_shrinking_while_archived_is_refused(tmp_path: Path) -> None:
+    """The file is measured for its tar header, then cut short (another process rewriting it) before it is read."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"w" * 4096)
+    info = tarfile.TarInfo("m/1/model.onnx")
+    info.size = model.stat().st_size
+    model.write_bytes(b"w" * 100)
+    with (tmp_path / "out.tar.gz").open("wb") as out, pytest.raises(
+            BuildError, match=re.escape(f"file {model} shrank while it was archived; build again")):
+        _Gathered(SegmentedGzip(out)).member(info, model)
+
+
+def test_stamping_onto_a_folder_the_archive_already_holds_is_refused(tmp_path: Path) -> None:
+    taken = stamped_name("preprocess", "bert-2.tar.gz")
+    archive = pack_repo({**bert_repo(), f"{taken}/notes.txt": b"left here by hand\n"}, tmp_path / "bert.tar.gz")
+    assert check_archive(archive).ok
+    with pytest.raises(ArchiveError, match=re.escape(
+            f"bert.tar.gz: cannot rename step 'preprocess' to '{taken}', the archive already holds a folder of that "
+            "name; rename that folder and rebuild")):
+        stamp_archive(archive, "bert-2", tmp_path / "out")
+    assert not (tmp_path / "out" / "bert-2.tar.gz").exists()
+
+
+def test_requirement_no_release_satisfies_is_refused_with_pips_words(local_index: str) -> None:
+    """The index holds conch-fixture-wheel 1.0 only: pip cannot resolve 2.0 (not a "no release at all" case)."""
+    fixed = re.escape("pip could not resolve conch-fixture-wheel==2.0 for CPython 3.10 on Linux x86-64:\n")
+    with pytest.raises(PackError, match=f"(?s){fixed}.*No matching distribution found for conch-fixture-wheel"):
+        resolve(("conch-fixture-wheel==2.0",), "3.10", refresh=True)
