@@ -15,7 +15,7 @@ from conch.builder.archive import _Gathered
 from conch.builder.check import check_archive
 from conch.builder.deflate import SegmentedGzip
 from conch.builder.discover import load_module_ensembles, python_files
-from conch.builder.extract import safe_extract
+from conch.builder.extract import safe_extract, scan_archive
 from conch.builder.pack import resolve
 from conch.builder.stamp import stamp_archive, stamped_name
 from conch.errors import ArchiveError, BuildError, DeclarationError, PackError
@@ -70,10 +70,12 @@ def test_fp16_ensemble_output_warns_binary_bodies(tmp_path: Path) -> None:
 
 
 def test_config_not_utf8_is_an_error(tmp_path: Path) -> None:
-    repo = {**inception_repo(), "dali/config.pbtxt": b'name: "dali"\n# caf\xe9\nbackend: "dali"\n'}
-    text = checked(tmp_path, repo)
-    assert re.search(r"hand\.tar\.gz/dali/config\.pbtxt: error: is not UTF-8 text \(.*invalid continuation byte.*\); "
-                     r"write the config as UTF-8", text), text
+    config = b'name: "dali"\n# caf\xe9\nbackend: "dali"\n'
+    with pytest.raises(UnicodeDecodeError) as decoding:
+        config.decode("utf-8")
+    text = checked(tmp_path, {**inception_repo(), "dali/config.pbtxt": config})
+    assert (f"hand.tar.gz/dali/config.pbtxt: error: is not UTF-8 text ({decoding.value}); write the config as "
+            "UTF-8") in text
 
 
 def test_non_ensemble_whose_comment_matches_the_regex_is_an_error(tmp_path: Path) -> None:
@@ -204,6 +206,22 @@ def test_entry_under_a_file_is_refused(tmp_path: Path) -> None:
 def test_file_replacing_a_folder_is_refused(tmp_path: Path) -> None:
     refused(tmp_path, [CONFIG, ("m/1/", "dir", b""), ("m/1", "file", b"a file")],
             re.escape("entry 'm/1' would replace a folder of the same name; refusing to unpack it"))
+
+
+def test_scan_refuses_an_archive_past_its_entry_limit(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "many.tar.gz", [CONFIG, ("m/1/", "dir", b""), ("m/1/a", "file", b"a")])
+    with archive.open("rb") as stream, pytest.raises(ArchiveError, match=re.escape(
+            "archive many: entry 'm/1/a' is past the limit of 2 entries (a possible archive bomb); refusing to "
+            "unpack it")):
+        scan_archive(stream, "many", lambda name: True, max_entries=2)
+
+
+def test_scan_refuses_an_archive_past_its_unpacked_size(tmp_path: Path) -> None:
+    archive = write_archive(tmp_path / "big.tar.gz", [CONFIG, ("m/1/model.onnx", "file", bytes(4096))])
+    with archive.open("rb") as stream, pytest.raises(ArchiveError, match=re.escape(
+            "archive big: entry 'm/1/model.onnx' takes the unpacked size past 1000 bytes (a possible gzip bomb); "
+            "refusing to unpack it")):
+        scan_archive(stream, "big", lambda name: True, max_bytes=1000)
 
 
 # --- discovering ensemble files -------------------------------------------------------------------------------------
