@@ -40,7 +40,8 @@ def test_an_ensemble_output_declared_with_another_dtype_than_its_tensor() -> Non
     step = PythonStep("dbl", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     y = step(ens.input("X", "FP32", [4]))
-    with pytest.raises(DeclarationError, match=re.escape("declared INT32 but output 'y' of step 'dbl' is FP32")):
+    with pytest.raises(DeclarationError, match=re.escape(
+            "ensemble 'e' output 'Y': declared INT32 but output 'y' of step 'dbl' is FP32")):
         ens.output("Y", y, dtype="INT32")
 
 
