@@ -3,14 +3,21 @@ in shape (found by its CPU stand-in under `conch run`); each triggered for real,
 
 from __future__ import annotations
 
+import importlib
 import io
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import conch
-from conch import DaliStep, DeclarationError, Ensemble, RunError, Tensor, TorchScriptStep
+from conch import DaliStep, DeclarationError, Ensemble, PythonStep, RunError, Tensor, TorchScriptStep
+from conch.builder.build import build_ensemble
+from conch.harness.mme import InvokeError, MultiModelClient
+from conch.harness.replay import stage
+from conch.harness.server import LocalTriton
 
 
 def test_a_pytorch_step_refuses_bytes_tensors() -> None:
@@ -50,3 +57,40 @@ def test_a_dali_pipeline_whose_samples_differ_in_shape_is_named_under_conch_run(
             "DALI output 'PIXELS' has samples of different shapes [(20, 30, 3), (40, 10, 3)]; Triton needs one "
             "shape per batch, so resize or pad in the pipeline")):
         conch.run(ens, {"IN": batch})
+
+
+BATCH_STEPS = '''"""Step code for a test: returns one row whatever the batch (a sum over the batch axis)."""
+
+import numpy as np
+
+
+def summed_over_batch(x):
+    return {"y": x.sum(axis=0, keepdims=True).astype(np.float32)}
+'''
+
+
+@pytest.mark.integration
+def test_model_py_in_tritonserver_names_an_output_that_lost_the_batch_dimension(
+        tmp_path: Path, triton: LocalTriton) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "msg_batch_steps.py").write_text(BATCH_STEPS)
+    sys.path.insert(0, str(tmp_path / "code"))
+    try:
+        module = importlib.import_module("msg_batch_steps")
+    finally:
+        sys.path.remove(str(tmp_path / "code"))
+        sys.modules.pop("msg_batch_steps", None)
+    ens = Ensemble("lost_batch", max_batch_size=4)
+    step = PythonStep("summed", module.summed_over_batch, [Tensor("x", "FP32", [2])], [Tensor("y", "FP32", [2])],
+                      max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [2])))
+    archive = build_ensemble(ens, tmp_path / "built", "local")
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    client.load(archive.name, stage(archive, triton), timeout=120)
+    try:
+        with pytest.raises(InvokeError, match=re.escape(
+                "step 'summed' of ensemble 'lost_batch': output 'y' has shape [1, 2], but the batch has 3 rows; "
+                "outputs keep the batch dimension first")):
+            client.invoke_binary(archive.name, {"X": np.ones((3, 2), np.float32)})
+    finally:
+        client.unload(archive.name)
