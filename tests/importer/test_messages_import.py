@@ -1,0 +1,76 @@
+"""`conch import` refusals: what is not an ensemble repository, outputs that would collide, a copy in the
+way, --strict; each triggered for real, its message asserted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import handmade
+import pytest
+
+from conch.cli import main
+from conch.errors import BuildError
+from conch.importer.convert import import_sources
+
+
+def test_a_source_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["import", str(missing), "--out", str(tmp_path / "out")]) != 0
+    assert (f"{missing}: no such folder or archive; give a model repository folder or an MME .tar.gz"
+            in capsys.readouterr().err)
+
+
+def test_a_single_model_folder_is_not_a_repository(tmp_path: Path) -> None:
+    model = tmp_path / "scale"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(handmade.SCALE)
+    with pytest.raises(BuildError, match=re.escape(
+            f"{model}: holds a single model (config.pbtxt at its root), not a repository of an ensemble and its "
+            "steps; conch import reads ensembles")):
+        import_sources([model], tmp_path / "out", samples=False)
+
+
+def test_a_repository_without_an_ensemble(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "shop/config.pbtxt").unlink()
+    with pytest.raises(BuildError, match=re.escape(
+            f"{repo}: no model folder holds an ensemble config (platform: \"ensemble\"); conch import reads an "
+            "ensemble and its steps")):
+        import_sources([repo], tmp_path / "out", samples=False)
+
+
+def test_one_out_file_for_two_ensembles(tmp_path: Path) -> None:
+    one, two = handmade.write(tmp_path / "one"), handmade.write(tmp_path / "two")
+    out = tmp_path / "out" / "shop.py"
+    with pytest.raises(BuildError, match=re.escape(
+            f"{out}: the sources hold 2 ensembles; give --out a folder to write one module per ensemble")):
+        import_sources([one, two], out, samples=False)
+    assert not out.exists()
+
+
+def test_two_ensembles_of_the_same_name_into_one_folder(tmp_path: Path) -> None:
+    one, two = handmade.write(tmp_path / "one"), handmade.write(tmp_path / "two")
+    with pytest.raises(BuildError, match=re.escape(
+            "the sources hold more than one ensemble written as shop.py; import them into different --out "
+            "folders")):
+        import_sources([one, two], tmp_path / "out", samples=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_copy_files_refuses_to_overwrite_an_earlier_copy(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    out = tmp_path / "out"
+    (out / "repo").mkdir(parents=True)
+    with pytest.raises(BuildError, match=re.escape(
+            f"{repo}: {out / 'repo'} exists already; remove it or give another --out")):
+        import_sources([repo], out, copy_files=True, samples=False)
+
+
+def test_strict_lists_what_the_import_cannot_say(tmp_path: Path) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    (repo / "scale/config.pbtxt").write_text(handmade.SCALE.replace('name: "scale"\n', ""))
+    with pytest.raises(BuildError, match=re.escape(
+            "--strict: the import cannot say everything the sources hold: scale/config.pbtxt: name: not given")):
+        import_sources([repo], tmp_path / "out", strict=True, samples=False)
+    assert list((tmp_path / "out").iterdir()) == []
