@@ -82,6 +82,13 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/builder/build.py", "model {model!r}: file {rel!r} leaves the archive"):
         "an internal invariant against a backend bug: the only '../' source, python_model's beside=, refuses "
         "absolute and '..' paths at declaration with its own tested DeclarationError",
+    ("conch/importer/convert.py", "{path}: cannot be imported"):
+        "the path is the .py file conch import has just written, for which importlib always finds a loader",
+    ("conch/importer/convert.py", "{path}: declares no ensemble {name!r}"):
+        "the module checked is the one conch import just wrote for that ensemble: only a conch bug gets here",
+    ("conch/templates/python_model.py.j2", "{_where()}: request has no input"):
+        "Triton refuses a request missing a required input before the model sees it ('expected 1 inputs but "
+        "got 0'), and conch run never calls the model without its inputs",
     ("conch/builder/discover.py", "{path}: cannot be imported"):
         "importlib finds a loader for every .py path discover passes on",
     ("conch/run.py", "cannot import {path}"):
