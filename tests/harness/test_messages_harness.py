@@ -1,0 +1,154 @@
+"""The harness's refusals, each triggered for real and asserted on its message: load stages, sample-less
+archives, the local MME's options and answers, an S3 source without the object, a profile's payload and
+warm-up, and a build for SageMaker given to the local profiler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import basic_steps
+import pytest
+from conftest import REFUSED_URL
+
+from conch import Ensemble, PythonStep, Tensor
+from conch.builder.build import build_ensemble
+from conch.builder.manifest import read_manifest
+from conch.cli import main
+from conch.errors import BenchError, ServeError
+from conch.harness.endpoint import LocalMME
+from conch.harness.endpoint.protocol import ValidationError, model_error
+from conch.harness.endpoint.sources import open_source
+from conch.harness.load.spec import archive_requests
+from conch.harness.load.stages import parse_stages
+from conch.wire import check_json_request
+
+
+def test_stages_must_be_a_non_empty_list() -> None:
+    with pytest.raises(BenchError, match=re.escape("stages: expected a non-empty JSON list of {duration, users, "
+                                                   "spawn_rate}")):
+        parse_stages("[]")
+
+
+def test_a_stage_without_users_names_the_keys_it_needs() -> None:
+    with pytest.raises(BenchError, match=re.escape("stage 2: expected keys duration, users (and spawn_rate), got "
+                                                   "{'duration': 20}")):
+        parse_stages(json.dumps([{"duration": 10, "users": 2}, {"duration": 20}]))
+
+
+def test_stage_durations_count_from_the_start(tmp_path: Path) -> None:
+    stages = tmp_path / "stages.json"
+    stages.write_text(json.dumps([{"duration": 30, "users": 2}, {"duration": 10, "users": 4}]))
+    with pytest.raises(BenchError, match=re.escape("stage 2: duration 10 must be later than 30 (durations count "
+                                                   "from the start of the test, as in seed 003's list)")):
+        parse_stages(str(stages))
+
+
+def test_a_body_that_is_not_json_says_so() -> None:
+    with pytest.raises(ValueError, match=r"^not JSON: Expecting "):
+        check_json_request(b"{inputs")
+
+
+def test_an_archive_without_samples_has_nothing_to_send(tmp_path: Path) -> None:
+    ens = Ensemble("no_samples", max_batch_size=4)
+    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    archive = build_ensemble(ens, tmp_path, "local")
+    with pytest.raises(BenchError, match=re.escape("no_samples.tar.gz has no sample payloads to send; declare one "
+                                                   "with ensemble.sample(...)")):
+        archive_requests(archive)
+
+
+def test_a_local_mme_must_fit_one_model(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match=re.escape("max_loaded 0: at least one model must fit")):
+        LocalMME(tmp_path, max_loaded=0)
+
+
+def test_a_local_mme_names_the_step_name_choices(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match=re.escape("step_names 'rename': choose 'shared' or 'isolate'")):
+        LocalMME(tmp_path, step_names="rename")
+
+
+def test_an_s3_source_needs_a_bucket() -> None:
+    with pytest.raises(ServeError, match=re.escape("s3:///models: name a bucket, e.g. s3://my-bucket/models/")):
+        open_source("s3:///models")
+
+
+def test_a_call_to_another_endpoint_name_gets_sagemakers_answer_and_the_fix() -> None:
+    from starlette.requests import Request
+
+    from conch.harness.endpoint.app import invoke
+
+    scope = {"type": "http", "method": "POST", "path": "/endpoints/prod/invocations", "headers": [],
+             "path_params": {"name": "prod"}, "query_string": b""}
+    with pytest.raises(ValidationError, match=re.escape(
+        "Endpoint prod of account local not found. This local MME serves endpoint 'local-mme': call it with "
+        "EndpointName='local-mme' (conch serve --endpoint-name sets it)"
+    )):
+        asyncio.run(invoke(None, "local-mme", Request(scope)))  # type: ignore[arg-type]  # refused before use
+
+
+@pytest.mark.parametrize(("status", "side"), [(400, "client"), (500, "server")])
+def test_tritons_error_answer_is_sagemakers_model_error(status: int, side: str) -> None:
+    error = model_error("a.tar.gz", status, "boom")
+    assert str(error) == f"Received {side} error ({status}) from model 'a.tar.gz' with message 'boom'"
+    assert (error.status, error.original_status, error.original_message) == (424, status, "boom")
+
+
+def test_an_s3_source_without_the_object_is_sagemakers_download_failure(
+    moto_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket="conch-messages")
+    source = open_source("s3://conch-messages/models/", s3_endpoint_url=moto_server)
+    with pytest.raises(ValidationError, match=re.escape(
+        "Failed to download model data for TargetModel 'absent.tar.gz': there is no object at "
+        "s3://conch-messages/models/absent.tar.gz. Upload the archive there (conch deploy) or check the TargetModel "
+        "spelling"
+    )):
+        source.fetch("absent.tar.gz", tmp_path / "absent.tar.gz")
+
+
+def test_a_profile_whose_warm_up_fails_names_the_ensemble_and_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32",
+                                               "data": [1, 2, 3, 4]}]}))
+    code = main(["profile", "--url", REFUSED_URL, "--payload", str(payload), "--model", "linear"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"conch: error: ensemble 'linear' on {REFUSED_URL}: the warm-up request failed: " in err
+
+
+def test_a_profile_payload_that_is_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text("{inputs")
+    code = main(["profile", "--url", REFUSED_URL, "--payload", str(payload), "--model", "linear"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"conch: error: --payload {payload}: not a KServe v2 JSON request (not JSON: Expecting " in err
+
+
+def test_the_local_profiler_refuses_a_sagemaker_build_it_cannot_load(tmp_path: Path) -> None:
+    import onnx_models
+
+    from conch import OnnxStep
+    from conch.harness.profile.local import _check_local
+
+    model = onnx_models.affine(tmp_path / "affine.onnx")
+    ens = Ensemble("affine_gpu", max_batch_size=4)
+    step = OnnxStep("affine", model, max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    archive = build_ensemble(ens, tmp_path, "production")
+    with pytest.raises(ServeError, match=re.escape(
+        "affine_gpu.tar.gz is a production build whose steps affine_gpu__affine (onnxruntime_onnx) need "
+        "backends the local server lacks; profile a `conch build --target local` build"
+    )):
+        _check_local(archive, read_manifest(archive))
