@@ -51,12 +51,16 @@ def test_a_body_that_is_not_json_says_so() -> None:
         check_json_request(b"{inputs")
 
 
-def test_an_archive_without_samples_has_nothing_to_send(tmp_path: Path) -> None:
-    ens = Ensemble("no_samples", max_batch_size=4)
+def doubling(name: str) -> Ensemble:
+    ens = Ensemble(name, max_batch_size=4)
     step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
-    archive = build_ensemble(ens, tmp_path, "local")
+    return ens
+
+
+def test_an_archive_without_samples_has_nothing_to_send(tmp_path: Path) -> None:
+    archive = build_ensemble(doubling("no_samples"), tmp_path, "local")
     with pytest.raises(BenchError, match=re.escape("no_samples.tar.gz has no sample payloads to send; declare one "
                                                    "with ensemble.sample(...)")):
         archive_requests(archive)
@@ -152,3 +156,47 @@ def test_the_local_profiler_refuses_a_sagemaker_build_it_cannot_load(tmp_path: P
         "backends the local server lacks; profile a `conch build --target local` build"
     )):
         _check_local(archive, read_manifest(archive))
+
+
+def first_call_while_tritonserver_is_down(folder: Path, why: str, *, gone: bool) -> None:
+    """A first invocation of an archive of ``folder`` on a fleet whose tritonserver exited (``gone``: for good)."""
+    from conch.harness.endpoint.disk import DiskCache
+    from conch.harness.endpoint.fleet import Budgets, Fleet
+    from conch.harness.endpoint.hop import TritonHop
+    from conch.harness.endpoint.metrics import Metrics
+
+    async def call() -> None:
+        hop = TritonHop(REFUSED_URL)
+        fleet = Fleet(open_source(folder), DiskCache(folder / "cache"), hop, Metrics(), Budgets(), lambda: 0)
+        try:
+            await (fleet.server_gone(why) if gone else fleet.server_lost(why))
+            await fleet.acquire("doubling.tar.gz")
+        finally:
+            await hop.close()
+
+    asyncio.run(call())
+
+
+def test_a_load_after_tritonserver_is_gone_for_good_says_why(tmp_path: Path) -> None:
+    from conch.harness.endpoint.protocol import EndpointError
+
+    build_ensemble(doubling("doubling"), tmp_path, "local")
+    with pytest.raises(EndpointError, match=re.escape(
+        "TargetModel 'doubling.tar.gz' cannot load: tritonserver was killed by SIGKILL (no restarts left)"
+    )):
+        first_call_while_tritonserver_is_down(tmp_path, "was killed by SIGKILL (no restarts left)", gone=True)
+
+
+def test_a_load_waiting_for_a_restart_that_never_comes_points_at_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conch.harness.endpoint import fleet
+    from conch.harness.endpoint.protocol import EndpointError
+
+    monkeypatch.setattr(fleet, "WAIT_FOR_SERVER_S", 0.2)  # the real wait is 180 s of a restart
+    build_ensemble(doubling("doubling"), tmp_path, "local")
+    with pytest.raises(EndpointError, match=re.escape(
+        "TargetModel 'doubling.tar.gz' cannot load: tritonserver was killed by SIGSEGV and is not back after 0.2 s "
+        "of restarting; see the endpoint's log"
+    )):
+        first_call_while_tritonserver_is_down(tmp_path, "was killed by SIGSEGV", gone=False)
