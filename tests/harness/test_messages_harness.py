@@ -200,3 +200,34 @@ def test_a_load_waiting_for_a_restart_that_never_comes_points_at_the_log(
         "of restarting; see the endpoint's log"
     )):
         first_call_while_tritonserver_is_down(tmp_path, "was killed by SIGSEGV", gone=False)
+
+
+def test_a_profile_whose_measured_requests_all_fail_shows_one_of_the_errors(tmp_path: Path, triton: object) -> None:
+    """The samples warm the model up; a payload naming an input the ensemble lacks then fails every request."""
+    import numpy as np
+
+    from conch.harness.mme import MultiModelClient
+    from conch.harness.profile import Load, StatsEndpoint
+    from conch.harness.profile.load import Body, Target
+    from conch.harness.profile.local import sample_bodies
+    from conch.harness.profile.measure import measure
+    from conch.harness.replay import stage
+    from conch.harness.server import LocalTriton
+
+    assert isinstance(triton, LocalTriton)
+    ens = doubling("doubling_warm")
+    ens.sample("s", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 2, np.float32)})
+    archive = build_ensemble(ens, tmp_path, "local")
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    client.load(archive.name, stage(archive, triton), 120)
+    wrong = Body(json.dumps({"inputs": [{"name": "NOPE", "shape": [1, 4], "datatype": "FP32",
+                                         "data": [1, 2, 3, 4]}]}).encode())
+    try:
+        with pytest.raises(ServeError, match=re.escape(
+            f"ensemble 'doubling_warm.tar.gz' on {triton.http_url}: every request failed, e.g. "
+        )):
+            measure(StatsEndpoint(triton.http_url), Target.kserve(triton.http_url, archive.name), archive.name,
+                    Load((wrong,), "wrong.json", 3, 1), triton.http_url,
+                    warmup=sample_bodies(read_manifest(archive)))
+    finally:
+        client.unload(archive.name)
