@@ -141,11 +141,13 @@ class Raise:
 
     @property
     def fixed(self) -> list[str]:
-        return [p for p in self.parts if p is not None and p.strip()]
+        """The message's own words: literal parts holding a letter or digit (": " between values is none)."""
+        return [p for p in self.parts if p is not None and any(c.isalnum() for c in p)]
 
     @property
     def relay(self) -> bool:
-        """Passes on a message built elsewhere (``raise X(str(exc))``): no words of its own to assert."""
+        """Passes on a message built elsewhere (``raise X(str(exc))``, ``f"{where}: {exc}"``): no words of its own
+        to assert."""
         return not self.fixed
 
     def why_not(self) -> str | None:
