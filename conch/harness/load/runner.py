@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,32 +83,36 @@ def _spawn(command: list[str], log: Any, *, stdout: bool) -> subprocess.Popen[st
                             text=True, env=env, start_new_session=True)
 
 
-def _bound_port(process: subprocess.Popen[str], log: Path, progress: Progress | None) -> int:
-    """The port the master bound, from its first event (passed on to ``progress`` like the others)."""
+def _events(process: subprocess.Popen[str], progress: Progress | None) -> Iterator[dict[str, Any] | None]:
+    """Each line the generator writes: its JSON event (an error event raised, the others passed on to
+    ``progress``), or None for a line that is not one."""
     assert process.stdout is not None
     for line in process.stdout:
+        event = None
         with contextlib.suppress(ValueError):
             event = json.loads(line)
-            if event.get("event") == "error":
-                raise BenchError(f"load generator: {event.get('message')}")
-            if progress:
-                progress(event)
-            if event.get("event") == "master":
-                return int(event["port"])
+        if not isinstance(event, dict):
+            yield None
+            continue
+        if event.get("event") == "error":
+            raise BenchError(f"load generator: {event.get('message')}")
+        if progress:
+            progress(event)
+        yield event
+
+
+def _bound_port(process: subprocess.Popen[str], log: Path, progress: Progress | None) -> int:
+    """The port the master bound, from its first event (passed on to ``progress`` like the others)."""
+    for event in _events(process, progress):
+        if event is not None and event.get("event") == "master":
+            return int(event["port"])
     process.wait(timeout=30)
     raise BenchError(f"the load generator wrote no results\n{_tail(log)}")
 
 
 def _follow(process: subprocess.Popen[str], limit: float, progress: Progress | None) -> None:
     deadline = time.monotonic() + limit
-    assert process.stdout is not None
-    for line in process.stdout:
-        with contextlib.suppress(ValueError):
-            event = json.loads(line)
-            if event.get("event") == "error":
-                raise BenchError(f"load generator: {event.get('message')}")
-            if progress:
-                progress(event)
+    for _ in _events(process, progress):
         if time.monotonic() > deadline:
             raise BenchError(f"the load generator ran past {limit:.0f} s; stopped it")
     process.wait(timeout=30)
