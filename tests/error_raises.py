@@ -73,18 +73,18 @@ WHY_NOT: dict[tuple[str, str], str] = {
         "botocore's NoRegionError cannot happen: every client is made with AwsTarget's region",
     ("conch/builder/build.py", "step {step.name} laid out model"):
         "an internal invariant against a backend bug; no backend lays out another model's name",
-    ("conch/builder/extract.py", "ends after {len(found[name])} of its {member.size} "):
+    ("conch/builder/extract.py", "archive {self.archive}: entry {member.name} ends after {len(found[name])} of"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
         "('unexpected end of data') first, which the readable-archive refusal beside it reports (tested)",
-    ("conch/builder/extract.py", "ends after {written} of its {member.size} bytes"):
+    ("conch/builder/extract.py", "archive {self.archive}: entry {member.name} ends after {written} of its"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
         "('unexpected end of data') first, which the readable-archive refusal beside it reports (tested)",
-    ("conch/builder/build.py", "model {model!r}: file {rel!r} leaves the archive"):
+    ("conch/builder/build.py", "model {model}: file {rel} leaves the archive"):
         "an internal invariant against a backend bug: the only '../' source, python_model's beside=, refuses "
         "absolute and '..' paths at declaration with its own tested DeclarationError",
     ("conch/importer/convert.py", "{path}: cannot be imported"):
         "the path is the .py file conch import has just written, for which importlib always finds a loader",
-    ("conch/importer/convert.py", "{path}: declares no ensemble {name!r}"):
+    ("conch/importer/convert.py", "{path}: declares no ensemble {name}"):
         "the module checked is the one conch import just wrote for that ensemble: only a conch bug gets here",
     ("conch/templates/python_model.py.j2", "{_where()}: request has no input"):
         "Triton refuses a request missing a required input before the model sees it ('expected 1 inputs but "
