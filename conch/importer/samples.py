@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from conch.builder.scratch import scratch_temp
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import encode_array
 from conch.ensembles.target import DEFAULT_RELEASE
@@ -94,7 +94,7 @@ def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool =
     from conch.harness.server import LocalTriton
 
     repo = render_repository(ensemble, "local", DEFAULT_RELEASE)
-    with tempfile.TemporaryDirectory(prefix="conch-import-") as tmp:
+    with scratch_temp("conch-import-") as tmp:  # swept by the next run if this one is killed
         folder = write_repository(repo, Path(tmp) / ensemble.name)
         with LocalTriton() as server:
             client = MultiModelClient(server.sagemaker_url, server.http_url)

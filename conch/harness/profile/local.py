@@ -4,13 +4,12 @@ or the local MME, requests through its SageMaker runtime front (``mme``); metric
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from conch.builder.manifest import Manifest
-from conch.builder.scratch import scratch_dir
+from conch.builder.scratch import scratch_temp
 from conch.errors import ConchError, ServeError
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body, Target
@@ -107,13 +106,11 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
 
 @contextmanager
 def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="conch-profile-", dir=scratch_dir()))
-    try:
+    with scratch_temp("conch-profile-") as tmp:  # swept by the next run if this one is killed
+        folder = Path(tmp)
         for archive in archives:
             shutil.copyfile(archive, folder / archive.name)
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
@@ -130,7 +127,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             for archive in archives:
                 name = target_name(archive)
                 try:
-                    with tempfile.TemporaryDirectory(dir=scratch_dir()) as unpacked:
+                    with scratch_temp("conch-profile-") as unpacked:
                         safe_extract(archive, Path(unpacked))
                         manifest = read_manifest(Path(unpacked))
                     _check_local(archive, manifest)
