@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def cache_dir() -> Path:
@@ -35,3 +38,21 @@ def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], No
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
+    """A JSON value computed once for ``material`` (what it depends on, JSON-able) and kept under
+    ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that computes it.
+    A failure is not remembered; a lost race between processes only repeats the work."""
+    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    where = cache_dir() / kind / f"{key}.json"
+    try:
+        return json.loads(where.read_text())
+    except (OSError, ValueError):
+        pass
+    value = compute()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    tmp = where.with_name(f".{where.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(value, sort_keys=True))
+    os.replace(tmp, where)
+    return value

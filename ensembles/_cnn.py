@@ -4,6 +4,7 @@ as ONNX, and reference logits computed by running it directly with torch."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from functools import cache
 from pathlib import Path
 
@@ -44,9 +45,8 @@ def model():  # type: ignore[no-untyped-def]
 
 
 def _key(kind: str) -> str:
-    import torch
-
-    return f"{_RECIPE}-{kind}-torch{torch.__version__}"
+    # torch's version from its installed metadata: an unchanged rebuild need not import torch for a key
+    return f"{_RECIPE}-{kind}-torch{importlib.metadata.version('torch')}"
 
 
 def _example():  # type: ignore[no-untyped-def]

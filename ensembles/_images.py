@@ -4,7 +4,9 @@ JPEGs, and reference probabilities computed by running the pipeline and the grap
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
 import io
 import os
 from pathlib import Path
@@ -60,9 +62,12 @@ def _build_graph() -> bytes:
 
 
 def _key(kind: str) -> str:
-    import tensorflow as tf
-
-    return f"{_RECIPE}-{kind}-tf{tf.__version__}"
+    # TensorFlow's version from its installed metadata (the wheel is tensorflow or tensorflow-cpu): an
+    # unchanged rebuild need not import TensorFlow for a key
+    for wheel in ("tensorflow", "tensorflow-cpu"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return f"{_RECIPE}-{kind}-tf{importlib.metadata.version(wheel)}"
+    raise ModuleNotFoundError("this example needs TensorFlow: pip install tensorflow-cpu")
 
 
 def classifier_graph() -> Path:

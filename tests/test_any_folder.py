@@ -48,6 +48,25 @@ def test_a_module_with_a_relative_file_does_not_enter_the_sample_digest(tmp_path
     assert code_digest(expected_here.expected) == before != "unknown"
 
 
+def test_the_sample_digest_follows_the_siblings_the_file_imports_not_what_this_process_loaded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building one ensemble or the whole folder (whose other files a worker may have imported) gives a
+    sample the same key; a sibling the file imports, even inside a function, is part of it."""
+    (tmp_path / "helper_here.py").write_text("SCALE = 2\n")
+    (tmp_path / "unrelated_here.py").write_text("x = 1\n")
+    (tmp_path / "samples_here.py").write_text("def expected():\n    import helper_here\n    return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import samples_here
+
+    before = code_digest(samples_here.expected)
+    import unrelated_here  # noqa: F401 - loaded by another ensemble of the folder
+
+    (tmp_path / "unrelated_here.py").write_text("x = 2\n")
+    assert code_digest(samples_here.expected) == before
+    (tmp_path / "helper_here.py").write_text("SCALE = 3\n")
+    assert code_digest(samples_here.expected) != before
+
+
 @pytest.mark.integration
 def test_an_ensemble_whose_samples_import_torch_builds_and_replays_from_its_own_folder(tmp_path: Path) -> None:
     """The issue's case: `cd ensembles && conch build resnet_pytorch.py --target local` (torch in the

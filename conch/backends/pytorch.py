@@ -9,8 +9,11 @@ outputs' count, dtypes and dims.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.metadata
 import io
 import json
+import os
 import sys
 import warnings
 import zipfile
@@ -24,6 +27,7 @@ from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
 from conch.backends.torchscript_names import canonical_names
+from conch.cache import remembered
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -43,6 +47,13 @@ class Binding:
 
     inputs: tuple[str, ...]
     outputs: tuple[tuple[str, int], ...]
+
+
+_BINDING_FORMAT = 1  # bump when what binding() decides changes, so remembered bindings are not reused
+
+
+def _binding_json(binding: Binding) -> dict[str, object]:
+    return {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
 
 
 def named_index(name: str) -> int | None:
@@ -211,25 +222,53 @@ class TorchScriptStep(Step):
         self.binding()
 
     def binding(self) -> Binding:
-        """Bind declared names to forward() (and probe the module once); cached."""
+        """Bind declared names to forward() (and probe the module once); remembered in conch's cache for
+        the same file, torch and declaration, so an unchanged rebuild does not import torch."""
         if self._binding is None:
-            module = self._load()
-            arguments = [a.name for a in module.forward.schema.arguments[1:]]
-            kinds = {a.name: str(a.type) for a in module.forward.schema.arguments[1:]}
-            odd = [f"{n}: {k}" for n, k in kinds.items() if k != "Tensor"]
-            if odd:
-                raise BuildError(
-                    f"pytorch step {self.name!r}: forward() in {FILENAME} takes {', '.join(odd)}; conch binds "
-                    "tensor arguments only"
-                )
-            binding = Binding(
-                bind_inputs(self.name, [t.name for t in self.inputs], arguments),
-                bind_outputs([t.name for t in self.outputs]),
-            )
-            if self.probe:
-                self._probe(module, binding)
-            self._binding = binding
+            material = self._binding_material()
+            if material is None:
+                self._binding = self._bind()
+            else:
+                known = remembered("bindings", material, lambda: _binding_json(self._bind()))
+                self._binding = Binding(tuple(known["inputs"]), tuple((n, i) for n, i in known["outputs"]))
         return self._binding
+
+    def _binding_material(self) -> list[object] | None:
+        """What the binding depends on: the file (content, or path and stat for a file on disk), torch's
+        version, the declared tensors and the probe; None when torch is not installed (the load says so)."""
+        try:
+            torch_version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        source = self.artifact.resolve()
+        if isinstance(source, bytes):
+            identity: list[object] = [hashlib.sha256(source).hexdigest()]
+        else:
+            st = source.stat()
+            identity = [os.path.abspath(source), st.st_size, st.st_mtime_ns, st.st_ino]
+        tensors = [[t.name, t.dtype.wire, list(t.dims), None if t.reshape is None else list(t.reshape)]
+                   for t in (*self.inputs, *self.outputs)]
+        return [_BINDING_FORMAT, torch_version, identity, tensors, len(self.inputs), self.max_batch_size,
+                self.probe]
+
+    def _bind(self) -> Binding:
+        """Load the module, bind the declared names to forward() and probe it once."""
+        module = self._load()
+        arguments = [a.name for a in module.forward.schema.arguments[1:]]
+        kinds = {a.name: str(a.type) for a in module.forward.schema.arguments[1:]}
+        odd = [f"{n}: {k}" for n, k in kinds.items() if k != "Tensor"]
+        if odd:
+            raise BuildError(
+                f"pytorch step {self.name!r}: forward() in {FILENAME} takes {', '.join(odd)}; conch binds "
+                "tensor arguments only"
+            )
+        binding = Binding(
+            bind_inputs(self.name, [t.name for t in self.inputs], arguments),
+            bind_outputs([t.name for t in self.outputs]),
+        )
+        if self.probe:
+            self._probe(module, binding)
+        return binding
 
     def _load(self) -> Any:
         try:

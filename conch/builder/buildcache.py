@@ -3,6 +3,7 @@ cached by content key, and a record per archive of the key it was built from."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -75,8 +76,10 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
 
 
 def code_digest(fn: Callable[..., Any]) -> str:
-    """Digest of the user code a sample's expected function can reach: the sources of every imported
-    module that lives in the folder of the file defining it (the ensemble file and its siblings)."""
+    """Digest of the user code a sample's expected function can reach: the source of the file defining it
+    and of the Python files beside it that it imports, read from the code (``import x`` / ``from x import``
+    anywhere in the file, followed through those siblings): the key must not depend on which other
+    ensembles this process happened to load first."""
     while isinstance(fn, functools.partial):
         fn = fn.func
     code = getattr(fn, "__code__", None)
@@ -84,13 +87,31 @@ def code_digest(fn: Callable[..., Any]) -> str:
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
     if origin is None:
         return "unknown"
-    folder = os.path.dirname(origin)
-    files = {origin}
-    for module in list(sys.modules.values()):
-        file = _real_file(getattr(module, "__file__", None))
-        if file is not None and file.endswith(".py") and os.path.dirname(file) == folder:
-            files.add(file)
+    files = _imported_siblings(Path(origin))
     return key_of(sorted((os.path.basename(f), digest(Path(f))) for f in files))
+
+
+def _imported_siblings(origin: Path) -> set[str]:
+    """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
+    found, todo = {str(origin)}, [origin]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop().read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                sibling = origin.parent / f"{name.partition('.')[0]}.py"
+                if str(sibling) not in found and sibling.is_file():
+                    found.add(str(sibling))
+                    todo.append(sibling)
+    return found
 
 
 def _real_file(file: object) -> str | None:

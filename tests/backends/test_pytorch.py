@@ -208,3 +208,17 @@ def test_modules_the_libtorch_backend_cannot_serve_as_declared_are_refused(make:
 def test_two_inputs_naming_one_forward_position_are_refused() -> None:
     with pytest.raises(BuildError, match=r"inputs 'INPUT__0' and 'INPUT__00' both name forward\(\) argument 0"):
         bind_inputs("s", ["INPUT__0", "INPUT__00"], ["a", "b"])
+
+
+def test_a_binding_is_remembered_so_an_unchanged_rebuild_loads_no_torchscript(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binding (and the probe) of the same file, torch and declaration is read from conch's cache; a
+    changed declaration binds and probes again."""
+    assert difference_step(["b", "a"]).binding().inputs == ("a", "b")
+
+    def no_load(self: TorchScriptStep) -> None:
+        raise AssertionError("loaded the TorchScript file again")
+
+    monkeypatch.setattr(TorchScriptStep, "_load", no_load)
+    assert difference_step(["b", "a"]).binding().inputs == ("a", "b")
+    with pytest.raises(AssertionError, match="loaded the TorchScript file again"):
+        difference_step(["a", "b"], outputs=("OUTPUT__0", "OUT__1")).binding()
