@@ -94,7 +94,7 @@ def _remote(args: argparse.Namespace) -> list[Profile]:
 
 def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
     """Write the DAG coloured by share (in ``--format``) and the waterfall PNG into ``--out``."""
-    from conch.graph import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
+    from conch.diagram import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
     from conch.harness.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
 
     out: Path = args.out

@@ -133,7 +133,7 @@ def test_the_cli_says_what_is_missing_in_one_line(tmp_path: Path, capfd: pytest.
 
 
 def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_path_bold() -> None:
-    from conch.graph import share_colour, to_dot, to_mermaid
+    from conch.diagram import share_colour, to_dot, to_mermaid
     from conch.harness.profile.pictures import profile_graph
 
     def step(model: str, source: str, out: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from conch.builder.build import build_ensemble
 from conch.builder.check import check_archive
 from conch.builder.inspection import inspect_archive
 from conch.builder.manifest import read_manifest
-from conch.builder.stamp import stamp_archive, stamp_archives, stamped_name
+from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
 
 
@@ -131,7 +131,7 @@ def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, t
 
 def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_path: Path) -> None:
     from conch.builder.archive import safe_extract
-    from conch.builder.stamp import read_configs, stamp_folder
+    from conch.builder.stamping import read_configs, stamp_folder
 
     folder = tmp_path / "unpacked"
     safe_extract(built, folder)
