@@ -33,7 +33,7 @@ def _archives(paths: list[Path]) -> list[Path]:
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
             ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.harness.load.bench import local_mme, local_triton
+    from conch.harness.load.load_test import local_mme, local_triton
 
     if args.triton:
         return "kserve", None, local_triton(named)
@@ -70,7 +70,7 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.bench import copy_names
+    from conch.harness.load.load_test import copy_names
     from conch.harness.load.runner import locust_command
     from conch.harness.load.stages import parse_stages, seed_ramp
 
@@ -101,9 +101,9 @@ def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
          targets: list[Any], stages: list[Any], names: list[str]) -> int:
-    from conch.harness.load.bench import endpoint_metrics, run_bench
     from conch.harness.load.display import load_progress
-    from conch.harness.load.report import table, write_json
+    from conch.harness.load.load_test import endpoint_metrics, run_bench
+    from conch.harness.load.run_summary import table, write_json
     from conch.harness.load.spec import LoadSpec
 
     with server as own:
@@ -164,7 +164,7 @@ def _check_load_figures(args: argparse.Namespace) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from conch.harness.endpoint.metrics import lenient
-    from conch.harness.load.report import write_json
+    from conch.harness.load.run_summary import write_json
     from conch.harness.probe import plot_probe, probe
 
     if not args.memory_budget:
@@ -222,7 +222,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     types = data.pick(args.instance_type, gpu=gpu)
     targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
     rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
-    from conch.harness.load.report import write_json
+    from conch.harness.load.run_summary import write_json
 
     context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
                "targets": vars(targets), "threshold": args.threshold,

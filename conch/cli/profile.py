@@ -34,7 +34,7 @@ def _payload(path: Path) -> tuple[Any, ...]:
 def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
     """The load the flags ask for: the payload file, or the archive's samples."""
     from conch.harness.profile import Load
-    from conch.harness.profile.local import sample_bodies
+    from conch.harness.profile.local_servers import sample_bodies
 
     if args.payload is not None:
         return Load(_payload(args.payload), args.payload.name, args.requests, args.concurrency)
@@ -126,7 +126,7 @@ def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_profile(args: argparse.Namespace) -> int:
     from conch.builder.scratch import scratch_temp
     from conch.errors import ServeError
-    from conch.harness.profile.local import profile_archives
+    from conch.harness.profile.local_servers import profile_archives
 
     failed: list[str] = []
     if args.url:
@@ -203,7 +203,7 @@ def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> A
     (conch's own, or ``--stats-url`` behind ``--endpoint-url``); None without ``--profile``."""
     from conch.errors import BenchError
     from conch.harness.profile.around import AroundLoad
-    from conch.harness.profile.server import StatsEndpoint
+    from conch.harness.profile.server_statistics import StatsEndpoint
 
     if not getattr(args, "profile", False):
         return None
@@ -239,7 +239,7 @@ class ReplayProfiler:
 
     def __enter__(self) -> ReplayProfiler:
         if getattr(self.args, "profile", False) and self.archives:
-            from conch.harness.profile.local import profiling_triton
+            from conch.harness.profile.local_servers import profiling_triton
 
             self._context = profiling_triton(self.archives)
             self.server, self._stats, self._trace_file = self._context.__enter__()
@@ -251,7 +251,7 @@ class ReplayProfiler:
 
     def done(self, archive: Path) -> None:
         from conch.errors import ConchError
-        from conch.harness.profile.local import profile_loaded
+        from conch.harness.profile.local_servers import profile_loaded
 
         if self.server is None:
             return
