@@ -193,9 +193,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from conch.plan.fleet import Profile, Targets, Traffic, plan, to_json
-    from conch.plan.instances import load_instances
-    from conch.plan.report import churn_line, plot_plan, table
+    from conch.plan.capacity import Profile, Targets, Traffic, plan, to_json
+    from conch.plan.instance_data import load_instances
+    from conch.plan.plan_report import churn_line, plot_plan, table
 
     profiles = [Profile.read(p) for p in args.probe or []]
     for archive in _archives(args.measure or []):  # measured on the spot: a short probe of a few copies
