@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.builder.discover import sort_paths
     from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.deploy import archives_release, check_archives, deploy
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
+    from conch.sagemaker.rollout import archives_release, check_archives, deploy
     from conch.sagemaker.s3 import ModelLocation
-    from conch.sagemaker.shm import shm_environment
+    from conch.sagemaker.shm_environment import shm_environment
 
     archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
     check_archives(archives)

@@ -17,7 +17,7 @@ from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
 from conch.builder.shm import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings, server_settings
 from conch.harness.server import LocalTriton
-from conch.sagemaker.shm import shm_environment
+from conch.sagemaker.shm_environment import shm_environment
 
 EXAMPLES = Path(__file__).parents[2] / "ensembles"
 IMAGE_BYTES = 3 * 224 * 224 * 4
