@@ -10,11 +10,28 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, profile, run, stamp
+from conch.cli import (
+    bench,
+    build,
+    check,
+    deploy,
+    graph,
+    import_,
+    inspect,
+    invoke,
+    plan,
+    profile,
+    replay,
+    run,
+    serve,
+    stamp,
+    undeploy,
+)
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
-# Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, stamp, run, deploy, bench, profile, import_repository)
+# Each module registers its command (named after it), in the order `conch --help` lists them.
+COMMANDS = (build, replay, inspect, graph, serve, check, stamp, run, deploy, invoke, undeploy, bench, plan, profile,
+            import_)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 

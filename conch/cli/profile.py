@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
+from conch.cli.flags import add_load_flags
 from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Pa
     does not build is reported, added to ``failed``, and the others carry on."""
     from conch.builder.build import build_ensemble
     from conch.builder.discover import sort_paths
-    from conch.cli.local import discover_each
+    from conch.cli.discovery import discover_each
     from conch.errors import ConchError
 
     given = sort_paths(args.paths, must_exist=True)
@@ -163,12 +164,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_load_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=50, help="requests measured, after a warm-up (default 50)")
-    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (default 1)")
-    p.add_argument("--payload", type=Path, help="a KServe v2 JSON request to send instead of the samples")
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
                        "scheduler's share and what to change, from Triton's statistics around a run")
@@ -195,7 +190,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
     p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     p.set_defaults(func=cmd_profile)
-
 
 
 def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> Any:
