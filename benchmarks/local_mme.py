@@ -72,7 +72,7 @@ def main() -> int:
     from conch.harness.endpoint import LocalMME
     from conch.harness.endpoint.protocol import TARGET_HEADER
     from conch.harness.mme import binary_request, json_request, model_hash
-    from conch.sagemaker.invoke import archive_manifest
+    from conch.sagemaker.runtime import archive_manifest
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--archive", type=Path)
@@ -229,7 +229,7 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
 
     from conch.harness.endpoint import LocalMME
     from conch.harness.mme import json_request
-    from conch.sagemaker.invoke import archive_manifest
+    from conch.sagemaker.runtime import archive_manifest
 
     inputs = archive_manifest(source / names[0]).samples[0].input_arrays()
     body, content_type = json_request(inputs)

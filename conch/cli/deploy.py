@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.aws import AwsTarget
     from conch.builder.discover import sort_paths
-    from conch.sagemaker.aws import AwsTarget
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
     from conch.sagemaker.rollout import archives_release, check_archives, deploy

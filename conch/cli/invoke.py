@@ -13,9 +13,9 @@ from conch.wire import BODIES
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
+    from conch.aws import AwsTarget
     from conch.errors import DeployError
-    from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.invoke import invoke_raw, read_json_body, replay_endpoint
+    from conch.sagemaker.runtime import invoke_raw, read_json_body, replay_endpoint
 
     request = args.request
     if args.stray:  # `--json FILE`: --request's old spelling; the answer was printed as JSON then too

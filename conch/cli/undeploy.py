@@ -9,7 +9,7 @@ from conch.cli.flags import add_aws_flags
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
-    from conch.sagemaker.aws import AwsTarget
+    from conch.aws import AwsTarget
     from conch.sagemaker.endpoint import delete_endpoint
 
     aws = AwsTarget.resolve(args.region, args.endpoint_url)

@@ -84,7 +84,7 @@ def test_deploy_environment_and_local_server_get_what_the_archives_need(tmp_path
 
 @pytest.mark.integration
 def test_a_replay_starts_its_server_with_the_shm_the_archives_need(tmp_path: Path) -> None:
-    from conch.harness.replay import replay_archives
+    from conch.harness.local_replay import replay_archives
 
     ens = image_ensemble("shm_replay", batch=16)
     x = np.zeros((16, 3, 224, 224), np.float32)  # 9.2 MiB each way: 19.4 MiB with the margin

@@ -190,7 +190,7 @@ def test_aws_errors_without_region_credentials_or_connection(
     from botocore.exceptions import NoCredentialsError
 
     from conch import DeployError
-    from conch.sagemaker.aws import aws_errors
+    from conch.aws import aws_errors
 
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name)

@@ -25,7 +25,7 @@ from conch.harness.endpoint.protocol import (
     model_error,
     timed_out,
 )
-from conch.sagemaker.invoke import MAX_BODY_BYTES
+from conch.sagemaker.runtime import MAX_BODY_BYTES
 
 log = logging.getLogger("conch.endpoint")
 # What Triton 2.51 answers when its name lookup misses: the name is gone from its map, or maps to nothing
