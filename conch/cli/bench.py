@@ -27,7 +27,7 @@ from conch.wire import BODIES
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
             ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.harness.load.load_test import local_mme, local_triton
+    from conch.harness.load.bench_run import local_mme, local_triton
 
     if args.triton:
         return "kserve", None, local_triton(named)
@@ -64,7 +64,7 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.load_test import copy_names
+    from conch.harness.load.bench_run import copy_names
     from conch.harness.load.runner import locust_command
     from conch.harness.load.stages import parse_stages, seed_ramp
 
@@ -95,8 +95,8 @@ def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
          targets: list[Any], stages: list[Any], names: list[str]) -> int:
+    from conch.harness.load.bench_run import endpoint_metrics, run_bench
     from conch.harness.load.display import load_progress
-    from conch.harness.load.load_test import endpoint_metrics, run_bench
     from conch.harness.load.run_summary import table, write_json
     from conch.harness.load.spec import LoadSpec
 

@@ -15,13 +15,14 @@ from conch.cli.profile import ReplayProfiler
 from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:
-    from conch.harness.local_replay import ReplayReport
+    from conch.verdicts import ReplayReport
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble
     from conch.builder.discover import sort_paths
-    from conch.harness.local_replay import ReplayReport, ReplayRow, replay_archives
+    from conch.harness.local_replay import replay_archives
+    from conch.verdicts import ReplayReport, ReplayRow
 
     given = sort_paths(args.paths)
     archives, sources = given.archives, given.sources

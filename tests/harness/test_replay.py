@@ -189,7 +189,7 @@ def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton
 def test_a_sample_that_expects_nothing_fails_its_row() -> None:
     """Archives built before samples without expected outputs were refused must not replay green."""
     from conch.ensembles.samples import Tolerance
-    from conch.harness.local_replay import judge
+    from conch.verdicts import judge
 
     row = judge("old.tar.gz", "empty", "kserve", {"Z": np.zeros(2, np.float32)}, {}, Tolerance(), 1.0)
     assert not row.passed and "expects no outputs" in row.detail

@@ -19,9 +19,10 @@ from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.aws import AwsTarget
 from conch.builder.archive import safe_extract
 from conch.builder.build import build_ensemble
-from conch.harness.mme import TARGET_HEADER, MultiModelClient, model_hash
+from conch.harness.mme import MultiModelClient, model_hash
 from conch.harness.server import LocalTriton
-from conch.sagemaker.runtime import MAX_BODY_BYTES, invoke, invoke_raw, replay_endpoint, request_body
+from conch.sagemaker.runtime import invoke, invoke_raw, replay_endpoint, request_body
+from conch.wire import MAX_BODY_BYTES, TARGET_HEADER
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from conch.harness.endpoint.protocol import TARGET_HEADER
 from conch.harness.mme import model_hash
+from conch.wire import TARGET_HEADER
 
 UNLOAD_TIMEOUT_S = 360.0  # SageMaker waits this long for an unload; Triton's front end gives up at 350 s
 # SageMaker answers every invocation within 60 s (botocore's InvokeEndpoint documentation; AWS "Invoke a
