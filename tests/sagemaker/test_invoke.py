@@ -19,7 +19,8 @@ from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.aws import AwsTarget
 from conch.builder.archive import safe_extract
 from conch.builder.build import build_ensemble
-from conch.harness.mme import MultiModelClient, model_hash
+from conch.harness.mme import MultiModelClient
+from conch.harness.mme_contract import model_hash
 from conch.harness.server import LocalTriton
 from conch.sagemaker.runtime import invoke, invoke_raw, replay_endpoint, request_body
 from conch.wire import MAX_BODY_BYTES, TARGET_HEADER
