@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import slow_steps
 from conftest import linear_ensemble
-from test_replay import one_step
+from test_local_replay import one_step
 
 from conch import ServeError
 from conch.builder.build import build_ensemble

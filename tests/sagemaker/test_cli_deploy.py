@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import INSTANCE, ROLE, Moto, linear_ensemble
-from test_invoke import _received_by_moto
+from test_runtime import _received_by_moto
 
 from conch.builder.build import build_ensemble
 from conch.cli import main
