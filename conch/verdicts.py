@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +96,14 @@ def judge(
         verdicts.append((c.passed, f"{out}: {c.detail}{shown}"))
     passed = all(v[0] for v in verdicts)
     return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)
+
+
+def replay_document(report: ReplayReport) -> dict[str, Any]:
+    """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
+    skipped = sum(not r.applicable for r in report.rows)
+    passed = sum(r.passed for r in report.rows) - skipped
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed - skipped,
+            "not_applicable_rows": skipped,
+            "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
+                      "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
+                     for r in report.rows]}

@@ -19,7 +19,7 @@ from conch.cli.console import bars_shown, document, error, say
 from conch.cli.console import result as shown
 from conch.cli.discovery import bench_archives
 from conch.cli.flags import add_step_names, size
-from conch.cli.profile import bench_profiler, bench_profiles
+from conch.cli.profiling import bench_profiler, bench_profiles
 from conch.errors import BenchError
 from conch.wire import BODIES
 

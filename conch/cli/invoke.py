@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.flags import add_aws_flags
-from conch.cli.replay import replay_document
+from conch.verdicts import replay_document
 from conch.wire import BODIES
 
 

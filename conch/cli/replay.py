@@ -5,24 +5,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import discover_each, one_line, report_failure
 from conch.cli.flags import add_ensemble_flags, add_load_flags
-from conch.cli.profile import ReplayProfiler
+from conch.cli.profiling import ReplayProfiler
 from conch.wire import ENDPOINTS
-
-if TYPE_CHECKING:
-    from conch.verdicts import ReplayReport
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.build import build_ensemble
     from conch.builder.discover import sort_paths
     from conch.harness.local_replay import replay_archives
-    from conch.verdicts import ReplayReport, ReplayRow
+    from conch.verdicts import ReplayReport, ReplayRow, replay_document
 
     given = sort_paths(args.paths)
     archives, sources = given.archives, given.sources
@@ -62,18 +58,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if full.errors:
         return 2
     return 0 if full.passed else 1
-
-
-def replay_document(report: ReplayReport) -> dict[str, Any]:
-    """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
-    skipped = sum(not r.applicable for r in report.rows)
-    passed = sum(r.passed for r in report.rows) - skipped
-    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed - skipped,
-            "not_applicable_rows": skipped,
-            "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
-                      "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
-                     for r in report.rows]}
-
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

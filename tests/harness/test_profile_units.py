@@ -156,7 +156,7 @@ def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_p
 def test_a_server_without_statistics_and_a_bench_without_stats_url_are_named(tmp_path: Path) -> None:
     import argparse
 
-    from conch.cli.profile import bench_profiler
+    from conch.cli.profiling import bench_profiler
     from conch.errors import BenchError
     from conch.harness.profile import StatsEndpoint
     from conch.harness.profile.local_servers import profile_archives
