@@ -1,5 +1,7 @@
-"""The `conch` command line: each module of this package registers its own subcommands (COMMANDS), and each
-command gets the output flags, its one-line description and an example line (EXAMPLES) here."""
+"""The `conch` command line: one module per command, named after it, registers that command (COMMANDS; `conch
+import` is import_.py), and each command gets the output flags, its one-line description and an example line
+(EXAMPLES) here. What several commands share is in modules named for it: console (output), flags, discovery (the
+files given), profiling (`--profile` inside replay and bench) and extras (optional packages)."""
 
 from __future__ import annotations
 
