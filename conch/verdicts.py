@@ -29,7 +29,6 @@ class ReplayRow:
         return "n/a" if not self.applicable else "ok" if self.passed else "FAIL"
 
 
-
 @dataclass
 class ReplayReport:
     rows: list[ReplayRow] = field(default_factory=list)
@@ -63,11 +62,9 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-
 def not_applicable(name: str, sample: str, endpoint: str, why: str) -> ReplayRow:
     """A row this endpoint cannot run, with the reason: shown as n/a, counted as neither passed nor failed."""
     return ReplayRow(name, sample, endpoint, True, f"not applicable: {why}", applicable=False)
-
 
 
 def judge(

@@ -186,7 +186,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0 if found["copies_fit"] else 1
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("bench", help="load-test archives with Locust over a ramp of users and report each stage")
     b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")

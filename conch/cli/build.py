@@ -80,7 +80,6 @@ def _say_output(outcome: BuildOutcome, verbose: bool) -> None:
         say(f"--- {outcome.ensemble}: {said.what}\n{said.text()}")
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
     b.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")

@@ -128,7 +128,6 @@ def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None
     )
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from conch.sagemaker.endpoint import DEFAULT_INSTANCE_TYPE, DEFAULT_VARIANT, DEFAULT_WAIT_TIMEOUT_S
 

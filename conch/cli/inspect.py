@@ -22,7 +22,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0 if found.ok else 1
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
                        "and its `conch check` (exit 1 when the check fails)")

@@ -50,7 +50,6 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v = sub.add_parser("invoke", help="replay an archive's samples (or send a JSON body) on a deployed MME")
     add_aws_flags(v)

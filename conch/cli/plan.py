@@ -60,7 +60,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")
     p.add_argument("--ensembles", type=int, required=True, help="how many ensembles the fleet serves")

@@ -19,7 +19,6 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u = sub.add_parser("undeploy", help="delete an endpoint and the configs, models and autoscaling conch made")
     add_aws_flags(u)

@@ -189,5 +189,3 @@ def _replay_sample(
         return ReplayRow(name, sample, endpoint, False, str(exc))
     millis = (time.perf_counter() - start) * 1000
     return judge(name, sample, endpoint, got, expected, checks, millis)
-
-
