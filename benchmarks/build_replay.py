@@ -27,8 +27,8 @@ def main() -> int:
     from conch.builder.discover import discover
     from conch.builder.manifest import read_manifest
     from conch.ensembles.samples import decode_array
+    from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient
-    from conch.harness.replay import stage
     from conch.harness.server import LocalTriton
 
     parser = argparse.ArgumentParser()

@@ -70,9 +70,9 @@ def main() -> int:
     from botocore.config import Config
 
     from conch.harness.endpoint import LocalMME
-    from conch.harness.endpoint.protocol import TARGET_HEADER
-    from conch.harness.mme import binary_request, json_request, model_hash
-    from conch.sagemaker.invoke import archive_manifest
+    from conch.harness.mme_contract import model_hash
+    from conch.sagemaker.runtime import archive_manifest
+    from conch.wire import TARGET_HEADER, binary_request, json_request
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--archive", type=Path)
@@ -172,8 +172,8 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
     from wrk (a C client, when installed) against each, alternating, with the front process's CPU per call."""
     from _common import wrk_run
 
-    from conch.harness.endpoint.protocol import TARGET_HEADER
-    from conch.harness.mme import model_hash
+    from conch.harness.mme_contract import model_hash
+    from conch.wire import TARGET_HEADER
 
     direct = statistics.median(warm["straight to Triton's SageMaker port, httpx, JSON"])
     row("front's added p50 at concurrency 1 (httpx via the front - straight)",
@@ -229,7 +229,7 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
 
     from conch.harness.endpoint import LocalMME
     from conch.harness.mme import json_request
-    from conch.sagemaker.invoke import archive_manifest
+    from conch.sagemaker.runtime import archive_manifest
 
     inputs = archive_manifest(source / names[0]).samples[0].input_arrays()
     body, content_type = json_request(inputs)

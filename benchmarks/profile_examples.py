@@ -18,7 +18,7 @@ from _common import ROOT, table, write_json
 
 from conch.builder.manifest import Manifest
 from conch.harness.profile import Load, Profile
-from conch.harness.profile.local import profile_archives, sample_bodies
+from conch.harness.profile.local_servers import profile_archives, sample_bodies
 from conch.harness.profile.pictures import profile_graph, waterfall_png
 
 
@@ -61,7 +61,7 @@ def main() -> int:
         for f in p.all_findings():
             print(f"{p.ensemble} @ {p.run.concurrency}: {f.text()}")
     if args.pictures:
-        from conch.graph import render, to_dot
+        from conch.diagram import render, to_dot
 
         args.pictures.mkdir(parents=True, exist_ok=True)
         drawn = [p for p in profiles if p.ensemble == f"{args.picture_of}.tar.gz"]

@@ -30,9 +30,9 @@ from conch.errors import (
 from conch.run import Executor, RunResult, run
 
 if TYPE_CHECKING:
-    from conch.builder.stamp import Stamped, stamp_archive
+    from conch.builder.stamping import Stamped, stamp_archive
 
-_LAZY = {"Stamped": "conch.builder.stamp", "stamp_archive": "conch.builder.stamp"}
+_LAZY = {"Stamped": "conch.builder.stamping", "stamp_archive": "conch.builder.stamping"}
 
 
 def __getattr__(name: str) -> Any:

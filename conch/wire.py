@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # tritonclient.http (and gevent under it) is loaded on first 
 
 BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
 # Where a replay sends each sample: Triton's KServe v2 endpoint, or its SageMaker front end with either body.
 ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")

@@ -69,7 +69,7 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/backends/pytorch.py", "pytorch step {self.name}: reading {FILENAME} needs torch"): _INSTALLED,
     ("conch/backends/tensorflow.py", "tensorflow step {step}: reading a GraphDef needs TensorFlow"): _INSTALLED,
     ("conch/builder/pack.py", "packing a conda environment needs conda-pack"): _INSTALLED,
-    ("conch/sagemaker/aws.py", "{doing}: no AWS region; pass --region"):
+    ("conch/aws.py", "{doing}: no AWS region; pass --region"):
         "botocore's NoRegionError cannot happen: every client is made with AwsTarget's region",
     ("conch/builder/build.py", "step {step.name} laid out model"):
         "an internal invariant against a backend bug; no backend lays out another model's name",

@@ -11,7 +11,7 @@ from conftest import ExampleArchives
 
 from conch.builder.build import render_repository
 from conch.builder.discover import discover
-from conch.harness.replay import ENDPOINTS, replay_archives
+from conch.harness.local_replay import ENDPOINTS, replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 

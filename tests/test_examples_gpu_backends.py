@@ -14,7 +14,7 @@ import pytest
 from conch import BuildError
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
-from conch.harness.replay import replay_archives
+from conch.harness.local_replay import replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 FILES = ("image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py", "bert_torchscript.py")

@@ -17,8 +17,8 @@ import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
 from conch.cli import main
 from conch.ensembles.samples import compare
+from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
-from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"

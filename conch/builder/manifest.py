@@ -185,7 +185,7 @@ class SampleRecord:
 
 @dataclass(frozen=True)
 class StampRecord:
-    """The stamp an archive was given (conch.builder.stamp): the TargetModel it was stamped for, and each step's
+    """The stamp an archive was given (conch.builder.stamping): the TargetModel it was stamped for, and each step's
     original model name with the name it has in this archive."""
 
     target_model: str

@@ -1,5 +1,7 @@
-"""The `conch` command line: each module of this package registers its own subcommands (COMMANDS), and each
-command gets the output flags, its one-line description and an example line (EXAMPLES) here."""
+"""The `conch` command line: one module per command, named after it, registers that command (COMMANDS; `conch
+import` is import_.py), and each command gets the output flags, its one-line description and an example line
+(EXAMPLES) here. What several commands share is in modules named for it: console (output), flags, discovery (the
+files given), profiling (`--profile` inside replay and bench) and extras (optional packages)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,28 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from conch.cli import bench, check, deploy, endpoint, graph, import_repository, local, profile, run, stamp
+from conch.cli import (
+    bench,
+    build,
+    check,
+    deploy,
+    graph,
+    import_,
+    inspect,
+    invoke,
+    plan,
+    profile,
+    replay,
+    run,
+    serve,
+    stamp,
+    undeploy,
+)
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
-# Each module registers its subcommands, in the order `conch --help` lists them.
-COMMANDS = (local, graph, endpoint, check, stamp, run, deploy, bench, profile, import_repository)
+# Each module registers its command (named after it), in the order `conch --help` lists them.
+COMMANDS = (build, replay, inspect, graph, serve, check, stamp, run, deploy, invoke, undeploy, bench, plan, profile,
+            import_)
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 

@@ -1,5 +1,5 @@
-"""`conch bench | plan`: seed 003's load study as commands (load test, models-per-instance probe) and a
-capacity plan for a fleet of ensembles behind SageMaker MMEs."""
+"""`conch bench`: seed 003's load study as a command: a load test over a ramp of users against a local MME, a
+local Triton or an endpoint, or (`--probe`) how many copies of an archive fit a memory budget."""
 
 from __future__ import annotations
 
@@ -17,23 +17,17 @@ from urllib.parse import urlsplit
 
 from conch.cli.console import bars_shown, document, error, say
 from conch.cli.console import result as shown
-from conch.cli.endpoint import add_step_names, size
-from conch.cli.profile import bench_profiler, bench_profiles
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.discovery import bench_archives
+from conch.cli.flags import add_step_names, size
+from conch.cli.profiling import bench_profiler, bench_profiles
 from conch.errors import BenchError
 from conch.wire import BODIES
-
-
-def _archives(paths: list[Path]) -> list[Path]:
-    from conch.builder.discover import sort_paths
-
-    return sort_paths(paths, archives_for="bench", must_exist=True).archives
 
 
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
             ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.harness.load.bench import local_mme, local_triton
+    from conch.harness.load.bench_run import local_mme, local_triton
 
     if args.triton:
         return "kserve", None, local_triton(named)
@@ -70,7 +64,7 @@ def _ignore(event: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.bench import copy_names
+    from conch.harness.load.bench_run import copy_names
     from conch.harness.load.runner import locust_command
     from conch.harness.load.stages import parse_stages, seed_ramp
 
@@ -86,7 +80,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.archives:
         raise BenchError("give the archives to send requests to (.tar.gz files or folders of them)")
     _check_load_figures(args)
-    named = copy_names(_archives(args.archives), args.copies)
+    named = copy_names(bench_archives(args.archives), args.copies)
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
     with _endpoint_warnings():
@@ -101,9 +95,9 @@ def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
          targets: list[Any], stages: list[Any], names: list[str]) -> int:
-    from conch.harness.load.bench import endpoint_metrics, run_bench
+    from conch.harness.load.bench_run import endpoint_metrics, run_bench
     from conch.harness.load.display import load_progress
-    from conch.harness.load.report import table, write_json
+    from conch.harness.load.run_summary import table, write_json
     from conch.harness.load.spec import LoadSpec
 
     with server as own:
@@ -164,7 +158,7 @@ def _check_load_figures(args: argparse.Namespace) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from conch.harness.endpoint.metrics import lenient
-    from conch.harness.load.report import write_json
+    from conch.harness.load.run_summary import write_json
     from conch.harness.probe import plot_probe, probe
 
     if not args.memory_budget:
@@ -190,52 +184,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
               "measures what `conch deploy --copies` uploads)")
         return 1
     return 0 if found["copies_fit"] else 1
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from conch.plan.fleet import Profile, Targets, Traffic, plan, to_json
-    from conch.plan.instances import load_instances
-    from conch.plan.report import churn_line, plot_plan, table
-
-    profiles = [Profile.read(p) for p in args.probe or []]
-    for archive in _archives(args.measure or []):  # measured on the spot: a short probe of a few copies
-        import psutil
-
-        from conch.harness.probe import probe
-
-        say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
-        # copies with step names of their own: what `conch deploy --copies` uploads
-        profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
-                                                 max_copies=args.measure_copies, step_names="isolate").to_json()))
-    if args.memory_per_model is not None:
-        profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
-                                args.base_memory or 0))
-    if not profiles:
-        raise BenchError("give each ensemble's cost: --probe PROBE.json (from `conch bench --probe`), --measure "
-                         "ARCHIVE (probed here), or --memory-per-model SIZE with --load-seconds S")
-    if args.bench:
-        traffic = Traffic.from_bench(args.bench, args.rps, args.zipf)
-    else:
-        traffic = Traffic(args.rps, args.zipf, args.service_ms, None, args.instance_rps)
-    data = load_instances(args.instances)
-    gpu = True if args.gpu_only else (False if args.cpu_only else None)
-    types = data.pick(args.instance_type, gpu=gpu)
-    targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
-    rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
-    from conch.harness.load.report import write_json
-
-    context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
-               "targets": vars(targets), "threshold": args.threshold,
-               "instance_data": {"date": data.date, "region": data.region, "source": data.source}}
-    planned = to_json(rows, **context)
-    write_json(planned, args.out / "plan.json")
-    plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
-    shown(table(rows))
-    say(churn_line(rows, args.rps, args.release))
-    say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
-    say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
-    document({**planned, "json_path": str(args.out / "plan.json"), "png_path": str(args.out / "plan.png")})
-    return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -293,39 +241,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--stats-url", help="with --profile and --endpoint-url: the KServe v2 HTTP address of the Triton "
                    "behind the endpoint (`conch serve` prints it as triton.http_port)")
     b.set_defaults(func=cmd_bench)
-
-    p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")
-    p.add_argument("--ensembles", type=int, required=True, help="how many ensembles the fleet serves")
-    p.add_argument("--rps", type=float, required=True, help="requests per second over all ensembles")
-    p.add_argument("--zipf", type=float, default=1.0, help="popularity skew over ensembles (0: uniform)")
-    cost = p.add_argument_group("what one ensemble costs an instance")
-    cost.add_argument("--probe", type=Path, action="append",
-                      help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
-    cost.add_argument("--measure", type=Path, action="append", metavar="ARCHIVE",
-                      help="measure archives (or folders of them) here with a short probe instead")
-    cost.add_argument("--measure-copies", type=int, default=3, help="copies the short probe loads (default 3)")
-    cost.add_argument("--memory-per-model", type=size, help="instead of a probe: host memory per ensemble")
-    cost.add_argument("--gpu-memory-per-model", type=size,
-                      help="GPU memory per ensemble (default: taken equal to its host memory)")
-    cost.add_argument("--base-memory", type=size, help="memory of the serving container with no model")
-    cost.add_argument("--load-seconds", type=float, default=2.0, help="with --memory-per-model: load time")
-    serve = p.add_argument_group("service time and throughput")
-    serve.add_argument("--bench", type=Path, help="a bench JSON from `conch bench`: warm latency, and the throughput "
-                                                  "one instance sustained before its first failure")
-    serve.add_argument("--service-ms", type=float, default=50.0, help="without --bench: warm latency p50")
-    serve.add_argument("--instance-rps", type=float, help="without --bench: requests/s one instance sustains")
-    goal = p.add_argument_group("targets")
-    goal.add_argument("--miss-rate", type=float, default=0.01,
-                      help="largest share of requests that may wait for a model load (default 0.01)")
-    goal.add_argument("--p99-ms", type=float, help="largest p99 latency")
-    goal.add_argument("--utilisation", type=float, default=0.7, help="of one instance's throughput (default 0.7)")
-    goal.add_argument("--threshold", type=float, default=0.9, help="share of memory models may fill (default 0.9)")
-    kinds = p.add_argument_group("instance types")
-    kinds.add_argument("--instance-type", action="append", help="only this type (repeatable)")
-    kinds.add_argument("--gpu-only", action="store_true")
-    kinds.add_argument("--cpu-only", action="store_true")
-    kinds.add_argument("--instances", type=Path, help="your own instance data file (format of conch's)")
-    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM of the SageMaker image (default "
-                   f"{DEFAULT_RELEASE}): which of Triton's load/unload races apply")
-    p.add_argument("--out", type=Path, default=Path("plan-results"), help="folder for plan.json and plan.png")
-    p.set_defaults(func=cmd_plan)

@@ -64,7 +64,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _remote(url: str, args: argparse.Namespace, progress: Any) -> list[ArchiveModels]:
-    from conch.sagemaker.aws import AwsTarget
+    from conch.aws import AwsTarget
     from conch.sagemaker.s3 import ModelLocation, remote_archives
 
     return remote_archives(ModelLocation.parse(url), AwsTarget.resolve(args.region, args.s3_endpoint_url), progress)

@@ -1,18 +1,17 @@
-"""`conch deploy | invoke | undeploy`: S3 and SageMaker."""
+"""`conch deploy`: upload archives to S3 (stamping any whose step names are taken under the prefix) and serve
+them from one SageMaker MME, with autoscaling if asked."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.local import replay_document
+from conch.cli.flags import add_aws_flags
 from conch.sagemaker.autoscaling import METRICS
-from conch.wire import BODIES
 
 if TYPE_CHECKING:
     from conch.sagemaker.autoscaling import Autoscaling
@@ -20,13 +19,13 @@ if TYPE_CHECKING:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.aws import AwsTarget
     from conch.builder.discover import sort_paths
-    from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.deploy import archives_release, check_archives, deploy
     from conch.sagemaker.endpoint import EndpointSpec
     from conch.sagemaker.images import triton_image
+    from conch.sagemaker.rollout import archives_release, check_archives, deploy
     from conch.sagemaker.s3 import ModelLocation
-    from conch.sagemaker.shm import shm_environment
+    from conch.sagemaker.shm_environment import shm_environment
 
     archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
     check_archives(archives)
@@ -129,63 +128,8 @@ def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None
     )
 
 
-def cmd_invoke(args: argparse.Namespace) -> int:
-    from conch.errors import DeployError
-    from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.invoke import invoke_raw, read_json_body, replay_endpoint
-
-    request = args.request
-    if args.stray:  # `--json FILE`: --request's old spelling; the answer was printed as JSON then too
-        if not (args.json_output and len(args.stray) == 1 and request is None):
-            raise DeployError(f"unexpected {' '.join(args.stray)!r}: invoke takes options only (a request body is "
-                              "--request FILE)")
-        request = Path(args.stray[0])
-        say(f"conch: warning: `invoke --json {request}` is spelt `invoke --request {request} --json` now")
-    aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    if request is not None:
-        if not args.target_model:
-            raise DeployError("--request needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
-        body = read_json_body(request)
-        content, content_type = invoke_raw(aws, args.endpoint, args.target_model, body, "application/json")
-        try:
-            answer = json.loads(content)
-        except ValueError:
-            result(f"({content_type}) {content.decode('utf-8', 'replace')}")
-            document({"content_type": content_type, "text": content.decode("utf-8", "replace")})
-        else:
-            result(json.dumps(answer, indent=1))
-            document(answer)
-        return 0
-    if args.archive is None:
-        raise DeployError("give --archive PATH (replays its samples, or those named with --sample) or --request FILE")
-    with progress_bar(f"invoking {args.endpoint}", None) as bar:
-        report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or BODIES,
-                                 samples=args.sample or (), target_model=args.target_model,
-                                 progress=bar.line)
-    result(report.table())
-    document(replay_document(report))
-    return 0 if report.passed else 1
-
-
-def cmd_undeploy(args: argparse.Namespace) -> int:
-    from conch.sagemaker.aws import AwsTarget
-    from conch.sagemaker.endpoint import delete_endpoint
-
-    aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    deleted = delete_endpoint(args.endpoint, aws, progress=say)
-    result("\n".join([*(f"deleted {item}" for item in deleted), "the archives stay in S3"]))
-    document({"endpoint": args.endpoint, "region": aws.region, "deleted": deleted})
-    return 0
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from conch.sagemaker.endpoint import DEFAULT_INSTANCE_TYPE, DEFAULT_VARIANT, DEFAULT_WAIT_TIMEOUT_S
-
-    def aws(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--endpoint", required=True, help="SageMaker endpoint name")
-        sp.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")
-        sp.add_argument("--endpoint-url", help="one URL for S3, SageMaker and autoscaling (S3/SageMaker-compatible "
-                        "servers such as moto); default: AWS")
 
     d = sub.add_parser("deploy", help="upload archives to S3 (stamping any whose step names are taken under the "
                        "prefix) and serve them from one SageMaker MME")
@@ -198,7 +142,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--copies", type=int, default=0, metavar="N",
                    help="upload each archive N times, as <name>-1.tar.gz … <name>-N.tar.gz, each stamped")
     d.add_argument("--role", required=True, help="ARN of the execution role SageMaker assumes")
-    aws(d)
+    add_aws_flags(d)
     d.add_argument("--instance-type", default=DEFAULT_INSTANCE_TYPE, help=f"default {DEFAULT_INSTANCE_TYPE}")
     d.add_argument("--instance-count", type=int, default=1)
     d.add_argument("--variant", default=DEFAULT_VARIANT, help=f"production variant name (default {DEFAULT_VARIANT})")
@@ -219,21 +163,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT_S,
                    help=f"seconds to wait for InService (default {DEFAULT_WAIT_TIMEOUT_S:.0f})")
     d.set_defaults(func=cmd_deploy)
-
-    v = sub.add_parser("invoke", help="replay an archive's samples (or send a JSON body) on a deployed MME")
-    aws(v)
-    v.add_argument("--archive", type=Path, help="local archive whose samples to send (TargetModel: its name)")
-    v.add_argument("--target-model", help="TargetModel (default: the archive's file name)")
-    v.add_argument("--sample", action="append", help="only this sample of the archive (repeatable)")
-    v.add_argument("--request", type=Path, help="send this KServe v2 JSON request body and print the answer "
-                   "(with --json: the answer is the JSON document)")
-    v.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # `--json FILE`, as --request was once spelt
-    v.add_argument("--body", action="append", choices=BODIES,
-                   help="request body kinds for samples (default both)")
-    v.set_defaults(func=cmd_invoke)
-
-    u = sub.add_parser("undeploy", help="delete an endpoint and the configs, models and autoscaling conch made")
-    aws(u)
-    u.set_defaults(func=cmd_undeploy)
-
-

@@ -15,7 +15,7 @@ SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover
-    from conch.graph import RENDERED, GraphvizMissing, graph, render, to_dot, to_mermaid
+    from conch.diagram import RENDERED, GraphvizMissing, graph, render, to_dot, to_mermaid
 
     ensembles = [e for e in discover(args.paths) if not args.only or e.name in args.only]
     if not ensembles:

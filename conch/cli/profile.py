@@ -8,38 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
+from conch.cli.flags import add_load_flags
+from conch.cli.profiling import load_of
 from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
     from conch.builder.manifest import Manifest
-    from conch.harness.profile import Load, Profile
+    from conch.harness.profile import Profile
 
 FORMATS = ("dot", "mermaid", "svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
-
-
-def _payload(path: Path) -> tuple[Any, ...]:
-    """The bodies of a ``--payload`` file: one KServe v2 JSON request, sent as it is."""
-    from conch.errors import ServeError
-    from conch.harness.profile import Body
-    from conch.wire import check_json_request
-
-    try:
-        return (Body(check_json_request(path.read_bytes())),)
-    except ValueError as exc:
-        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
-                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}') from None
-
-
-def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
-    """The load the flags ask for: the payload file, or the archive's samples."""
-    from conch.harness.profile import Load
-    from conch.harness.profile.local import sample_bodies
-
-    if args.payload is not None:
-        return Load(_payload(args.payload), args.payload.name, args.requests, args.concurrency)
-    bodies = sample_bodies(manifest) if manifest is not None else ()
-    return Load(bodies, f"{len(bodies)} sample(s)", args.requests, args.concurrency)
 
 
 def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Path]:
@@ -47,7 +25,7 @@ def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Pa
     does not build is reported, added to ``failed``, and the others carry on."""
     from conch.builder.build import build_ensemble
     from conch.builder.discover import sort_paths
-    from conch.cli.local import discover_each
+    from conch.cli.discovery import discover_each
     from conch.errors import ConchError
 
     given = sort_paths(args.paths, must_exist=True)
@@ -94,7 +72,7 @@ def _remote(args: argparse.Namespace) -> list[Profile]:
 
 def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
     """Write the DAG coloured by share (in ``--format``) and the waterfall PNG into ``--out``."""
-    from conch.graph import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
+    from conch.diagram import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
     from conch.harness.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
 
     out: Path = args.out
@@ -126,7 +104,7 @@ def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_profile(args: argparse.Namespace) -> int:
     from conch.builder.scratch import scratch_temp
     from conch.errors import ServeError
-    from conch.harness.profile.local import profile_archives
+    from conch.harness.profile.local_servers import profile_archives
 
     failed: list[str] = []
     if args.url:
@@ -163,12 +141,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_load_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--requests", type=int, default=50, help="requests measured, after a warm-up (default 50)")
-    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (default 1)")
-    p.add_argument("--payload", type=Path, help="a KServe v2 JSON request to send instead of the samples")
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
                        "scheduler's share and what to change, from Triton's statistics around a run")
@@ -195,74 +167,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
     p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     p.set_defaults(func=cmd_profile)
-
-
-
-def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> Any:
-    """For `conch bench --profile`: statistics taken before the load, on the server the bench runs against
-    (conch's own, or ``--stats-url`` behind ``--endpoint-url``); None without ``--profile``."""
-    from conch.errors import BenchError
-    from conch.harness.profile.around import AroundLoad
-    from conch.harness.profile.server import StatsEndpoint
-
-    if not getattr(args, "profile", False):
-        return None
-    triton = getattr(own, "triton", None)
-    url = own if isinstance(own, str) else (triton.http_url if triton is not None else args.stats_url)
-    if not url:
-        raise BenchError("--profile reads Triton's statistics: with --endpoint-url give --stats-url, the KServe v2 "
-                         "HTTP address of the Triton behind it (`conch serve` prints it as triton.http_port)")
-    return AroundLoad(StatsEndpoint(url), names).start()
-
-
-def bench_profiles(around: Any, summary: dict[str, Any], server: str) -> list[dict[str, Any]]:
-    """The bench's profile section: one profile per TargetModel, from the statistics before and after its load."""
-    from conch.harness.profile.around import bench_run
-
-    profiles = around.finish(bench_run(summary, server))
-    for p in profiles:
-        result(p.table() + "\n")
-    return [p.to_json() for p in profiles]
-
-
-class ReplayProfiler:
-    """For `conch replay --profile`: the server replay runs on, with metrics on, and each archive profiled on it
-    with its samples once replay is done with it. Without ``--profile`` it does nothing (replay starts its own)."""
-
-    def __init__(self, args: argparse.Namespace, archives: list[Path]) -> None:
-        self.args, self.archives = args, archives
-        self.server: Any = None
-        self.profiles: list[Profile] = []
-        self._stats: Any = None
-        self._trace_file: Path | None = None
-        self._context: Any = None
-
-    def __enter__(self) -> ReplayProfiler:
-        if getattr(self.args, "profile", False) and self.archives:
-            from conch.harness.profile.local import profiling_triton
-
-            self._context = profiling_triton(self.archives)
-            self.server, self._stats, self._trace_file = self._context.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._context is not None:
-            self._context.__exit__(*exc)
-
-    def done(self, archive: Path) -> None:
-        from conch.errors import ConchError
-        from conch.harness.profile.local import profile_loaded
-
-        if self.server is None:
-            return
-        try:
-            say(f"profiling {archive.name}")
-            self.profiles.append(profile_loaded(archive, self.server, self._stats, lambda m: load_of(self.args, m),
-                                                self._trace_file))
-        except ConchError as exc:  # an archive that did not load or answer: replay's rows say why
-            say(f"conch: warning: {archive.name} not profiled: {' '.join(str(exc).split())}")
-
-    def document(self) -> dict[str, Any]:
-        for p in self.profiles:
-            result(p.table() + "\n")
-        return {"profiles": [p.to_json() for p in self.profiles]} if self.server is not None else {}

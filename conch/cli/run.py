@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.cli.console import document, result, say
-from conch.cli.local import common
+from conch.cli.flags import add_ensemble_flags
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
@@ -120,5 +120,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     r.add_argument("--sample", action="append", help="only this sample (repeatable; default: all)")
     r.add_argument("--values", type=int, default=6, help="how many values of each tensor to print (default 6)")
-    common(r)
+    add_ensemble_flags(r)
     r.set_defaults(func=cmd_run)

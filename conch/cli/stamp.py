@@ -1,5 +1,5 @@
 """`conch stamp ARCHIVE --as NAME… --out DIR`: one archive under many TargetModel names, each with step model
-names of its own (conch.builder.stamp), ready to upload side by side under one S3 prefix."""
+names of its own (conch.builder.stamping), ready to upload side by side under one S3 prefix."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conch.cli.console import document, result, say
 
 
 def cmd_stamp(args: argparse.Namespace) -> int:
-    from conch.builder.stamp import stamp_archives
+    from conch.builder.stamping import stamp_archives
 
     stamped = stamp_archives(args.archive, args.names, args.out)
     lines = []

@@ -1,10 +1,9 @@
-"""A client of SageMaker's multi-model-endpoint contract as Triton's SageMaker front end serves it, and
-of the KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+json bodies (encoded by
-conch.wire)."""
+"""A client of SageMaker's multi-model-endpoint contract as Triton's SageMaker front end serves it (routes,
+headers and error answers from conch.harness.mme_contract, which the local MME's async hop shares), and of the
+KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+json bodies (encoded by conch.wire)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,20 +14,23 @@ import requests
 import tritonclient.http as httpclient
 
 from conch.errors import ServeError
+from conch.harness.mme_contract import (
+    MODELS,
+    error_text,
+    invoke_path,
+    load_body,
+    model_path,
+    sequence_parameters,
+    target_headers,
+)
 from conch.wire import (
     BINARY_CONTENT_TYPE,
-    TARGET_HEADER,
     binary_request,
     infer_input,
     json_request,
     parse_binary_response,
     parse_json_response,
 )
-
-
-def model_hash(target_model: str) -> str:
-    """SageMaker addresses a loaded archive by a hash of its name; the header carries the name."""
-    return hashlib.sha256(target_model.encode()).hexdigest()[:32]
 
 
 class InvokeError(ServeError):
@@ -51,9 +53,9 @@ class MultiModelClient:
         """``POST /models``: register the unpacked archive and load its ensemble as ``target_model``."""
         try:
             response = requests.post(
-                f"{self.sagemaker_url}/models",
-                json={"model_name": model_hash(target_model), "url": str(folder)},
-                headers={TARGET_HEADER: target_model},
+                f"{self.sagemaker_url}{MODELS}",
+                json=load_body(target_model, folder),
+                headers=target_headers(target_model),
                 timeout=timeout,
             )
         except requests.Timeout:
@@ -68,8 +70,8 @@ class MultiModelClient:
 
     def unload(self, target_model: str, timeout: float = 60.0) -> None:
         response = requests.delete(
-            f"{self.sagemaker_url}/models/{model_hash(target_model)}",
-            headers={TARGET_HEADER: target_model},
+            f"{self.sagemaker_url}{model_path(target_model)}",
+            headers=target_headers(target_model),
             timeout=timeout,
         )
         if response.status_code != 200:
@@ -80,14 +82,14 @@ class MultiModelClient:
     def list_models(self) -> list[dict[str, Any]]:
         """``GET /models``. Triton 2.51 checks readiness under the hash, not the TargetModel name the
         ensemble was loaded as, so archives loaded with a TargetModel header are not listed."""
-        response = requests.get(f"{self.sagemaker_url}/models", timeout=self.request_timeout)
+        response = requests.get(f"{self.sagemaker_url}{MODELS}", timeout=self.request_timeout)
         response.raise_for_status()
         models: list[dict[str, Any]] = response.json().get("models", [])
         return [m for m in models if m]
 
     def describe(self, target_model: str) -> dict[str, Any] | None:
         """``GET /models/<hash>``: the loaded archive's name and folder, or None if it is not loaded."""
-        response = requests.get(f"{self.sagemaker_url}/models/{model_hash(target_model)}", timeout=self.request_timeout)
+        response = requests.get(f"{self.sagemaker_url}{model_path(target_model)}", timeout=self.request_timeout)
         if response.status_code == 404:
             return None
         response.raise_for_status()
@@ -101,7 +103,7 @@ class MultiModelClient:
         body, content_type = json_request(inputs)
         if sequence_id:
             request = json.loads(body)
-            request["parameters"] = {"sequence_id": sequence_id, "sequence_start": True, "sequence_end": True}
+            request["parameters"] = sequence_parameters(sequence_id)
             body = json.dumps(request).encode()
         response = self._invoke(target_model, body, content_type)
         return parse_json_response(response.content)
@@ -112,7 +114,7 @@ class MultiModelClient:
         if sequence_id:
             infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
             body, header = httpclient.InferenceServerClient.generate_request_body(
-                infer_inputs, sequence_id=sequence_id, sequence_start=True, sequence_end=True)
+                infer_inputs, **sequence_parameters(sequence_id))
             request = (body, "application/json" if header is None else f"{BINARY_CONTENT_TYPE}{header}")
         else:
             request = binary_request(inputs)
@@ -122,9 +124,9 @@ class MultiModelClient:
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
         try:
             response = requests.post(
-                f"{self.sagemaker_url}/models/{model_hash(target_model)}/invoke",
+                f"{self.sagemaker_url}{invoke_path(target_model)}",
                 data=body,
-                headers={"Content-Type": content_type, TARGET_HEADER: target_model},
+                headers=target_headers(target_model, content_type),
                 timeout=self.request_timeout,
             )
         except requests.Timeout:
@@ -141,7 +143,7 @@ class MultiModelClient:
                                                   connection_timeout=self.request_timeout)
         try:
             infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-            sequence = {"sequence_id": sequence_id, "sequence_start": True, "sequence_end": True} if sequence_id else {}
+            sequence = sequence_parameters(sequence_id) if sequence_id else {}
             result = client.infer(model, infer_inputs, **sequence)
         except Exception as exc:  # tritonclient raises its own InferenceServerException
             raise InvokeError(str(exc)) from exc
@@ -151,7 +153,4 @@ class MultiModelClient:
 
 
 def _error_text(response: requests.Response) -> str:
-    try:
-        return str(response.json().get("error", response.text))
-    except ValueError:
-        return response.text or response.reason
+    return error_text(response.content, response.reason)

@@ -20,8 +20,8 @@ from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BuildError, ConchError
 from conch.importer.compare import compare
 from conch.importer.declaration import declare, module_name
+from conch.importer.generated_samples import SAMPLE_NAME, capture, generated_inputs, record, write_samples
 from conch.importer.repository import ModelFolder, Repository, archive_stem, open_source
-from conch.importer.samples import SAMPLE_NAME, capture, generated_inputs, record, write_samples
 
 
 @dataclass

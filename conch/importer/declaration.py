@@ -100,7 +100,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
         f"from conch import {', '.join(classes)}",
     ]
     if samples:
-        lines.append("from conch.importer.samples import captured_samples")
+        lines.append("from conch.importer.generated_samples import captured_samples")
     lines += ["", f"MODELS = Path(__file__).parent / {_q(_relative(repo.root.resolve(), folder))}", ""]
     for step_var, model in steps:
         lines += _step(step_var, model, decl.messages)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from conch.aws import AwsTarget, aws_errors
 from conch.errors import DeployError
-from conch.sagemaker.aws import AwsTarget, aws_errors
 
 NAMESPACE = "sagemaker"
 DIMENSION = "sagemaker:variant:DesiredInstanceCount"

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conch.aws import AwsTarget
 from conch.errors import DeployError
-from conch.sagemaker.aws import AwsTarget
 
 _ABSENT = {  # reads that find nothing on a fresh account: (error code, message)
     "head_object": ("404", "Not Found"),

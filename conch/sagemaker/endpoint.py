@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conch.aws import AwsTarget, aws_errors, error_message
 from conch.errors import DeployError
-from conch.sagemaker.aws import AwsTarget, aws_errors, error_message
 from conch.sagemaker.instances import check_instance_type
 
 DEFAULT_INSTANCE_TYPE = "ml.g5.xlarge"

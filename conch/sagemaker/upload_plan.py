@@ -1,6 +1,6 @@
 """Which archive `conch deploy` uploads under which TargetModel, and which it stamps first.
 
-An archive is stamped (conch.builder.stamp) when it goes up under a name given with ``--as`` or ``--copies``
+An archive is stamped (conch.builder.stamping) when it goes up under a name given with ``--as`` or ``--copies``
 (one archive under many names), and otherwise whenever one of its step model names is already used under
 the prefix by another TargetModel, or by another archive of the same deploy. Then the fleet check runs over
 what stays under the prefix plus the uploads; a problem that involves an upload refuses the deploy, one only
@@ -14,10 +14,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conch.aws import AwsTarget
 from conch.builder.fleet_check import ArchiveModels, archive_models, check_fleet
-from conch.builder.stamp import ARCHIVE_SUFFIX, Unpacked, target_model_of
+from conch.builder.stamping import ARCHIVE_SUFFIX, Unpacked, target_model_of
 from conch.errors import DeployError
-from conch.sagemaker.aws import AwsTarget
 from conch.sagemaker.s3 import ModelLocation, remote_archives
 
 

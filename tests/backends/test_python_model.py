@@ -13,8 +13,8 @@ import pytest
 
 from conch import DynamicBatching, Ensemble, PythonStep, Tensor
 from conch.builder.build import build_ensemble
+from conch.harness.local_replay import stage
 from conch.harness.mme import InvokeError, MultiModelClient
-from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

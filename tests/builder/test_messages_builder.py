@@ -17,7 +17,7 @@ from conch.builder.deflate import SegmentedGzip
 from conch.builder.discover import load_module_ensembles, python_files
 from conch.builder.extract import safe_extract, scan_archive
 from conch.builder.pack import resolve
-from conch.builder.stamp import stamp_archive, stamped_name
+from conch.builder.stamping import stamp_archive, stamped_name
 from conch.errors import ArchiveError, BuildError, DeclarationError, PackError
 
 Repo = dict[str, bytes | None]

@@ -17,8 +17,8 @@ from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.envs import local_python
 from conch.builder.pack import LOCAL_HOME, pack, resolve
+from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
-from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
 from conch.builder.shm import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings, server_settings
 from conch.harness.server import LocalTriton
-from conch.sagemaker.shm import shm_environment
+from conch.sagemaker.shm_environment import shm_environment
 
 EXAMPLES = Path(__file__).parents[2] / "ensembles"
 IMAGE_BYTES = 3 * 224 * 224 * 4
@@ -84,7 +84,7 @@ def test_deploy_environment_and_local_server_get_what_the_archives_need(tmp_path
 
 @pytest.mark.integration
 def test_a_replay_starts_its_server_with_the_shm_the_archives_need(tmp_path: Path) -> None:
-    from conch.harness.replay import replay_archives
+    from conch.harness.local_replay import replay_archives
 
     ens = image_ensemble("shm_replay", batch=16)
     x = np.zeros((16, 3, 224, 224), np.float32)  # 9.2 MiB each way: 19.4 MiB with the margin

@@ -16,8 +16,8 @@ from conch import BuildError, DeclarationError
 from conch.builder.build import build_ensemble, render_repository
 from conch.builder.render import check_config
 from conch.builder.warmup import WARMUP_NAME, raw_bytes
+from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
-from conch.harness.replay import stage
 from conch.harness.server import LocalTriton
 
 

@@ -210,7 +210,7 @@ def test_top_k_on_a_variable_class_axis_is_checked_against_the_expected_value(tm
 
 
 def test_replay_judge_prints_exact_for_bytes_and_each_outputs_own_check() -> None:
-    from conch.harness.replay import judge
+    from conch.verdicts import judge
 
     got = {"PROBS": EXPECTED["PROBS"] * 0.5, "LABEL": EXPECTED["LABEL"].copy()}
     row = judge("clf.tar.gz", "s", "kserve", got, EXPECTED, {"PROBS": TopK(k=3), "LABEL": Exact()}, 1.0)

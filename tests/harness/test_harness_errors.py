@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import slow_steps
 from conftest import linear_ensemble
-from test_replay import one_step
+from test_local_replay import one_step
 
 from conch import ServeError
 from conch.builder.build import build_ensemble
+from conch.harness.local_replay import replay_archives, stage
 from conch.harness.mme import InvokeError, MultiModelClient, parse_binary_response
-from conch.harness.replay import replay_archives, stage
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

@@ -144,7 +144,7 @@ def test_the_local_profiler_refuses_a_sagemaker_build_it_cannot_load(tmp_path: P
     import onnx_models
 
     from conch import OnnxStep
-    from conch.harness.profile.local import _check_local
+    from conch.harness.profile.local_servers import _check_local
 
     model = onnx_models.affine(tmp_path / "affine.onnx")
     ens = Ensemble("affine_gpu", max_batch_size=4)
@@ -206,12 +206,12 @@ def test_a_profile_whose_measured_requests_all_fail_shows_one_of_the_errors(tmp_
     """The samples warm the model up; a payload naming an input the ensemble lacks then fails every request."""
     import numpy as np
 
+    from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient
     from conch.harness.profile import Load, StatsEndpoint
     from conch.harness.profile.load import Body, Target
-    from conch.harness.profile.local import sample_bodies
+    from conch.harness.profile.local_servers import sample_bodies
     from conch.harness.profile.measure import measure
-    from conch.harness.replay import stage
     from conch.harness.server import LocalTriton
 
     assert isinstance(triton, LocalTriton)

@@ -14,10 +14,10 @@ from conch import Ensemble, InstanceGroup, PythonStep, ServeError, Tensor
 from conch.builder.build import build_ensemble
 from conch.builder.manifest import Manifest
 from conch.cli import main
+from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile import Load, Profile, StatsEndpoint, StepProfile
-from conch.harness.profile.local import profile_archives, sample_bodies
-from conch.harness.replay import stage
+from conch.harness.profile.local_servers import profile_archives, sample_bodies
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

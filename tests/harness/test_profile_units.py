@@ -12,8 +12,8 @@ from conch.harness.profile import Load, RunInfo, critical_path, dag_of
 from conch.harness.profile.dag import Dag, DagStep
 from conch.harness.profile.figures import difference
 from conch.harness.profile.findings import StepConfig, step_findings
-from conch.harness.profile.report import assemble
-from conch.harness.profile.server import parse_summaries
+from conch.harness.profile.profile_report import assemble
+from conch.harness.profile.server_statistics import parse_summaries
 
 
 def stats(requests: int, *, queue: float = 0.0, infer: float = 1.0, cin: float = 0.0, cout: float = 0.0,
@@ -133,7 +133,7 @@ def test_the_cli_says_what_is_missing_in_one_line(tmp_path: Path, capfd: pytest.
 
 
 def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_path_bold() -> None:
-    from conch.graph import share_colour, to_dot, to_mermaid
+    from conch.diagram import share_colour, to_dot, to_mermaid
     from conch.harness.profile.pictures import profile_graph
 
     def step(model: str, source: str, out: str) -> dict[str, Any]:
@@ -156,10 +156,10 @@ def test_the_dag_picture_colours_each_step_by_its_share_and_draws_the_critical_p
 def test_a_server_without_statistics_and_a_bench_without_stats_url_are_named(tmp_path: Path) -> None:
     import argparse
 
-    from conch.cli.profile import bench_profiler
+    from conch.cli.profiling import bench_profiler
     from conch.errors import BenchError
     from conch.harness.profile import StatsEndpoint
-    from conch.harness.profile.local import profile_archives
+    from conch.harness.profile.local_servers import profile_archives
 
     nobody = StatsEndpoint("http://127.0.0.1:9", timeout=2)
     with pytest.raises(ServeError, match=r"http://127.0.0.1:9 did not answer GET /v2/models/stats .* give the KServe "

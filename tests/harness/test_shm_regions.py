@@ -13,7 +13,7 @@ from conftest import linear_ensemble
 
 from conch.builder.build import build_ensemble
 from conch.harness import shm_regions
-from conch.harness.replay import replay_archives
+from conch.harness.local_replay import replay_archives
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conch.errors import BenchError
-from conch.plan.fleet import Profile, Targets, Traffic, plan
-from conch.plan.instances import load_instances
+from conch.plan.capacity import Profile, Targets, Traffic, plan
+from conch.plan.instance_data import load_instances
 
 GIVEN = Profile("given", 2**30, 2.0)
 

@@ -9,8 +9,8 @@ import pytest
 
 from conch.cli import main
 from conch.errors import BenchError
-from conch.plan.fleet import Profile, Targets, Traffic, models_per_instance, plan
-from conch.plan.instances import GIB, HOURS_PER_MONTH, load_instances
+from conch.plan.capacity import Profile, Targets, Traffic, models_per_instance, plan
+from conch.plan.instance_data import GIB, HOURS_PER_MONTH, load_instances
 
 MIB = 2**20
 
@@ -101,8 +101,8 @@ def test_the_churn_note_names_the_release_that_guards_the_list_and_the_race_no_r
 
 
 def test_the_churn_line_counts_the_cheapest_plans_loads_and_says_what_the_release_means() -> None:
-    from conch.plan.fleet import Row
-    from conch.plan.report import churn_line
+    from conch.plan.capacity import Row
+    from conch.plan.plan_report import churn_line
 
     rows = [Row("ml.m5.large", 0.115, 10, 3, 0.99, 5.0, 2.0, 80.0, 250.0, 5000.0, "miss rate"),
             Row("ml.m5.xlarge", 0.23, 20, 2, 0.995, 5.0, 2.0, 80.0, 330.0, 5000.0, "miss rate")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conch.errors import BenchError
-from conch.plan.fleet import Profile, Targets, Traffic, plan
-from conch.plan.instances import load_instances
+from conch.plan.capacity import Profile, Targets, Traffic, plan
+from conch.plan.instance_data import load_instances
 
 
 def test_a_plan_without_any_ensemble_profile_says_where_profiles_come_from() -> None:

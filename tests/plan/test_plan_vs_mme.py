@@ -10,7 +10,7 @@ from conftest import linear_ensemble
 
 from conch.builder.build import build_ensemble
 from conch.cli import main
-from conch.harness.load.bench import copy_names, local_mme
+from conch.harness.load.bench_run import copy_names, local_mme
 from conch.harness.load.spec import archive_targets
 from conch.plan.simulate import zipf_trace
 from conch.plan.validate import compare_hit_rate

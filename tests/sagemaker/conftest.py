@@ -12,8 +12,8 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
+from conch.aws import AwsTarget
 from conch.builder.build import build_ensemble
-from conch.sagemaker.aws import AwsTarget
 from conch.sagemaker.endpoint import EndpointSpec
 from conch.sagemaker.images import triton_image
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import INSTANCE, ROLE, Moto, linear_ensemble
-from test_invoke import _received_by_moto
+from test_runtime import _received_by_moto
 
 from conch.builder.build import build_ensemble
 from conch.cli import main
@@ -190,7 +190,7 @@ def test_aws_errors_without_region_credentials_or_connection(
     from botocore.exceptions import NoCredentialsError
 
     from conch import DeployError
-    from conch.sagemaker.aws import aws_errors
+    from conch.aws import aws_errors
 
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name)

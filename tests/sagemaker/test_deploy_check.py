@@ -12,7 +12,7 @@ from seed_archives import bert_repo, pack_repo
 from test_cli_deploy import aws_args, conch
 
 from conch.errors import DeployError
-from conch.sagemaker.deploy import check_archives
+from conch.sagemaker.rollout import check_archives
 
 pytestmark = pytest.mark.integration
 

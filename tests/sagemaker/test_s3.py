@@ -15,8 +15,8 @@ import requests
 from conftest import REGION, Moto, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
+from conch.aws import AwsTarget
 from conch.builder.build import build_ensemble
-from conch.sagemaker.aws import AwsTarget
 from conch.sagemaker.s3 import FLEET_METADATA, SHA256_METADATA, ModelLocation, upload_archives
 
 pytestmark = pytest.mark.integration

@@ -18,14 +18,13 @@ from starlette.routing import Route
 
 from conch.harness.endpoint.fleet import Fleet, Model
 from conch.harness.endpoint.protocol import (
-    TARGET_HEADER,
     EndpointError,
     ModelNotReady,
     ValidationError,
     model_error,
     timed_out,
 )
-from conch.sagemaker.invoke import MAX_BODY_BYTES
+from conch.wire import MAX_BODY_BYTES, TARGET_HEADER
 
 log = logging.getLogger("conch.endpoint")
 # What Triton 2.51 answers when its name lookup misses: the name is gone from its map, or maps to nothing

@@ -1,20 +1,19 @@
 """The hop from the front to Triton's SageMaker front end: the calls the SageMaker platform makes to the
-container (``POST /models``, ``DELETE /models/<hash>``, ``POST /models/<hash>/invoke``). Loads and unloads
+container (``POST /models``, ``DELETE /models/<hash>``, ``POST /models/<hash>/invoke``, as
+conch.harness.mme_contract spells them for the sync client too). Loads and unloads
 go through httpx; invocations, the hot path, through aiohttp's client on a pool of kept-alive connections
 (its C HTTP parser, no per-request client machinery: httpx cost ~1 ms per call, see benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import httpx
 
-from conch.harness.endpoint.protocol import TARGET_HEADER
-from conch.harness.mme import model_hash
+from conch.harness.mme_contract import MODELS, error_text, invoke_path, load_body, model_path, target_headers
 
 UNLOAD_TIMEOUT_S = 360.0  # SageMaker waits this long for an unload; Triton's front end gives up at 350 s
 # SageMaker answers every invocation within 60 s (botocore's InvokeEndpoint documentation; AWS "Invoke a
@@ -30,10 +29,7 @@ class Answer:
 
     def error_text(self) -> str:
         """Triton's ``{"error": ...}`` message, or the raw body."""
-        try:
-            return str(json.loads(self.content)["error"])
-        except (ValueError, KeyError, TypeError):
-            return self.content.decode("utf-8", "replace") or f"HTTP {self.status}"
+        return error_text(self.content, f"HTTP {self.status}")
 
 
 class TritonHop:
@@ -72,26 +68,26 @@ class TritonHop:
 
     async def load(self, target_model: str, folder: Path, timeout: float) -> Answer:
         """Register and load the unpacked archive; raises httpx.TimeoutException past ``timeout``."""
-        body = {"model_name": model_hash(target_model), "url": str(folder)}
-        r = await self.sagemaker.post("/models", json=body, headers={TARGET_HEADER: target_model}, timeout=timeout)
+        r = await self.sagemaker.post(MODELS, json=load_body(target_model, folder),
+                                      headers=target_headers(target_model), timeout=timeout)
         return Answer(r.status_code, r.content, r.headers.get("content-type", ""))
 
     async def unload(self, target_model: str) -> Answer:
-        r = await self.sagemaker.delete(f"/models/{model_hash(target_model)}", headers={TARGET_HEADER: target_model},
+        r = await self.sagemaker.delete(model_path(target_model), headers=target_headers(target_model),
                                         timeout=UNLOAD_TIMEOUT_S)
         return Answer(r.status_code, r.content, r.headers.get("content-type", ""))
 
     async def registered(self, target_model: str) -> bool:
         """Whether the SageMaker front end lists the archive as loaded (``GET /models/<hash>``)."""
-        r = await self.sagemaker.get(f"/models/{model_hash(target_model)}", timeout=30.0)
+        r = await self.sagemaker.get(model_path(target_model), timeout=30.0)
         return r.status_code == 200
 
     async def invoke(self, target_model: str, body: bytes, content_type: str,
                      timeout: float | None = None) -> Answer:
         """Triton's answer; httpx.TimeoutException past ``timeout`` (default INVOKE_TIMEOUT_S), another
         httpx.HTTPError when it does not answer (as the httpx client raised, so callers keep one contract)."""
-        url = f"{self._url}/models/{model_hash(target_model)}/invoke"
-        headers = {TARGET_HEADER: target_model, "Content-Type": content_type}
+        url = f"{self._url}{invoke_path(target_model)}"
+        headers = target_headers(target_model, content_type)
         limit = INVOKE_TIMEOUT_S if timeout is None else timeout
         session = self._session()
         loop = asyncio.get_running_loop()

@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from conch.errors import ServeError
 
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
 LOG_STREAM = "local: see the tritonserver log (conch serve --mme prints its path)"
 
 

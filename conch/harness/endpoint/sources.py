@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from conch.aws import AwsTarget
 from conch.errors import ServeError
 from conch.harness.endpoint.protocol import ValidationError
-from conch.sagemaker.aws import AwsTarget
 
 
 class ModelSource(Protocol):

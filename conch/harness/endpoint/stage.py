@@ -17,15 +17,15 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.stamp import read_configs as read_configs  # the stamp's readers, as callers found them here
-from conch.builder.stamp import stamp_folder, stamped_name
-from conch.builder.stamp import step_models as step_models
+from conch.builder.stamping import read_configs as read_configs  # the stamp's readers, as callers found them here
+from conch.builder.stamping import stamp_folder, stamped_name
+from conch.builder.stamping import step_models as step_models
 from conch.errors import ArchiveError
 from conch.harness.endpoint.protocol import ValidationError
 
 
 def isolated_name(step: str, target_model: str, attempt: int = 0) -> str:
-    """A step's name of its own for ``target_model``: the name `conch stamp` gives it (conch.builder.stamp)."""
+    """A step's name of its own for ``target_model``: the name `conch stamp` gives it (conch.builder.stamping)."""
     return stamped_name(step, target_model, attempt)
 
 
@@ -70,7 +70,7 @@ class StepClaims:
 def rename_steps(folder: Path, target_model: str, renames: dict[str, str],
                  configs: dict[str, model_config_pb2.ModelConfig]) -> None:
     """Rename step folders under ``folder`` and every reference to them (``configs``: its ``read_configs``),
-    as `conch stamp` does (conch.builder.stamp.stamp_folder)."""
+    as `conch stamp` does (conch.builder.stamping.stamp_folder)."""
     try:
         stamp_folder(folder, renames, configs)
     except ArchiveError as exc:

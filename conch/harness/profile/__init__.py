@@ -6,8 +6,8 @@ from conch.harness.profile.figures import ModelFigures
 from conch.harness.profile.findings import Finding
 from conch.harness.profile.load import Body, Target
 from conch.harness.profile.measure import Load, measure
-from conch.harness.profile.report import Profile, RunInfo, StepProfile
-from conch.harness.profile.server import StatsEndpoint
+from conch.harness.profile.profile_report import Profile, RunInfo, StepProfile
+from conch.harness.profile.server_statistics import StatsEndpoint
 
 __all__ = ["Body", "CriticalPath", "Dag", "Finding", "Load", "ModelFigures", "Profile", "RunInfo", "StatsEndpoint",
            "StepProfile", "Target", "critical_path", "dag_of", "measure"]

@@ -9,8 +9,8 @@ from typing import Any
 
 from conch.errors import ServeError
 from conch.harness.profile.dag import dag_of
-from conch.harness.profile.report import Profile, RunInfo, assemble
-from conch.harness.profile.server import StatsEndpoint
+from conch.harness.profile.profile_report import Profile, RunInfo, assemble
+from conch.harness.profile.server_statistics import StatsEndpoint
 
 
 class AroundLoad:

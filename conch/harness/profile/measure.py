@@ -10,8 +10,8 @@ from pathlib import Path
 from conch.errors import ServeError
 from conch.harness.profile.dag import dag_of
 from conch.harness.profile.load import Body, Target, run
-from conch.harness.profile.report import Profile, RunInfo, assemble
-from conch.harness.profile.server import StatsEndpoint
+from conch.harness.profile.profile_report import Profile, RunInfo, assemble
+from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.profile.trace import trace_requests
 
 DEFAULT_REQUESTS = 50

@@ -7,9 +7,9 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from conch.diagram import Edge, Graph, Node, dims_text, share_colour
 from conch.errors import ConchError
-from conch.graph import Edge, Graph, Node, dims_text, share_colour
-from conch.harness.profile.report import Profile
+from conch.harness.profile.profile_report import Profile
 
 MATPLOTLIB_HINT = "pip install matplotlib"
 

@@ -28,7 +28,7 @@ from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.sources import S3Source
 from conch.harness.load.spec import archive_targets
 from conch.plan.validate import replay_trace
-from conch.sagemaker.invoke import MAX_BODY_BYTES
+from conch.wire import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.integration
 GOOD = ["good-0.tar.gz", "good-1.tar.gz", "good-2.tar.gz", "good-3.tar.gz"]

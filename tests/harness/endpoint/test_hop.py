@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from conch.harness.endpoint.hop import TritonHop
-from conch.harness.mme import model_hash
+from conch.harness.mme_contract import model_hash
 
 Handler = Callable[[bytes, int], bytes | Awaitable[bytes | None] | None]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conch import ServeError
-from conch.cli.endpoint import size
+from conch.cli.flags import size
 from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import ValidationError

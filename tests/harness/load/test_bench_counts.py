@@ -14,7 +14,7 @@ from conftest import linear_ensemble
 from conch.builder.build import build_ensemble
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import decode_array, encode_array
-from conch.harness.load.bench import local_triton, run_bench
+from conch.harness.load.bench_run import local_triton, run_bench
 from conch.harness.load.spec import LoadSpec, archive_targets
 from conch.harness.load.stages import Stage
 

@@ -15,8 +15,8 @@ from conch.builder.build import build_ensemble
 from conch.cli import main
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import decode_array, encode_array
-from conch.harness.load.bench import local_triton
-from conch.harness.load.report import summarise
+from conch.harness.load.bench_run import local_triton
+from conch.harness.load.run_summary import summarise
 from conch.harness.load.runner import run_load
 from conch.harness.load.spec import LoadSpec, archive_targets
 from conch.harness.load.stages import Stage

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,63 +13,15 @@ import numpy as np
 from conch.builder.archive import safe_extract
 from conch.builder.check import check_folder
 from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
-from conch.ensembles.samples import OutputCheck, check_of, compare
+from conch.ensembles.samples import OutputCheck
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
+from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal
 
-BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
-
-
-@dataclass
-class ReplayRow:
-    ensemble: str
-    sample: str
-    endpoint: str
-    passed: bool
-    detail: str
-    millis: float = 0.0
-    applicable: bool = True  # False: this endpoint cannot carry the sample (detail says why); not a failure
-
-    @property
-    def result(self) -> str:
-        return "n/a" if not self.applicable else "ok" if self.passed else "FAIL"
-
-
-@dataclass
-class ReplayReport:
-    rows: list[ReplayRow] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
-
-    @property
-    def errors(self) -> list[ReplayRow]:
-        """Archives (or ensembles) that failed before reaching the server."""
-        return [r for r in self.rows if r.endpoint in BEFORE_LOAD and not r.passed]
-
-    def table(self) -> str:
-        header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
-        body = [
-            (r.ensemble, r.sample, r.endpoint, r.result, f"{r.millis:.1f}", r.detail)
-            for r in self.rows
-        ]
-        widths = [max(len(str(x[i])) for x in [header, *body]) for i in range(5)]
-        lines = []
-        for row in [header, *body]:
-            first = "  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True))
-            detail = str(row[5]).splitlines() or [""]
-            lines.append(f"{first}  {detail[0]}")
-            lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
-        skipped = sum(not r.applicable for r in self.rows)
-        passed = sum(r.passed for r in self.rows) - skipped
-        lines.append(f"{passed} passed, {len(self.rows) - passed - skipped} failed"
-                     + (f", {skipped} not applicable" if skipped else ""))
-        return "\n".join(lines)
 
 
 def stage(archive: Path, triton: LocalTriton) -> Path:
@@ -208,11 +159,6 @@ def _sequence_batched(folder: Path) -> list[str]:
     return found
 
 
-def not_applicable(name: str, sample: str, endpoint: str, why: str) -> ReplayRow:
-    """A row this endpoint cannot run, with the reason: shown as n/a, counted as neither passed nor failed."""
-    return ReplayRow(name, sample, endpoint, True, f"not applicable: {why}", applicable=False)
-
-
 def _short(row: ReplayRow) -> str:
     return f"{row.ensemble} {row.sample} {row.endpoint}: {row.result} {row.detail.splitlines()[0]}"
 
@@ -243,31 +189,3 @@ def _replay_sample(
         return ReplayRow(name, sample, endpoint, False, str(exc))
     millis = (time.perf_counter() - start) * 1000
     return judge(name, sample, endpoint, got, expected, checks, millis)
-
-
-def judge(
-    name: str,
-    sample: str,
-    endpoint: str,
-    got: Mapping[str, np.ndarray],
-    expected: Mapping[str, np.ndarray],
-    checks: OutputCheck | Mapping[str, OutputCheck],
-    millis: float,
-) -> ReplayRow:
-    """Compare every expected output with what an endpoint answered, each with its own check (one check
-    for all, or one per output): one row of the report (a sample that expects nothing fails: an archive
-    built before conch refused such samples would pass any answer)."""
-    if not expected:
-        return ReplayRow(name, sample, endpoint, False, "the sample expects no outputs, so nothing was compared; "
-                         "declare its expected outputs and rebuild the archive", millis)
-    verdicts = []
-    for out, want in expected.items():
-        if out not in got:
-            verdicts.append((False, f"{out}: missing from the response"))
-            continue
-        check = check_of(checks, out, want)
-        c = compare(out, got[out], want, check)
-        shown = "" if c.detail.startswith(check.describe()) else f" ({check.describe()})"
-        verdicts.append((c.passed, f"{out}: {c.detail}{shown}"))
-    passed = all(v[0] for v in verdicts)
-    return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)

@@ -10,13 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from conch.aws import AwsTarget, aws_errors, error_code
 from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
-from conch.harness.replay import ReplayReport, ReplayRow, judge, not_applicable
-from conch.sagemaker.aws import AwsTarget, aws_errors, error_code
-from conch.wire import BODIES, check_json_request, encode_request, json_refusal, parse_response
+from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
+from conch.wire import BODIES, MAX_BODY_BYTES, check_json_request, encode_request, json_refusal, parse_response
 
-MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 READ_TIMEOUT_S = 120.0  # a TargetModel's first call downloads and loads the archive before it answers
 
 

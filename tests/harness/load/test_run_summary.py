@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conch.harness.load.plots import plot_run
-from conch.harness.load.report import cold_flags, summarise, table
+from conch.harness.load.run_summary import cold_flags, summarise, table
 from conch.harness.load.runner import RunResult
 from conch.harness.load.spec import LoadSpec, Target
 from conch.harness.load.stages import Stage
@@ -59,7 +59,7 @@ def test_a_run_without_failures_plots_both_figures(tmp_path: Path) -> None:
 
 def test_a_run_is_clean_only_without_failures_restarts_retries_or_collisions() -> None:
     from conch.harness.endpoint.metrics import run_counts
-    from conch.harness.load.report import problems
+    from conch.harness.load.run_summary import problems
 
     ok = summarise(run([[T0 + 2, 5.0, True, 0, ""], [T0 + 12, 5.0, True, 1, ""]]))
     assert problems(ok) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.errors import BenchError
-from conch.plan.instances import InstanceType
+from conch.plan.instance_data import InstanceType
 from conch.plan.simulate import SimResult, simulate, zipf_trace, zipf_weights
 
 MAX_INSTANCES = 4096

@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import logging
-import re
 import shutil
 import sys
 import time
@@ -17,23 +16,11 @@ from typing import TYPE_CHECKING
 
 from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, result, say
+from conch.cli.flags import add_step_names, size
 from conch.ensembles.target import DEFAULT_RELEASE
-from conch.harness.endpoint.step_names import StepNames
 
 if TYPE_CHECKING:
     from conch.harness.endpoint import LocalMME
-
-UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-         "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def size(text: str) -> int:
-    """Bytes from ``6GiB``, ``500MB``, ``1.5g`` or a plain number (argparse type)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r}: write a size such as 6GiB, 500MB or 2000000000")
-    return int(float(match.group(1)) * UNITS[unit])
 
 
 def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
@@ -118,15 +105,6 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
                 f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
         (error if lenient(counts) else say)(line)  # stderr: stdout holds the ready line only
-
-
-def add_step_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--step-names``, the same for serve and bench."""
-    parser.add_argument("--step-names", choices=[n.value for n in StepNames], default=StepNames.SHARED.value,
-                        help="shared (default): keep each archive's step model names, as SageMaker's image does; "
-                        "TargetModels sharing names are counted and warned about as collisions. isolate: give a "
-                        "TargetModel's step models names of their own when another uses theirs, which is what "
-                        "`conch deploy` uploads (it stamps copies)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,12 +16,14 @@ import requests
 from conftest import ACCOUNT, REGION, Moto, half_ensemble, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
+from conch.aws import AwsTarget
 from conch.builder.archive import safe_extract
 from conch.builder.build import build_ensemble
-from conch.harness.mme import TARGET_HEADER, MultiModelClient, model_hash
+from conch.harness.mme import MultiModelClient
+from conch.harness.mme_contract import model_hash
 from conch.harness.server import LocalTriton
-from conch.sagemaker.aws import AwsTarget
-from conch.sagemaker.invoke import MAX_BODY_BYTES, invoke, invoke_raw, replay_endpoint, request_body
+from conch.sagemaker.runtime import invoke, invoke_raw, replay_endpoint, request_body
+from conch.wire import MAX_BODY_BYTES, TARGET_HEADER
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +149,7 @@ def test_a_real_triton_answer_relayed_by_the_server_replays_green(
 
 
 def test_unknown_body_kinds_and_files_that_are_not_archives_are_refused(tmp_path: Path) -> None:
-    from conch.sagemaker.invoke import archive_manifest
+    from conch.sagemaker.runtime import archive_manifest
 
     with pytest.raises(DeployError, match=r"body 'xml': use json or binary"):
         request_body({"X": X}, "xml")
@@ -157,7 +159,7 @@ def test_unknown_body_kinds_and_files_that_are_not_archives_are_refused(tmp_path
 
 
 def test_a_json_body_that_is_not_a_kserve_request_is_refused_naming_the_file(tmp_path: Path) -> None:
-    from conch.sagemaker.invoke import read_json_body
+    from conch.sagemaker.runtime import read_json_body
 
     good = tmp_path / "good.json"
     good.write_text('{"inputs": [{"name": "X", "shape": [1], "datatype": "FP32", "data": [1.0]}]}')

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from conch.builder.shm import ENV_DEFAULT, ENV_GROWTH, SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES, server_settings
-from conch.sagemaker.invoke import archive_manifest
+from conch.sagemaker.runtime import archive_manifest
 
 
 def shm_environment(archives: Sequence[Path], environment: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conch.builder.discover import discover
-from conch.graph import graph, to_dot, to_mermaid
+from conch.diagram import graph, to_dot, to_mermaid
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PICTURED = FIXTURES / "graph_ensembles" / "pictured.py"
@@ -135,8 +135,8 @@ def test_mermaid_files_and_quiet(tmp_path: Path) -> None:
 
 
 def test_render_names_the_formats_it_draws(pictured: object) -> None:
+    from conch.diagram import render
     from conch.errors import ConchError
-    from conch.graph import render
 
     with pytest.raises(ConchError, match="cannot render 'pdf'; choose one of svg, png"):
         render(to_dot(pictured), "pdf")  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from conftest import Moto, linear_ensemble, spec
 
 from conch import DeployError
 from conch.builder.build import build_ensemble
-from conch.sagemaker.deploy import archives_release, deploy
+from conch.sagemaker.rollout import archives_release, deploy
 from conch.sagemaker.s3 import ModelLocation
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from conftest import half_ensemble, linear_ensemble
 from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.builder.archive import safe_extract
 from conch.builder.build import build_ensemble
+from conch.harness.local_replay import ENDPOINTS, replay_archives
 from conch.harness.mme import InvokeError, MultiModelClient
-from conch.harness.replay import ENDPOINTS, replay_archives
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,7 @@ def test_production_archive_with_backends_the_server_lacks_is_explained(tmp_path
 
 
 def test_unload_removes_the_archive_and_a_second_unload_fails(tmp_path: Path, triton: LocalTriton) -> None:
-    from conch.harness.replay import stage
+    from conch.harness.local_replay import stage
 
     archive = build_ensemble(linear_ensemble("unload_me"), tmp_path, "local")
     client = MultiModelClient(triton.sagemaker_url, triton.http_url)
@@ -189,14 +189,14 @@ def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton
 def test_a_sample_that_expects_nothing_fails_its_row() -> None:
     """Archives built before samples without expected outputs were refused must not replay green."""
     from conch.ensembles.samples import Tolerance
-    from conch.harness.replay import judge
+    from conch.verdicts import judge
 
     row = judge("old.tar.gz", "empty", "kserve", {"Z": np.zeros(2, np.float32)}, {}, Tolerance(), 1.0)
     assert not row.passed and "expects no outputs" in row.detail
 
 
 def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tmp_path: Path) -> None:
-    from conch.harness.replay import staged_manifest
+    from conch.harness.local_replay import staged_manifest
 
     archive = build_ensemble(linear_ensemble("garbled"), tmp_path / "dist", "local")
     folder = tmp_path / "staged"

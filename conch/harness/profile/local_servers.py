@@ -11,13 +11,13 @@ from pathlib import Path
 from conch.builder.manifest import Manifest
 from conch.builder.scratch import scratch_temp
 from conch.errors import ConchError, ServeError
+from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body, Target
 from conch.harness.profile.measure import Load, measure
-from conch.harness.profile.report import Profile
-from conch.harness.profile.server import METRICS_ARGS, StatsEndpoint
+from conch.harness.profile.profile_report import Profile
+from conch.harness.profile.server_statistics import METRICS_ARGS, StatsEndpoint
 from conch.harness.profile.trace import trace_args
-from conch.harness.replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
 from conch.harness.server import LocalTriton, free_port
 
 MODES = ("triton", "mme")

@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conch.aws import AwsTarget
 from conch.builder.check import check_archive
 from conch.builder.scratch import scratch_temp
 from conch.ensembles.target import Release
 from conch.errors import DeployError
 from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
-from conch.sagemaker.aws import AwsTarget
 from conch.sagemaker.endpoint import (
     DEFAULT_POLL_S,
     DEFAULT_WAIT_TIMEOUT_S,
@@ -22,7 +22,7 @@ from conch.sagemaker.endpoint import (
 )
 from conch.sagemaker.images import churn_note
 from conch.sagemaker.instances import gpus
-from conch.sagemaker.invoke import archive_manifest
+from conch.sagemaker.runtime import archive_manifest
 from conch.sagemaker.s3 import ModelLocation, Upload, upload_archives
 from conch.sagemaker.upload_plan import plan_uploads
 

@@ -18,7 +18,7 @@ from conch.builder.build import build_ensemble
 from conch.builder.check import check_archive
 from conch.builder.inspection import inspect_archive
 from conch.builder.manifest import read_manifest
-from conch.builder.stamp import stamp_archive, stamp_archives, stamped_name
+from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
 
 
@@ -120,7 +120,7 @@ def test_the_library_exposes_the_stamp(built: Path, tmp_path: Path) -> None:
 def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, tmp_path: Path, triton: object) -> None:
     """On one real tritonserver without namespacing (where shared step names cannot load together at all):
     the original and two stamps load side by side, and every sample passes on every endpoint."""
-    from conch.harness.replay import replay_archives
+    from conch.harness.local_replay import replay_archives
 
     copies = [s.archive for s in stamp_archives(built, ["stamp-v1", "stamp-v2"], tmp_path)]
     report = replay_archives([built, *copies], server=triton)  # type: ignore[arg-type]
@@ -131,7 +131,7 @@ def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, t
 
 def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_path: Path) -> None:
     from conch.builder.archive import safe_extract
-    from conch.builder.stamp import read_configs, stamp_folder
+    from conch.builder.stamping import read_configs, stamp_folder
 
     folder = tmp_path / "unpacked"
     safe_extract(built, folder)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from conch.harness.load.plots import pyplot
-from conch.plan.fleet import Row
+from conch.plan.capacity import Row
 
 
 def table(rows: Sequence[Row]) -> str:

@@ -1,0 +1,49 @@
+"""The ensembles and archives a command is given: the ensembles of each file that loads, each file that does not
+reported in one line (`conch: error: ...`) while the others carry on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conch.cli.console import say
+from conch.errors import ConchError
+
+if TYPE_CHECKING:
+    from conch.ensembles.ensemble import Ensemble
+
+
+def discover_each(paths: Sequence[Path], failed: list[str]) -> list[Ensemble]:
+    """The ensembles of every file that loads; each file that does not is reported and added to ``failed``."""
+    from conch.builder.discover import discover
+
+    return discover(paths, on_error=skipping(failed))
+
+
+def skipping(failed: list[str]) -> Callable[[ConchError], None]:
+    """An ``on_error`` for discovery: say the error in one line, note the file as failed, carry on."""
+    def skip(exc: ConchError) -> None:
+        say(f"conch: error: {one_line(exc)}")
+        failed.append(str(exc).split(":", 1)[0])
+
+    return skip
+
+
+def report_failure(what: str, exc: BaseException) -> None:
+    """One `conch: error:` line for a failure that should not stop the other items."""
+    if isinstance(exc, ConchError):
+        say(f"conch: error: {exc}")
+    else:
+        say(f"conch: error: {what}: {type(exc).__name__}: {exc}")
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def bench_archives(paths: list[Path]) -> list[Path]:
+    """The archives given to `conch bench` or `conch plan --measure`: .tar.gz files, or folders of them."""
+    from conch.builder.discover import sort_paths
+
+    return sort_paths(paths, archives_for="bench", must_exist=True).archives

@@ -1,0 +1,52 @@
+"""Flags and argument types that several commands share: which ensembles (--release, --only), the load a
+profile sends, the local MME's step names, sizes such as 6GiB, and the AWS account a command acts in."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from conch.ensembles.target import DEFAULT_RELEASE
+from conch.harness.endpoint.step_names import StepNames
+
+UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+         "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size(text: str) -> int:
+    """Bytes from ``6GiB``, ``500MB``, ``1.5g`` or a plain number (argparse type)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a size such as 6GiB, 500MB or 2000000000")
+    return int(float(match.group(1)) * UNITS[unit])
+
+
+def add_ensemble_flags(sp: argparse.ArgumentParser) -> None:
+    """``--release`` and ``--only``: the Triton release built for, and the ensembles chosen."""
+    sp.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    sp.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+
+
+def add_load_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--requests", type=int, default=50, help="requests measured, after a warm-up (default 50)")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (default 1)")
+    p.add_argument("--payload", type=Path, help="a KServe v2 JSON request to send instead of the samples")
+
+
+def add_step_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--step-names``, the same for serve and bench."""
+    parser.add_argument("--step-names", choices=[n.value for n in StepNames], default=StepNames.SHARED.value,
+                        help="shared (default): keep each archive's step model names, as SageMaker's image does; "
+                        "TargetModels sharing names are counted and warned about as collisions. isolate: give a "
+                        "TargetModel's step models names of their own when another uses theirs, which is what "
+                        "`conch deploy` uploads (it stamps copies)")
+
+
+def add_aws_flags(sp: argparse.ArgumentParser) -> None:
+    """Which endpoint, and where: the same for deploy, invoke and undeploy."""
+    sp.add_argument("--endpoint", required=True, help="SageMaker endpoint name")
+    sp.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")
+    sp.add_argument("--endpoint-url", help="one URL for S3, SageMaker and autoscaling (S3/SageMaker-compatible "
+                    "servers such as moto); default: AWS")

@@ -1,0 +1,25 @@
+"""`conch undeploy`: delete an endpoint and the configs, models and autoscaling conch made for it."""
+
+from __future__ import annotations
+
+import argparse
+
+from conch.cli.console import document, result, say
+from conch.cli.flags import add_aws_flags
+
+
+def cmd_undeploy(args: argparse.Namespace) -> int:
+    from conch.aws import AwsTarget
+    from conch.sagemaker.endpoint import delete_endpoint
+
+    aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    deleted = delete_endpoint(args.endpoint, aws, progress=say)
+    result("\n".join([*(f"deleted {item}" for item in deleted), "the archives stay in S3"]))
+    document({"endpoint": args.endpoint, "region": aws.region, "deleted": deleted})
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    u = sub.add_parser("undeploy", help="delete an endpoint and the configs, models and autoscaling conch made")
+    add_aws_flags(u)
+    u.set_defaults(func=cmd_undeploy)

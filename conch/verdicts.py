@@ -1,0 +1,106 @@
+"""A replay's verdicts: one row per sample and endpoint, each answer judged against the sample's expected outputs
+(the local replay and the replay on a deployed endpoint judge alike), and the report's table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conch.ensembles.samples import OutputCheck, check_of, compare
+
+BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
+
+
+@dataclass
+class ReplayRow:
+    ensemble: str
+    sample: str
+    endpoint: str
+    passed: bool
+    detail: str
+    millis: float = 0.0
+    applicable: bool = True  # False: this endpoint cannot carry the sample (detail says why); not a failure
+
+    @property
+    def result(self) -> str:
+        return "n/a" if not self.applicable else "ok" if self.passed else "FAIL"
+
+
+@dataclass
+class ReplayReport:
+    rows: list[ReplayRow] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def errors(self) -> list[ReplayRow]:
+        """Archives (or ensembles) that failed before reaching the server."""
+        return [r for r in self.rows if r.endpoint in BEFORE_LOAD and not r.passed]
+
+    def table(self) -> str:
+        header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
+        body = [
+            (r.ensemble, r.sample, r.endpoint, r.result, f"{r.millis:.1f}", r.detail)
+            for r in self.rows
+        ]
+        widths = [max(len(str(x[i])) for x in [header, *body]) for i in range(5)]
+        lines = []
+        for row in [header, *body]:
+            first = "  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths, strict=True))
+            detail = str(row[5]).splitlines() or [""]
+            lines.append(f"{first}  {detail[0]}")
+            lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
+        skipped = sum(not r.applicable for r in self.rows)
+        passed = sum(r.passed for r in self.rows) - skipped
+        lines.append(f"{passed} passed, {len(self.rows) - passed - skipped} failed"
+                     + (f", {skipped} not applicable" if skipped else ""))
+        return "\n".join(lines)
+
+
+def not_applicable(name: str, sample: str, endpoint: str, why: str) -> ReplayRow:
+    """A row this endpoint cannot run, with the reason: shown as n/a, counted as neither passed nor failed."""
+    return ReplayRow(name, sample, endpoint, True, f"not applicable: {why}", applicable=False)
+
+
+def judge(
+    name: str,
+    sample: str,
+    endpoint: str,
+    got: Mapping[str, np.ndarray],
+    expected: Mapping[str, np.ndarray],
+    checks: OutputCheck | Mapping[str, OutputCheck],
+    millis: float,
+) -> ReplayRow:
+    """Compare every expected output with what an endpoint answered, each with its own check (one check
+    for all, or one per output): one row of the report (a sample that expects nothing fails: an archive
+    built before conch refused such samples would pass any answer)."""
+    if not expected:
+        return ReplayRow(name, sample, endpoint, False, "the sample expects no outputs, so nothing was compared; "
+                         "declare its expected outputs and rebuild the archive", millis)
+    verdicts = []
+    for out, want in expected.items():
+        if out not in got:
+            verdicts.append((False, f"{out}: missing from the response"))
+            continue
+        check = check_of(checks, out, want)
+        c = compare(out, got[out], want, check)
+        shown = "" if c.detail.startswith(check.describe()) else f" ({check.describe()})"
+        verdicts.append((c.passed, f"{out}: {c.detail}{shown}"))
+    passed = all(v[0] for v in verdicts)
+    return ReplayRow(name, sample, endpoint, passed, "; ".join(v[1] for v in verdicts), millis)
+
+
+def replay_document(report: ReplayReport) -> dict[str, Any]:
+    """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
+    skipped = sum(not r.applicable for r in report.rows)
+    passed = sum(r.passed for r in report.rows) - skipped
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed - skipped,
+            "not_applicable_rows": skipped,
+            "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
+                      "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
+                     for r in report.rows]}
