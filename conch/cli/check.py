@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from conch.cli.console import document, error, progress_bar, result, say
 
 if TYPE_CHECKING:
-    from conch.builder.fleet_check import ArchiveModels
+    from conch.archive.fleet_check import ArchiveModels
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from conch.builder.check import CheckReport, check_archive
-    from conch.builder.fleet_check import archive_models, check_fleet
+    from conch.archive.check_report import CheckReport
+    from conch.archive.fleet_check import archive_models, check_fleet
+    from conch.archive.verify import check_archive
 
     archives: list[Path] = []
     prefixes: list[str] = []

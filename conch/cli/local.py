@@ -171,7 +171,7 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from conch.builder.inspection import inspect_archive
+    from conch.archive.inspection import inspect_archive
 
     found = inspect_archive(args.archive)
     if args.json:

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.archive import safe_extract
-from conch.builder.check import check_folder
-from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.verify import check_folder
 from conch.ensembles.samples import OutputCheck, check_of, compare
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient

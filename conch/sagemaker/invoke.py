@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
 from conch.harness.replay import ReplayReport, ReplayRow, judge, not_applicable
 from conch.sagemaker.aws import AwsTarget, aws_errors, error_code
@@ -74,7 +74,7 @@ def invoke(
 
 
 def archive_manifest(archive: Path) -> Manifest:
-    """The manifest of a built archive (conch.builder.manifest.read_manifest), as a DeployError if it has none."""
+    """The manifest of a built archive (conch.archive.manifest.read_manifest), as a DeployError if it has none."""
     if not archive.is_file():
         raise DeployError(f"{archive}: no such archive")
     try:

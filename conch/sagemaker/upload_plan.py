@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from conch.builder.fleet_check import ArchiveModels, archive_models, check_fleet
+from conch.archive.fleet_check import ArchiveModels, archive_models, check_fleet
 from conch.builder.stamp import ARCHIVE_SUFFIX, Unpacked, target_model_of
 from conch.errors import DeployError
 from conch.sagemaker.aws import AwsTarget

@@ -14,10 +14,10 @@ from conftest import linear_ensemble
 from seed_archives import bert_repo, pack_repo
 
 import conch
+from conch.archive.inspection import inspect_archive
+from conch.archive.manifest import read_manifest
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_archive
-from conch.builder.inspection import inspect_archive
-from conch.builder.manifest import read_manifest
 from conch.builder.stamp import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
 

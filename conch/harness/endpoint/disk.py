@@ -12,8 +12,8 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from conch.builder.archive import safe_extract
-from conch.builder.check import check_folder
+from conch.archive.extract import safe_extract
+from conch.archive.verify import check_folder
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource

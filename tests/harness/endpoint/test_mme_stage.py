@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import linear_ensemble
 
+from conch.archive.extract import safe_extract
+from conch.archive.verify import check_folder
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_folder
-from conch.builder.extract import safe_extract
 from conch.harness.endpoint.protocol import ValidationError
 from conch.harness.endpoint.stage import StepClaims, isolated_name, read_configs, rename_steps, step_models
 

@@ -13,10 +13,10 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check import CheckReport, check_folder
-from conch.builder.envs import ENV_DIR
-from conch.builder.extract import safe_extract
-from conch.builder.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.archive.check_report import CheckReport
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.archive.verify import ENV_DIR, check_folder
 from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
 
@@ -314,7 +314,7 @@ def summarize_config(folder: str, text: bytes) -> ModelSummary:
 
 def _carried_fields(folder: str, config: Any) -> dict[str, str]:
     """The fields conch's typed spec does not model, each as one line of proto text (the reader's view)."""
-    from conch.builder.config_reader import config_field, read_config
+    from conch.archive.config_reader import config_field, read_config
     from conch.errors import ConchError
 
     try:

@@ -6,7 +6,7 @@ repository holding a folder of that name, so copies and versions reload each oth
 under such churn; without namespacing the second archive does not load at all), a TargetModel given twice,
 archives built for different Triton releases (one endpoint runs one image), and an archive the front end
 cannot serve at all (no ensemble, or several). Each archive's configs are read from its stream through the
-safe extraction's rules (conch.builder.extract.scan_archive), without unpacking it.
+safe extraction's rules (conch.archive.extract.scan_archive), without unpacking it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any, BinaryIO
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check import ENSEMBLE_REGEX, Level
-from conch.builder.extract import scan_archive
-from conch.builder.manifest import MANIFEST_NAME, parse_manifest
+from conch.archive.check_report import Level
+from conch.archive.extract import scan_archive
+from conch.archive.manifest import MANIFEST_NAME, parse_manifest
+from conch.archive.verify import ENSEMBLE_REGEX
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"
