@@ -33,6 +33,9 @@ class CheckReport:
     findings: list[Finding] = field(default_factory=list)
     ensemble: str | None = None
     models: int = 0
+    # Each model folder's config as the check parsed it, for whoever goes on with the unpacked archive (stamp,
+    # the local MME's staging, replay), so no config.pbtxt is parsed twice.
+    configs: dict[str, model_config_pb2.ModelConfig] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

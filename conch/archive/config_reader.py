@@ -43,13 +43,23 @@ class ReadConfig:
     unexpressed: tuple[str, ...] = ()
 
 
-def parse_config(text: str, where: str) -> Any:
-    """config.pbtxt text as a ModelConfig; ``where`` names the file in the error."""
+class ConfigParseError(BuildError):
+    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
+    callers that report it in their own terms (`conch check`, `conch inspect`)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def parse_config(text: str | bytes, where: str) -> Any:
+    """config.pbtxt text (or its UTF-8 bytes) as a ModelConfig: the one place conch parses a config's text;
+    ``where`` names the file in the error (ConfigParseError)."""
     config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise BuildError(f"{where}: does not parse as Triton's ModelConfig: {exc}") from exc
+        text_format.Parse(text.decode("utf-8") if isinstance(text, bytes) else text, config)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        raise ConfigParseError(f"{where}: does not parse as Triton's ModelConfig: {exc}", str(exc)) from exc
     return config
 
 

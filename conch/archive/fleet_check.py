@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from conch.archive.check_report import Level
+from conch.archive.config_reader import ConfigParseError, parse_config
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX
@@ -79,11 +77,10 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
     for path, data in sorted(found.items()):
         if path == MANIFEST_NAME:
             continue
-        config = model_config_pb2.ModelConfig()
         try:
             text = data.decode("utf-8")
-            text_format.Parse(text, config)
-        except (UnicodeDecodeError, text_format.ParseError):
+            config = parse_config(text, path)
+        except (UnicodeDecodeError, ConfigParseError):
             continue  # `conch check` of the archive says why; the fleet check needs the configs that parse
         if config.platform == "ensemble" and not ENSEMBLE_REGEX.search(text):
             config.platform = ""  # the front end would not find it: not an ensemble to SageMaker

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport, Model
+from conch.archive.config_reader import ConfigParseError, parse_config
 from conch.archive.extract import safe_extract
 from conch.archive.wiring import check_wiring
 from conch.builder.scratch import scratch_temp
@@ -66,6 +66,7 @@ def check_folder(root: Path, archive: str) -> CheckReport:
                        "warns 'Several model directories found' (smaller ensembles manage memory better)")
     models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
     report.models = len(models)
+    report.configs = {name: m.config for name, m in models.items()}
     ensemble = _find_ensemble(models, report)
     for model in models.values():
         _check_model(model, root, report)
@@ -101,11 +102,10 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
     except UnicodeDecodeError as exc:
         report.error(file, f"is not UTF-8 text ({exc}); write the config as UTF-8")
         return None
-    config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        report.error(file, f"does not parse as Triton's ModelConfig: {exc}")
+        config = parse_config(text, file)
+    except ConfigParseError as exc:
+        report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
     if config.name != name:
         report.error(file, f"names model {config.name!r}, but its folder is {name!r}; Triton refuses a config whose "
