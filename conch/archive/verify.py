@@ -8,6 +8,8 @@ alone: no manifest and no declaration are needed, so hand-made archives are chec
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
@@ -39,6 +41,14 @@ ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 def check_archive(archive: Path) -> CheckReport:
     """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
+    with checked(archive) as (report, _):
+        return report
+
+
+@contextmanager
+def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
+    """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
+    until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
     with scratch_temp("conch-check-") as tmp:
         folder = Path(tmp) / "archive"
@@ -47,8 +57,9 @@ def check_archive(archive: Path) -> CheckReport:
         except ArchiveError as exc:
             report = CheckReport(archive.name)
             report.error("", str(exc))
-            return report
-        return check_folder(folder, archive.name)
+            yield report, None
+            return
+        yield check_folder(folder, archive.name), folder
 
 
 def check_folder(root: Path, archive: str) -> CheckReport:
