@@ -39,6 +39,7 @@ MODEL_FILES = {
 }
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
+
 def check_archive(archive: Path) -> CheckReport:
     """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
     with checked(archive) as (report, _):
