@@ -16,7 +16,7 @@ from pathlib import Path
 
 from _common import ROOT, table, write_json
 
-from conch.builder.manifest import Manifest
+from conch.archive.manifest import Manifest
 from conch.harness.profile import Load, Profile
 from conch.harness.profile.local_servers import profile_archives, sample_bodies
 from conch.harness.profile.pictures import profile_graph, waterfall_png

@@ -24,9 +24,9 @@ from _common import ROOT, alternate, median, table, write_json
 def extractor() -> tuple[str, Callable[[Path, Path], object]]:
     """conch's one safe extraction, wherever this checkout keeps it."""
     try:
-        from conch.builder.extract import safe_extract  # type: ignore[import-not-found,unused-ignore]
+        from conch.archive.extract import safe_extract  # type: ignore[import-not-found,unused-ignore]
 
-        return "conch.builder.extract.safe_extract", safe_extract
+        return "conch.archive.extract.safe_extract", safe_extract
     except ImportError:
         from conch.builder.archive import safe_extract
 

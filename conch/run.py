@@ -272,10 +272,11 @@ def _place(folder: Path, rel: str, source: bytes | Path) -> None:
 
 
 def _config_json(config_text: str) -> dict[str, Any]:
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
+    from google.protobuf import json_format
 
-    message = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    from conch.archive.config_reader import parse_config
+
+    message = parse_config(config_text, "config.pbtxt")
     data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
     return data
 

@@ -73,10 +73,10 @@ WHY_NOT: dict[tuple[str, str], str] = {
         "botocore's NoRegionError cannot happen: every client is made with AwsTarget's region",
     ("conch/builder/build.py", "step {step.name} laid out model"):
         "an internal invariant against a backend bug; no backend lays out another model's name",
-    ("conch/builder/extract.py", "archive {self.archive}: entry {member.name} ends after {len(found[name])} of"):
+    ("conch/archive/extract.py", "archive {self.archive}: entry {member.name} ends after {len(found[name])} of"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
         "('unexpected end of data') first, which the readable-archive refusal beside it reports (tested)",
-    ("conch/builder/extract.py", "archive {self.archive}: entry {member.name} ends after {written} of its"):
+    ("conch/archive/extract.py", "archive {self.archive}: entry {member.name} ends after {written} of its"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
         "('unexpected end of data') first, which the readable-archive refusal beside it reports (tested)",
     ("conch/builder/build.py", "model {model}: file {rel} leaves the archive"):

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from conch.archive.extract import safe_extract as safe_extract  # where callers have always found it
 from conch.builder.deflate import COMPRESS, SegmentedGzip, level_for
-from conch.builder.extract import safe_extract as safe_extract  # where callers have always found it
 from conch.builder.scratch import alive
 from conch.ensembles.layout import FileSource
 from conch.errors import BuildError

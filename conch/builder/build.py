@@ -7,6 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
+from conch.archive.manifest import (
+    MANIFEST_NAME,
+    EnvironmentRecord,
+    Manifest,
+    SampleRecord,
+    Schema,
+    ShmRecord,
+    StepRecord,
+    WarmupRecord,
+    dumps,
+    sha256,
+)
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.buildcache import (
     BuildRecord,
@@ -20,18 +32,6 @@ from conch.builder.buildcache import (
 )
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
-from conch.builder.manifest import (
-    MANIFEST_NAME,
-    EnvironmentRecord,
-    Manifest,
-    SampleRecord,
-    Schema,
-    ShmRecord,
-    StepRecord,
-    WarmupRecord,
-    dumps,
-    sha256,
-)
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.render import render_config

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conch import __version__
-from conch.builder.manifest import sha256
+from conch.archive.manifest import sha256
 from conch.cache import cache_dir
 from conch.ensembles.layout import FileSource
 

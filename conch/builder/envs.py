@@ -6,13 +6,12 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from conch.archive.verify import ENV_DIR
 from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, ModelSpec
 from conch.ensembles.target import Release, Target
 from conch.errors import BuildError
-
-ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
 
 
 def local_python() -> str:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conch.archive.manifest import sha256
 from conch.builder.archive import safe_extract, write_tar
-from conch.builder.manifest import sha256
 from conch.builder.scratch import scratch_dir, scratch_temp
 from conch.cache import cache_dir
 from conch.ensembles.environment import PythonEnv

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.manifest import Manifest, read_manifest
+from conch.archive.manifest import Manifest, read_manifest
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.layout import Platform
 from conch.ensembles.step import Step

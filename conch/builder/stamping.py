@@ -24,10 +24,11 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from conch.archive.config_reader import parse_config
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import MANIFEST_NAME, Manifest, StampRecord, dumps, parse_manifest, sha256
+from conch.archive.verify import ENV_PREFIX, SHELL_SAFE, check_folder
 from conch.builder.archive import atomic_output, write_tar
-from conch.builder.check import ENV_PREFIX, SHELL_SAFE, check_folder
-from conch.builder.extract import safe_extract
-from conch.builder.manifest import MANIFEST_NAME, Manifest, StampRecord, dumps, parse_manifest, sha256
 from conch.builder.scratch import scratch_temp
 from conch.ensembles.layout import FileSource
 from conch.errors import ArchiveError
@@ -56,9 +57,8 @@ def read_configs(folder: Path) -> dict[str, model_config_pb2.ModelConfig]:
     """Every model folder's parsed config under an unpacked archive (already through ``check_folder``)."""
     configs = {}
     for path in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()):
-        config = model_config_pb2.ModelConfig()
-        text_format.Parse((path / "config.pbtxt").read_text(encoding="utf-8"), config)
-        configs[path.name] = config
+        configs[path.name] = parse_config((path / "config.pbtxt").read_text(encoding="utf-8"),
+                                            f"{path.name}/config.pbtxt")
     return configs
 
 
@@ -157,7 +157,7 @@ class Unpacked:
             if not report.ok:
                 raise ArchiveError(f"{report.summary()}; fix it before stamping")
             self.manifest = _manifest(self.folder, self.archive)
-            self.configs = read_configs(self.folder)
+            self.configs = report.configs  # as the check parsed them: each config is parsed once
         except BaseException:
             self.close()
             raise

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 from conch.cli.console import document, error, progress_bar, result, say
 
 if TYPE_CHECKING:
-    from conch.builder.fleet_check import ArchiveModels
+    from conch.archive.fleet_check import ArchiveModels
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from conch.builder.check import CheckReport, check_archive
-    from conch.builder.fleet_check import archive_models, check_fleet
+    from conch.archive.check_report import CheckReport
+    from conch.archive.fleet_check import check_archive_models, check_fleet
 
     archives: list[Path] = []
     prefixes: list[str] = []
@@ -36,10 +36,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     reports: list[CheckReport] = []
     with progress_bar("checking", len(archives)) as bar:
         for archive in archives:
-            reports.append(check_archive(archive))
-            result("\n".join(reports[-1].lines()))
-            if reports[-1].ok:  # one failing alone is refused already; the fleet is of those that could deploy
-                fleet.append(archive_models(archive))
+            report, models = check_archive_models(archive)
+            reports.append(report)
+            result("\n".join(report.lines()))
+            if models is not None:  # one failing alone is refused already; the fleet is of those that could deploy
+                fleet.append(models)
             bar.advance()
     together = check_fleet(fleet) if len(fleet) > 1 or prefixes else None
     if together is not None:  # its errors are shown below, where --quiet still shows them

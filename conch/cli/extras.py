@@ -92,7 +92,7 @@ def check_command(args: argparse.Namespace) -> None:
 
 
 def _check_archives(archives: Iterable[Path], command: str) -> None:
-    from conch.builder.manifest import read_manifest
+    from conch.archive.manifest import read_manifest
 
     for archive in archives:
         try:

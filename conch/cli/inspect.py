@@ -10,7 +10,7 @@ from conch.cli.console import say
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from conch.builder.inspection import inspect_archive
+    from conch.archive.inspection import inspect_archive
 
     found = inspect_archive(args.archive)
     if args.json:

@@ -13,7 +13,7 @@ from conch.cli.profiling import load_of
 from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
-    from conch.builder.manifest import Manifest
+    from conch.archive.manifest import Manifest
     from conch.harness.profile import Profile
 
 FORMATS = ("dot", "mermaid", "svg", "png")
@@ -44,7 +44,7 @@ def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Pa
 def _remote(args: argparse.Namespace) -> list[Profile]:
     """A server conch does not own: a KServe v2 server (``--url``), or a SageMaker runtime front such as `conch
     serve` (``--url`` + ``--stats-url``, its Triton's HTTP port from the ready line)."""
-    from conch.builder.manifest import read_manifest
+    from conch.archive.manifest import read_manifest
     from conch.errors import ServeError
     from conch.harness.profile import StatsEndpoint, Target, measure
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from conch.cli.console import result, say
 
 if TYPE_CHECKING:
-    from conch.builder.manifest import Manifest
+    from conch.archive.manifest import Manifest
     from conch.harness.profile import Load, Profile
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2
 
-from conch.builder.archive import safe_extract
-from conch.builder.check import check_folder
-from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.verify import check_folder
 from conch.ensembles.samples import OutputCheck
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
@@ -36,6 +37,11 @@ def stage(archive: Path, triton: LocalTriton) -> Path:
 
 def staged_manifest(archive: Path, folder: Path) -> Manifest:
     """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
+    return _checked(archive, folder)[0]
+
+
+def _checked(archive: Path, folder: Path) -> tuple[Manifest, dict[str, model_config_pb2.ModelConfig]]:
+    """:func:`staged_manifest`, and each model folder's config as the check parsed it."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
@@ -43,7 +49,7 @@ def staged_manifest(archive: Path, folder: Path) -> Manifest:
         raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; build it with "
                          "`conch build`")
     try:
-        return read_manifest(folder)
+        return read_manifest(folder), report.configs
     except ArchiveError as exc:
         raise ServeError(str(exc).replace(str(folder), archive.name)) from None
 
@@ -102,7 +108,7 @@ def _replay_one(
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        manifest = staged_manifest(archive, folder)
+        manifest, configs = _checked(archive, folder)
     except ConchError as exc:
         report.rows.append(ReplayRow(name, "-", "check", False, str(exc)))
         return
@@ -125,7 +131,7 @@ def _replay_one(
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
     if not manifest.samples:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    sequenced = _sequence_batched(folder)
+    sequenced = _sequence_batched(configs)
     refusal = json_refusal(manifest.schema.tensors())
     for sample in manifest.samples:
         inputs, expected = sample.input_arrays(), sample.expected_arrays()
@@ -141,22 +147,11 @@ def _replay_one(
                 progress(_short(row))
 
 
-def _sequence_batched(folder: Path) -> list[str]:
-    """The models of a staged archive whose config has a sequence batcher."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    found = []
-    for config in sorted(folder.glob("*/config.pbtxt")):
-        text = config.read_text(encoding="utf-8", errors="replace")
-        if "sequence_batching" not in text:
-            continue
-        try:
-            if text_format.Parse(text, model_config_pb2.ModelConfig()).HasField("sequence_batching"):
-                found.append(config.parent.name)
-        except text_format.ParseError:  # check_folder has passed it already
-            continue
-    return found
+def _sequence_batched(configs: Mapping[str, model_config_pb2.ModelConfig]) -> list[str]:
+    """The models of a staged archive (``configs``: as its check parsed them) whose config has a sequence
+    batcher, in the order of their config files' paths."""
+    return [name for name, config in sorted(configs.items(), key=lambda item: f"{item[0]}/")
+            if config.HasField("sequence_batching")]
 
 
 def _short(row: ReplayRow) -> str:

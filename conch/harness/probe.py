@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.manifest import read_manifest
+from conch.archive.manifest import read_manifest
 from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_requests

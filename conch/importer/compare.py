@@ -7,8 +7,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from conch.builder.config_reader import config_field, parse_config
-from conch.builder.manifest import MANIFEST_NAME
+from conch.archive.config_reader import config_field, parse_config
+from conch.archive.manifest import MANIFEST_NAME
 from conch.ensembles.layout import FileSource
 from conch.importer.repository import ModelFolder, Repository
 

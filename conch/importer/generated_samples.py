@@ -25,7 +25,7 @@ SAMPLE_NAME = "captured by conch import"
 
 def captured_samples(path: Path) -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]]:
     """``(name, inputs, expected, checks)`` of each sample in a file ``conch import`` wrote."""
-    from conch.builder.manifest import SampleRecord
+    from conch.archive.manifest import SampleRecord
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     records = [SampleRecord.from_json(s) for s in data["samples"]]
@@ -43,7 +43,7 @@ def write_samples(path: Path, records: list[Any], note: str) -> None:
 def record(name: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
            dtypes: Mapping[str, DType]) -> Any:
     """A captured sample as a manifest record, compared with conch's default tolerance (exact for BYTES)."""
-    from conch.builder.manifest import SampleRecord
+    from conch.archive.manifest import SampleRecord
     from conch.ensembles.samples import Exact, Tolerance
 
     return SampleRecord(name, {k: encode_array(v, dtypes[k]) for k, v in inputs.items()},

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conch.archive.verify import check_archive
 from conch.aws import AwsTarget
-from conch.builder.check import check_archive
 from conch.builder.scratch import scratch_temp
 from conch.ensembles.target import Release
 from conch.errors import DeployError

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.aws import AwsTarget, aws_errors, error_code
-from conch.builder.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import BODIES, MAX_BODY_BYTES, check_json_request, encode_request, json_refusal, parse_response
@@ -73,7 +73,7 @@ def invoke(
 
 
 def archive_manifest(archive: Path) -> Manifest:
-    """The manifest of a built archive (conch.builder.manifest.read_manifest), as a DeployError if it has none."""
+    """The manifest of a built archive (conch.archive.manifest.read_manifest), as a DeployError if it has none."""
     if not archive.is_file():
         raise DeployError(f"{archive}: no such archive")
     try:

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from conch.archive.fleet_check import ArchiveModels, archive_models, read_archive_models
+from conch.archive.manifest import sha256
 from conch.aws import AwsTarget, aws_errors, error_code, http_status
-from conch.builder.fleet_check import ArchiveModels, archive_models, read_archive_models
-from conch.builder.manifest import sha256
 from conch.errors import DeployError
 
 SHA256_METADATA = "conch-sha256"  # stored as x-amz-meta-conch-sha256
-# What the fleet check needs of the archive (conch.builder.fleet_check.ArchiveModels.summary), so `conch check s3://…`
+# What the fleet check needs of the archive (conch.archive.fleet_check.ArchiveModels.summary), so `conch check s3://…`
 # and `conch deploy` read a prefix with one HEAD per archive; left out past this size (S3 allows 2 KB of user
 # metadata in all), and then the archive is streamed instead.
 FLEET_METADATA = "conch-fleet"

@@ -14,8 +14,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from conch.archive.fleet_check import ArchiveModels, archive_models, check_fleet
 from conch.aws import AwsTarget
-from conch.builder.fleet_check import ArchiveModels, archive_models, check_fleet
 from conch.builder.stamping import ARCHIVE_SUFFIX, Unpacked, target_model_of
 from conch.errors import DeployError
 from conch.sagemaker.s3 import ModelLocation, remote_archives

@@ -10,8 +10,8 @@ import dali_pipelines
 import pytest
 
 from conch import BuildError, DaliStep, Ensemble, Tensor
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_archive
 
 
 def read_file(archive: Path, name: str) -> str:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
+from conch.archive.extract import safe_extract
 from conch.builder.build import render_repository
-from conch.builder.extract import safe_extract
 from conch.builder.pack import pack
 from conch.errors import ArchiveError
 

@@ -32,9 +32,9 @@ from conch import (
     TensorRTStep,
     TorchScriptStep,
 )
+from conch.archive.extract import safe_extract
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_archive
-from conch.builder.extract import safe_extract
 from conch.ensembles.step import Step
 from conch.harness.mme import MultiModelClient
 from conch.harness.server import LocalTriton

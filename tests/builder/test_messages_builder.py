@@ -11,11 +11,11 @@ import pytest
 from hostile_archives import Entry, write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
+from conch.archive.extract import safe_extract, scan_archive
+from conch.archive.verify import check_archive
 from conch.builder.archive import _Gathered
-from conch.builder.check import check_archive
 from conch.builder.deflate import SegmentedGzip
 from conch.builder.discover import load_module_ensembles, python_files
-from conch.builder.extract import safe_extract, scan_archive
 from conch.builder.pack import resolve
 from conch.builder.stamping import stamp_archive, stamped_name
 from conch.errors import ArchiveError, BuildError, DeclarationError, PackError

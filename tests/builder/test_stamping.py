@@ -10,14 +10,15 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from config_parses import counted, once_each
 from conftest import linear_ensemble
 from seed_archives import bert_repo, pack_repo
 
 import conch
+from conch.archive.inspection import inspect_archive
+from conch.archive.manifest import read_manifest
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_archive
-from conch.builder.inspection import inspect_archive
-from conch.builder.manifest import read_manifest
 from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
 
@@ -141,3 +142,12 @@ def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_p
                        "holds a folder of that name"):
         stamp_folder(folder, {"stampme__double": taken}, read_configs(folder))
     assert (folder / "stampme__double").is_dir()  # nothing renamed
+
+
+def test_stamping_under_two_names_parses_each_config_once(built: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stamp rewrites the configs `conch check` parsed when the archive was unpacked: none is read twice."""
+    with counted(monkeypatch, built) as parses:
+        stamped = stamp_archives(built, ["p-a", "p-b"], tmp_path)
+    assert [s.target_model for s in stamped] == ["p-a.tar.gz", "p-b.tar.gz"]
+    assert parses == once_each(built)

@@ -209,10 +209,10 @@ def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tm
 def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: Path, triton: LocalTriton) -> None:
     """Triton's JSON cannot carry FP16: the SageMaker-JSON row says so instead of failing, the binary rows
     pass, `conch check` warns, and the server itself refuses the JSON body (what the row stands for)."""
-    from conch.builder.check import check_archive
+    from conch.archive.verify import check_archive
 
     archive = build_ensemble(half_ensemble("halves"), tmp_path, "local")
-    from conch.builder.manifest import read_manifest
+    from conch.archive.manifest import read_manifest
 
     assert [n for n in read_manifest(archive).notes if "needs binary bodies" in n] == [
         "ensemble 'halves' needs binary bodies: input 'X' is FP16, output 'Y' is FP16: Triton's JSON bodies cannot "

@@ -11,8 +11,8 @@ import profile_steps as ps
 import pytest
 
 from conch import Ensemble, InstanceGroup, PythonStep, ServeError, Tensor
+from conch.archive.manifest import Manifest
 from conch.builder.build import build_ensemble
-from conch.builder.manifest import Manifest
 from conch.cli import main
 from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient

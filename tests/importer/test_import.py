@@ -12,8 +12,8 @@ from hostile_archives import write_archive
 from same_archive import assert_same, contents
 from seed_archives import bert_repo, pack_repo
 
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_archive
 from conch.builder.discover import load_module_ensembles
 from conch.cli import main
 from conch.errors import ArchiveError, BuildError

@@ -12,11 +12,15 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from conch.builder.archive import safe_extract
-from conch.builder.check import check_folder
+from tritonclient.grpc import model_config_pb2
+
+from conch.archive.extract import safe_extract
+from conch.archive.verify import check_folder
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource
+
+Configs = dict[str, model_config_pb2.ModelConfig]  # {model folder: its parsed config.pbtxt}
 
 
 def folder_bytes(folder: Path) -> int:
@@ -38,21 +42,22 @@ class DiskCache:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def fetch(self, target_model: str, source: ModelSource) -> tuple[Path, int]:
-        """Download and unpack ``target_model``; (its folder, its size on disk). Refusals are ValidationErrors
-        naming the TargetModel and the cause; nothing is left behind on failure."""
+    def fetch(self, target_model: str, source: ModelSource) -> tuple[Path, int, Configs]:
+        """Download and unpack ``target_model``; (its folder, its size on disk, its configs as the check parsed
+        them). Refusals are ValidationErrors naming the TargetModel and the cause; nothing is left behind on
+        failure."""
         tag = hashlib.sha256(target_model.encode()).hexdigest()[:16]
         folder = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=self.root))
         archive = folder.with_suffix(".tar.gz")
         try:
             source.fetch(target_model, archive)
-            unpack(target_model, archive, folder / "model")
+            configs = unpack(target_model, archive, folder / "model")
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         finally:
             archive.unlink(missing_ok=True)
-        return folder / "model", folder_bytes(folder)
+        return folder / "model", folder_bytes(folder), configs
 
     def remove(self, model_folder: Path) -> None:
         shutil.rmtree(model_folder.parent, ignore_errors=True)
@@ -61,8 +66,9 @@ class DiskCache:
         return folder_bytes(self.root)
 
 
-def unpack(target_model: str, archive: Path, dest: Path) -> None:
-    """Unpack through conch's one safe extraction; turn every refusal into a ValidationError for the caller."""
+def unpack(target_model: str, archive: Path, dest: Path) -> Configs:
+    """Unpack through conch's one safe extraction; turn every refusal into a ValidationError for the caller.
+    Each model folder's config as `conch check` parsed it (the staging reads them, so none is parsed twice)."""
     dest.mkdir()
     try:
         safe_extract(archive, dest)
@@ -81,3 +87,4 @@ def unpack(target_model: str, archive: Path, dest: Path) -> None:
     report = check_folder(dest, target_model)  # e.g. folder names that would reach the stub's shell
     if not report.ok:
         raise ValidationError(f"TargetModel {report.summary()}")
+    return report.configs

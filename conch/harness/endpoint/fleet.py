@@ -25,12 +25,12 @@ from pathlib import Path
 import httpx
 
 from conch.errors import ConchError
-from conch.harness.endpoint.disk import DiskCache
+from conch.harness.endpoint.disk import Configs, DiskCache
 from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import EndpointError, ModelError
 from conch.harness.endpoint.sources import ModelSource
-from conch.harness.endpoint.stage import StepClaims, read_configs, rename_steps, step_models
+from conch.harness.endpoint.stage import StepClaims, rename_steps, step_models
 from conch.harness.endpoint.step_names import StepNames
 
 log = logging.getLogger("conch.endpoint")
@@ -184,9 +184,9 @@ class Fleet:
 
     async def _fetch(self, m: Model) -> None:
         start = time.monotonic()
-        folder, size = await asyncio.to_thread(self.disk.fetch, m.name, self.source)
+        folder, size, configs = await asyncio.to_thread(self.disk.fetch, m.name, self.source)
         try:
-            await self._stage(m, folder)
+            await self._stage(m, folder, configs)
         except BaseException:
             async with self.changed:
                 self.claims.release(m.name)
@@ -198,10 +198,10 @@ class Fleet:
             m.folder, m.disk_bytes, m.state = folder, size, State.LOADING
         self._update_disk()
 
-    async def _stage(self, m: Model, folder: Path) -> None:
+    async def _stage(self, m: Model, folder: Path, configs: Configs) -> None:
         """Give the steps of ``m`` names of their own if another TargetModel uses theirs (isolate mode); in
-        shared mode, report a TargetModel whose step names another TargetModel uses (a collision)."""
-        configs = await asyncio.to_thread(read_configs, folder)
+        shared mode, report a TargetModel whose step names another TargetModel uses (a collision). ``configs``:
+        the fetch's, as its check parsed them."""
         if self.step_names is StepNames.SHARED:
             async with self.changed:
                 shared = self.claims.share(m.name, step_models(configs))

@@ -22,7 +22,7 @@ from conch.harness.load.spec import LoadSpec, not_applicable
 def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0) -> Iterator[str]:
     """A tritonserver with every (archive, TargetModel) loaded as the MME platform loads it; yields its KServe
     URL, where each model is addressed by its TargetModel."""
-    from conch.builder.archive import safe_extract
+    from conch.archive.extract import safe_extract
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.builder.manifest import Schema, read_manifest
+from conch.archive.manifest import Schema, read_manifest
 from conch.ensembles.samples import check_to_json
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from conch.builder.manifest import Manifest
+from conch.archive.manifest import Manifest
 from conch.builder.scratch import scratch_temp
 from conch.errors import ConchError, ServeError
 from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
@@ -115,8 +115,8 @@ def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
-    from conch.builder.archive import safe_extract
-    from conch.builder.manifest import read_manifest
+    from conch.archive.extract import safe_extract
+    from conch.archive.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
 
     with _one_folder(archives) as folder:
@@ -158,7 +158,7 @@ def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, St
 def profile_loaded(archive: Path, triton: LocalTriton, stats: StatsEndpoint, load_for: LoadFor,
                    trace_file: Path | None = None) -> Profile:
     """Profile an archive that is loaded on ``triton`` already (under its TargetModel)."""
-    from conch.builder.manifest import read_manifest
+    from conch.archive.manifest import read_manifest
 
     name = target_name(archive)
     manifest = read_manifest(triton.workdir / "models" / name.removesuffix(".tar.gz"))

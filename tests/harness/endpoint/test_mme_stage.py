@@ -3,24 +3,36 @@ renamed archive is still one Triton (and `conch check`) accepts as it is."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import linear_ensemble
+from config_parses import counted, once_each
+from conftest import REFUSED_URL, linear_ensemble
 
+from conch.archive.extract import safe_extract
+from conch.archive.verify import check_folder
 from conch.builder.build import build_ensemble
-from conch.builder.check import check_folder
-from conch.builder.extract import safe_extract
+from conch.harness.endpoint.disk import DiskCache
+from conch.harness.endpoint.fleet import Budgets, Fleet, Model
+from conch.harness.endpoint.hop import TritonHop
+from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import ValidationError
+from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.stage import StepClaims, isolated_name, read_configs, rename_steps, step_models
+from conch.harness.endpoint.step_names import StepNames
 
 
 @pytest.fixture(scope="module")
-def unpacked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    built = tmp_path_factory.mktemp("built")
-    folder = built / "model"
-    safe_extract(build_ensemble(linear_ensemble("stage"), built, "local"), folder)
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_ensemble(linear_ensemble("stage"), tmp_path_factory.mktemp("built"), "local")
+
+
+@pytest.fixture(scope="module")
+def unpacked(built: Path) -> Path:
+    folder = built.parent / "model"
+    safe_extract(built, folder)
     return folder
 
 
@@ -64,3 +76,36 @@ def test_a_rename_onto_a_folder_of_the_archive_is_refused(unpacked: Path, tmp_pa
     with pytest.raises(ValidationError, match="--step-names shared"):
         rename_steps(folder, "copy.tar.gz", {"stage__double": "stage__add_one"}, read_configs(folder))
     assert check_folder(folder, "copy.tar.gz").ok  # nothing was changed
+
+
+def test_a_fetch_parses_each_config_once_and_stages_with_the_checks_configs(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Download, unpack, `conch check` and staging of two copies (isolate: the second's steps renamed) read each
+    config.pbtxt once: the staging renames from the configs the check parsed."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("a.tar.gz", "b.tar.gz"):
+        shutil.copyfile(built, source / name)
+
+    async def fetch_both() -> list[Model]:
+        hop = TritonHop(REFUSED_URL)  # the fetch and the staging never call Triton; loading is not counted here
+        fleet = Fleet(open_source(source), DiskCache(tmp_path / "cache"), hop, Metrics(), Budgets(), lambda: 0,
+                      step_names=StepNames.ISOLATE)
+        try:
+            models = [Model("a.tar.gz"), Model("b.tar.gz")]
+            for model in models:
+                await fleet._fetch(model)
+            return models
+        finally:
+            await hop.close()
+
+    with counted(monkeypatch, built) as parses:
+        first, second = asyncio.run(fetch_both())
+    assert parses == once_each(built, built)  # each config of each copy, once
+    assert first.folder is not None and second.folder is not None
+    assert sorted(p.name for p in first.folder.iterdir() if p.is_dir()) == ["stage", "stage__add_one", "stage__double"]
+    renamed = sorted(p.name for p in second.folder.iterdir() if p.is_dir())
+    assert renamed == sorted(["stage", isolated_name("stage__add_one", "b.tar.gz"),
+                              isolated_name("stage__double", "b.tar.gz")])
+    assert check_folder(second.folder, "b.tar.gz").ok

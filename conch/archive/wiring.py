@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from tritonclient.grpc import model_config_pb2
 
-if TYPE_CHECKING:
-    from conch.builder.check import CheckReport, Model
+from conch.archive.check_report import CheckReport, Model
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 

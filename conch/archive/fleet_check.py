@@ -6,7 +6,7 @@ repository holding a folder of that name, so copies and versions reload each oth
 under such churn; without namespacing the second archive does not load at all), a TargetModel given twice,
 archives built for different Triton releases (one endpoint runs one image), and an archive the front end
 cannot serve at all (no ensemble, or several). Each archive's configs are read from its stream through the
-safe extraction's rules (conch.builder.extract.scan_archive), without unpacking it.
+safe extraction's rules (conch.archive.extract.scan_archive), without unpacking it.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check import ENSEMBLE_REGEX, Level
-from conch.builder.extract import scan_archive
-from conch.builder.manifest import MANIFEST_NAME, parse_manifest
+from conch.archive.check_report import CheckReport, Level
+from conch.archive.config_reader import ConfigParseError, parse_config
+from conch.archive.extract import scan_archive
+from conch.archive.manifest import MANIFEST_NAME, parse_manifest
+from conch.archive.verify import ENSEMBLE_REGEX, checked
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"
@@ -74,23 +75,43 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
         found = scan_archive(stream, target_model, _wanted, size=size)
     except ArchiveError as exc:
         return ArchiveModels(target_model, problem=str(exc))
-    configs = {}
+    configs: dict[str, model_config_pb2.ModelConfig] = {}
     for path, data in sorted(found.items()):
         if path == MANIFEST_NAME:
             continue
-        config = model_config_pb2.ModelConfig()
         try:
             text = data.decode("utf-8")
-            text_format.Parse(text, config)
-        except (UnicodeDecodeError, text_format.ParseError):
+            config = parse_config(text, path)
+        except (UnicodeDecodeError, ConfigParseError):
             continue  # `conch check` of the archive says why; the fleet check needs the configs that parse
         if config.platform == "ensemble" and not ENSEMBLE_REGEX.search(text):
             config.platform = ""  # the front end would not find it: not an ensemble to SageMaker
         configs[path.split("/")[0]] = config
+    return _archive_models(target_model, configs, found.get(MANIFEST_NAME))
+
+
+def check_archive_models(path: Path) -> tuple[CheckReport, ArchiveModels | None]:
+    """`conch check` of a local archive and, when it passes, what the fleet check needs of it (TargetModel: its
+    file name), from one unpacking: each config is parsed once, by the check."""
+    path = Path(path)
+    with checked(path) as (report, folder):
+        if folder is None or not report.ok:
+            return report, None
+        manifest = folder / MANIFEST_NAME
+        data = manifest.read_bytes() if manifest.is_file() and not manifest.is_symlink() else None
+        # The regular files the stream's reading takes (a passing check found one ensemble, written so that
+        # the front end's regex finds it).
+        configs = {name: config for name, config in report.configs.items()
+                   if not (folder / name / "config.pbtxt").is_symlink()}
+    return report, _archive_models(path.name, configs, data)
+
+
+def _archive_models(target_model: str, configs: dict[str, model_config_pb2.ModelConfig],
+                    manifest_data: bytes | None) -> ArchiveModels:
     manifest = None
-    if MANIFEST_NAME in found:
+    if manifest_data is not None:
         try:
-            manifest = parse_manifest(found[MANIFEST_NAME], target_model)
+            manifest = parse_manifest(manifest_data, target_model)
         except ArchiveError:
             manifest = None
     ensembles = tuple(sorted(name for name, c in configs.items() if c.platform == "ensemble"))

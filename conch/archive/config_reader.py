@@ -43,13 +43,23 @@ class ReadConfig:
     unexpressed: tuple[str, ...] = ()
 
 
-def parse_config(text: str, where: str) -> Any:
-    """config.pbtxt text as a ModelConfig; ``where`` names the file in the error."""
+class ConfigParseError(BuildError):
+    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
+    callers that report it in their own terms (`conch check`, `conch inspect`)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def parse_config(text: str | bytes, where: str) -> Any:
+    """config.pbtxt text (or its UTF-8 bytes) as a ModelConfig: the one place conch parses a config's text;
+    ``where`` names the file in the error (ConfigParseError)."""
     config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise BuildError(f"{where}: does not parse as Triton's ModelConfig: {exc}") from exc
+        text_format.Parse(text.decode("utf-8") if isinstance(text, bytes) else text, config)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        raise ConfigParseError(f"{where}: does not parse as Triton's ModelConfig: {exc}", str(exc)) from exc
     return config
 
 
@@ -74,8 +84,7 @@ def read_config(source: str | Any, folder: Path | None = None, where: str = "con
     params = {k: v.string_value for k, v in config.parameters.items()}
     settings = StepSettings(config.max_batch_size, parameters=params, **typed)
     spec = ModelSpec(config.name, inputs, outputs, served_by, settings, steps)
-    spec = _carry_what_differs(spec, config, carried)
-    rendered = check_config(render_config(spec), config.name)
+    spec, rendered = _carry_what_differs(spec, config, carried)
     for field in _ALWAYS_TYPED:
         if config_field(rendered, field) != config_field(config, field) and not any(field in p for p in problems):
             ours, theirs = (text_format.MessageToString(config_field(c, field), as_one_line=True)
@@ -188,11 +197,12 @@ def _typed_warmups(config: Any, inputs: tuple[Tensor, ...]) -> tuple[Warmup, ...
     return tuple(out)
 
 
-def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec:
-    """Carry whole any modelled field whose typed form renders differently (e.g. a group's ``name``)."""
+def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> tuple[ModelSpec, Any]:
+    """Carry whole any modelled field whose typed form renders differently (e.g. a group's ``name``); the spec,
+    and the ModelConfig conch renders for it (rendered and parsed again only when a field moved)."""
     settings = replace(spec.settings, config_fields=ConfigFields(text_format.MessageToString(carried)))
     spec = replace(spec, settings=settings)
-    rendered = parse_config(render_config(spec), spec.name)
+    rendered = check_config(render_config(spec), spec.name)
     moved = False
     for setting, field in _TYPED_FIELD.items():
         if getattr(spec.settings, setting) and config_field(rendered, field) != config_field(config, field):
@@ -201,8 +211,9 @@ def _carry_what_differs(spec: ModelSpec, config: Any, carried: Any) -> ModelSpec
             _copy(config, carried, field)
             moved = True
     if not moved:
-        return spec
-    return replace(spec, settings=replace(settings, config_fields=ConfigFields(text_format.MessageToString(carried))))
+        return spec, rendered
+    spec = replace(spec, settings=replace(settings, config_fields=ConfigFields(text_format.MessageToString(carried))))
+    return spec, check_config(render_config(spec), spec.name)
 
 
 def _copy(source: Any, target: Any, name: str) -> None:

@@ -8,15 +8,16 @@ alone: no manifest and no declaration are needed, so hand-made archives are chec
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check_wiring import check_wiring
-from conch.builder.extract import safe_extract
+from conch.archive.check_report import CheckReport, Model
+from conch.archive.config_reader import ConfigParseError, parse_config
+from conch.archive.extract import safe_extract
+from conch.archive.wiring import check_wiring
 from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
 from conch.wire import json_refusal
@@ -25,6 +26,7 @@ from conch.wire import json_refusal
 ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')
 MANY_MODELS = 5  # past this many folders the front end warns about memory management
 ENV_PREFIX = "$$TRITON_MODEL_DIRECTORY/"
+ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
 # Folder and file names reach `bash -c` when Triton starts a Python stub: letters, digits and _ . - only.
 SHELL_SAFE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_.$/-]+")
@@ -37,74 +39,17 @@ MODEL_FILES = {
 }
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
-Level = Literal["error", "warning"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing wrong (error) or worth knowing (warning), in one file of the archive."""
-
-    level: Level
-    file: str
-    message: str
-
-    def line(self, archive: str) -> str:
-        where = f"{archive}/{self.file}" if self.file else archive
-        return f"{where}: {self.level}: {self.message}"
-
-
-@dataclass
-class CheckReport:
-    """Everything found in one archive."""
-
-    archive: str
-    findings: list[Finding] = field(default_factory=list)
-    ensemble: str | None = None
-    models: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "error"]
-
-    def error(self, file: str, message: str) -> None:
-        self.findings.append(Finding("error", file, message))
-
-    def warning(self, file: str, message: str) -> None:
-        self.findings.append(Finding("warning", file, message))
-
-    def lines(self) -> list[str]:
-        out = [f.line(self.archive) for f in self.findings]
-        if self.ok:
-            out.append(f"{self.archive}: ok: ensemble {self.ensemble!r}, {self.models} model folders")
-        return out
-
-    def summary(self) -> str:
-        """The errors on one line, for refusing the archive elsewhere (deploy, replay)."""
-        first = "; ".join(f"{f.file or 'archive'}: {f.message}" for f in self.errors[:3])
-        more = f" (and {len(self.errors) - 3} more)" if len(self.errors) > 3 else ""
-        return f"{self.archive} fails `conch check`: {first}{more}"
-
-
-@dataclass
-class Model:
-    """One model folder and its parsed config."""
-
-    folder: str
-    path: Path
-    text: str
-    config: model_config_pb2.ModelConfig
-
-    @property
-    def kind(self) -> str:
-        return self.config.platform or self.config.backend
-
 
 def check_archive(archive: Path) -> CheckReport:
     """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
+    with checked(archive) as (report, _):
+        return report
+
+
+@contextmanager
+def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
+    """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
+    until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
     with scratch_temp("conch-check-") as tmp:
         folder = Path(tmp) / "archive"
@@ -113,8 +58,9 @@ def check_archive(archive: Path) -> CheckReport:
         except ArchiveError as exc:
             report = CheckReport(archive.name)
             report.error("", str(exc))
-            return report
-        return check_folder(folder, archive.name)
+            yield report, None
+            return
+        yield check_folder(folder, archive.name), folder
 
 
 def check_folder(root: Path, archive: str) -> CheckReport:
@@ -132,6 +78,7 @@ def check_folder(root: Path, archive: str) -> CheckReport:
                        "warns 'Several model directories found' (smaller ensembles manage memory better)")
     models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
     report.models = len(models)
+    report.configs = {name: m.config for name, m in models.items()}
     ensemble = _find_ensemble(models, report)
     for model in models.values():
         _check_model(model, root, report)
@@ -167,11 +114,10 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
     except UnicodeDecodeError as exc:
         report.error(file, f"is not UTF-8 text ({exc}); write the config as UTF-8")
         return None
-    config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        report.error(file, f"does not parse as Triton's ModelConfig: {exc}")
+        config = parse_config(text, file)
+    except ConfigParseError as exc:
+        report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
     if config.name != name:
         report.error(file, f"names model {config.name!r}, but its folder is {name!r}; Triton refuses a config whose "

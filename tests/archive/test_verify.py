@@ -11,8 +11,9 @@ from hostile_archives import write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch import BuildError
+from conch.archive.check_report import CheckReport
+from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
-from conch.builder.check import CheckReport, check_archive
 
 
 def check_repo(tmp_path: Path, repo: dict[str, bytes | None], name: str = "hand.tar.gz") -> CheckReport:

@@ -15,9 +15,9 @@ from conftest import linear_ensemble
 from hostile_archives import write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
+from conch.archive.extract import scan_archive
+from conch.archive.fleet_check import ArchiveModels, archive_models, check_fleet
 from conch.builder.build import build_ensemble
-from conch.builder.extract import scan_archive
-from conch.builder.fleet_check import ArchiveModels, archive_models, check_fleet
 from conch.builder.stamping import stamp_archives
 from conch.errors import ArchiveError
 

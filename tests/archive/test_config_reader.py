@@ -13,8 +13,8 @@ from seed_archives import bert_repo, inception_repo
 from tritonclient.grpc import model_config_pb2
 
 from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
-from conch.builder.config_reader import parse_config, read_config
-from conch.builder.inspection import summarize_config
+from conch.archive.config_reader import parse_config, read_config
+from conch.archive.inspection import summarize_config
 from conch.builder.render import render_config
 from conch.ensembles.config_fields import TYPED_ONLY, TYPED_OR_CARRIED
 

@@ -13,10 +13,11 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.check import CheckReport, check_folder
-from conch.builder.envs import ENV_DIR
-from conch.builder.extract import safe_extract
-from conch.builder.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.archive.check_report import CheckReport
+from conch.archive.config_reader import ConfigParseError, config_field, parse_config, read_config
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.archive.verify import ENV_DIR, check_folder
 from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
 
@@ -229,7 +230,7 @@ def inspect_archive(archive: Path) -> Inspection:
         if parts[0] == ENV_DIR and len(parts) > 1 and parts[1]:
             key = f"{ENV_DIR}/{parts[1]}"
             environments[key] = environments.get(key, 0) + e.size
-    models = [summarize_config(name, text) for name, text in sorted(configs.items())]
+    models = [summarize_config(name, check.configs.get(name, text)) for name, text in sorted(configs.items())]
     return Inspection(archive, archive.stat().st_size, manifest, entries, models, check,
                       dict(sorted(environments.items())))
 
@@ -290,13 +291,16 @@ def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, bytes | No
         yield member, data
 
 
-def summarize_config(folder: str, text: bytes) -> ModelSummary:
-    """A config.pbtxt's serving settings; a config that does not parse gets ``problem`` (check says more)."""
-    config = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse(text.decode("utf-8"), config)
-    except (UnicodeDecodeError, text_format.ParseError) as exc:
-        return ModelSummary(folder, "?", 0, problem=f"config.pbtxt does not parse ({exc})")
+def summarize_config(folder: str, source: bytes | model_config_pb2.ModelConfig) -> ModelSummary:
+    """A config.pbtxt's serving settings (from its bytes, or as `conch check` parsed it already); a config that
+    does not parse gets ``problem`` (check says more)."""
+    if isinstance(source, bytes):
+        try:
+            config = parse_config(source, f"{folder}/config.pbtxt")
+        except ConfigParseError as exc:
+            return ModelSummary(folder, "?", 0, problem=f"config.pbtxt does not parse ({exc.reason})")
+    else:
+        config = source
     groups = tuple(
         f"{g.count or 1} x {model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)}"
         + (f" gpus {list(g.gpus)}" if g.gpus else "") for g in config.instance_group)
@@ -314,7 +318,6 @@ def summarize_config(folder: str, text: bytes) -> ModelSummary:
 
 def _carried_fields(folder: str, config: Any) -> dict[str, str]:
     """The fields conch's typed spec does not model, each as one line of proto text (the reader's view)."""
-    from conch.builder.config_reader import config_field, read_config
     from conch.errors import ConchError
 
     try:

@@ -1,0 +1,78 @@
+"""What `conch check` finds in one archive, and the model folders it reads: the types the archive check
+(verify.py) and its wiring check (wiring.py) share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tritonclient.grpc import model_config_pb2
+
+Level = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (error) or worth knowing (warning), in one file of the archive."""
+
+    level: Level
+    file: str
+    message: str
+
+    def line(self, archive: str) -> str:
+        where = f"{archive}/{self.file}" if self.file else archive
+        return f"{where}: {self.level}: {self.message}"
+
+
+@dataclass
+class CheckReport:
+    """Everything found in one archive."""
+
+    archive: str
+    findings: list[Finding] = field(default_factory=list)
+    ensemble: str | None = None
+    models: int = 0
+    # Each model folder's config as the check parsed it, for whoever goes on with the unpacked archive (stamp,
+    # the local MME's staging, replay), so no config.pbtxt is parsed twice.
+    configs: dict[str, model_config_pb2.ModelConfig] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    def error(self, file: str, message: str) -> None:
+        self.findings.append(Finding("error", file, message))
+
+    def warning(self, file: str, message: str) -> None:
+        self.findings.append(Finding("warning", file, message))
+
+    def lines(self) -> list[str]:
+        out = [f.line(self.archive) for f in self.findings]
+        if self.ok:
+            out.append(f"{self.archive}: ok: ensemble {self.ensemble!r}, {self.models} model folders")
+        return out
+
+    def summary(self) -> str:
+        """The errors on one line, for refusing the archive elsewhere (deploy, replay)."""
+        first = "; ".join(f"{f.file or 'archive'}: {f.message}" for f in self.errors[:3])
+        more = f" (and {len(self.errors) - 3} more)" if len(self.errors) > 3 else ""
+        return f"{self.archive} fails `conch check`: {first}{more}"
+
+
+@dataclass
+class Model:
+    """One model folder and its parsed config."""
+
+    folder: str
+    path: Path
+    text: str
+    config: model_config_pb2.ModelConfig
+
+    @property
+    def kind(self) -> str:
+        return self.config.platform or self.config.backend
