@@ -17,8 +17,8 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.builder.check_wiring import check_wiring
 from conch.builder.extract import safe_extract
-from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
+from conch.scratch import scratch_temp
 from conch.wire import json_refusal
 
 # The regex SageMaker's front end (server src/sagemaker_server.cc) runs over each config's raw text.

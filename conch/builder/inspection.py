@@ -17,8 +17,8 @@ from conch.builder.check import CheckReport, check_folder
 from conch.builder.envs import ENV_DIR
 from conch.builder.extract import safe_extract
 from conch.builder.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
-from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
+from conch.scratch import scratch_temp
 
 CONFIG_LIMIT = 1 << 20  # a config.pbtxt larger than this is not read for the summary (check reports it)
 

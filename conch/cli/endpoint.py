@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, result, say
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.harness.endpoint.step_names import StepNames
+from conch.scratch import scratch_temp
 
 if TYPE_CHECKING:
     from conch.harness.endpoint import LocalMME

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.builder.parallel import default_jobs
-from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, progress_bar, quiet_mode, result, say
 from conch.cli.profile import ReplayProfiler, add_load_flags
 from conch.ensembles.target import DEFAULT_RELEASE, Target
 from conch.errors import ConchError
+from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:

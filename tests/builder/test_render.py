@@ -20,7 +20,7 @@ from conch import (
     VersionPolicy,
     Warmup,
 )
-from conch.builder.render import check_config, render_config
+from conch.compiler.pbtxt import check_config, render_config
 
 ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')  # what SageMaker's front end looks for
 
