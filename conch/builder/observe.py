@@ -143,12 +143,11 @@ def observation_key(target: Target, local: CompiledEnsemble, measure: bool) -> s
     Raises ConchError for a payload the run would refuse (observe() then lets the run report it)."""
     steps = []
     for compiled in local.steps:
-        call, layout = compiled.call, compiled.layout
+        layout = compiled.layout
         files = {rel: digest(src) for rel, src in sorted(expand(layout.files).items()) if not rel.endswith("/")}
-        code = getattr(call.step, "code", None)
+        code = getattr(compiled.step, "code", None)
         steps.append([compiled.model_name, repr(layout.spec), files, code_digest(code) if code is not None else None,
-                      {name: local.tensor_name(h) for name, h in sorted(call.inputs.items())},
-                      {name: local.tensor_name(h) for name, h in sorted(call.outputs.items())}])
+                      dict(compiled.inputs), dict(compiled.outputs)])
     request = local.warmup_request
     payloads = {
         "warmup": None if request is None else [request.describe(), request.count,

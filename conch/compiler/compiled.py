@@ -40,6 +40,8 @@ class CompiledStep:
     model_name: str
     layout: StepLayout
     env: PythonEnv | None
+    inputs: tuple[tuple[str, str], ...]  # (step input, ensemble tensor) in wiring order
+    outputs: tuple[tuple[str, str], ...]  # (step output, ensemble tensor), discarded ones too
 
     @property
     def step(self) -> Step:
@@ -166,5 +168,7 @@ def compile_ensemble(
             raise
         if layout.spec.name != model:
             raise BuildError(f"step {call.step.name!r} laid out model {layout.spec.name!r}, expected {model!r}")
-        steps.append(CompiledStep(call, model, layout, ensemble.env_of(call.step)))
+        inputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.inputs.items())
+        outputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.outputs.items())
+        steps.append(CompiledStep(call, model, layout, ensemble.env_of(call.step), inputs, outputs))
     return CompiledEnsemble(ensemble, target, release, tuple(steps), ensemble.spec(), checker)

@@ -24,10 +24,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # conftest's helpers when run as a script
 
-from conftest import EXAMPLE_FILES, ExampleArchives  # noqa: E402
+from conftest import EXAMPLE_FILES, ExampleArchives
 
-from conch.builder.archive import FIXED_MTIME  # noqa: E402
-from conch.errors import BuildError  # noqa: E402
+from conch.builder.archive import FIXED_MTIME
+from conch.errors import BuildError
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "example_archives.json"
 MANIFEST = "conch-manifest.json"
@@ -46,7 +46,8 @@ def _manifest_digest(data: bytes) -> str:
     manifest["files"] = {_hidden_keys(name): None if _machine_made(name) else digest
                          for name, digest in manifest["files"].items()}
     for sample in manifest["samples"]:
-        sample["expected"] = {k: {"datatype": v["datatype"], "shape": v["shape"]} for k, v in sample["expected"].items()}
+        sample["expected"] = {k: {"datatype": v["datatype"], "shape": v["shape"]}
+                              for k, v in sample["expected"].items()}
     canonical = _hidden_keys(json.dumps(manifest, sort_keys=True))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
