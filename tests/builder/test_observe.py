@@ -12,9 +12,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from conch import Ensemble, PythonStep, Tensor
+from conch import BuildError, Ensemble, PythonStep, Release, Target, Tensor
 from conch.builder import observe
 from conch.builder.build import render_repository
+from conch.ensembles.layout import StepLayout
 
 STEPS = '''import numpy as np
 
@@ -116,3 +117,33 @@ def test_each_config_text_is_parsed_once_in_a_build_that_runs_the_ensemble(
     assert twice == [], f"configs parsed more than once: {twice}"
     configs = {name: source.decode() for name, source in files.items() if name.endswith("/config.pbtxt")}  # type: ignore[attr-defined]
     assert len(configs) == 2 and all(parsed.count(text) == 1 for text in configs.values()), sorted(configs)
+
+
+@pytest.fixture
+def no_local_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python steps lay out for production only: the in-process run (the local target) cannot be made."""
+    production = PythonStep.layout
+
+    def layout(step: PythonStep, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            raise BuildError(f"step {step.name!r}: no local layout in this test")
+        return production(step, model, target, release, ensemble)
+
+    monkeypatch.setattr(PythonStep, "layout", layout)
+
+
+@pytest.mark.usefixtures("no_local_layout")
+def test_a_warmup_whose_local_plan_cannot_be_made_fails_the_production_build(steps: ModuleType) -> None:
+    with pytest.raises(BuildError, match=r"warmup from sample 'one': running it in this process failed: "
+                                         r"ensemble '\w+': step 'as_text': no local layout in this test"):
+        render_repository(declared(steps), "production", "24.10")
+
+
+@pytest.mark.usefixtures("no_local_layout")
+def test_samples_whose_local_plan_cannot_be_made_leave_sizes_unmeasured(steps: ModuleType) -> None:
+    ens = declared(steps)
+    ens.warmup_request = None  # the samples alone: sizing shared memory is not worth failing the build
+    shm = render_repository(ens, "production", "24.10").manifest["shm"]
+    assert shm["unknown"] == [f"{ens.name}__as_text output t"]
+    assert shm["unmeasured"] == (f"running the samples in this process failed: ensemble {ens.name!r}: step "
+                                 "'as_text': no local layout in this test")
