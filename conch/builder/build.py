@@ -63,77 +63,131 @@ def render_repository(
 
     Environment pins and sample expected outputs come from the cache when their inputs are unchanged;
     ``refresh`` asks the package index and recomputes the expected outputs."""
-    output: list[CapturedOutput] = []
-    plan = compile_ensemble(ensemble, target, release, _checker(output))
-    return render_plan(plan, progress, refresh, output)
+    return repository_build(ensemble, target, release, progress, refresh).render()
 
 
-def render_plan(
-    plan: CompiledEnsemble,
+def repository_build(
+    ensemble: Ensemble,
+    target: Target | str,
+    release: Release | str,
     progress: Progress | None = None,
     refresh: bool = False,
-    output: list[CapturedOutput] | None = None,
-) -> Repository:
-    """The repository of a compiled ensemble (see render_repository); ``output`` collects what its code said."""
-    output = [] if output is None else output
-    target, release = plan.target, plan.release
-    files: dict[str, FileSource] = {}
-    steps: list[StepRecord] = []
-    notes: list[str] = []
-    envs = EnvLayout(target, release, progress, refresh)
-    with captured("running the ensemble in this process", output):
-        observed = observe(plan, refresh)  # runs in-process for a warmup or to size shm, once
-    for step in plan.steps:
-        model, layout = step.model_name, step.layout
-        try:
-            spec = layout.spec if step.env is None else envs.attach(step.env, layout.spec)
-        except ConchError as exc:
-            exc.within(f"ensemble {plan.name!r}")
-            raise
-        spec = observed.warmup.attach(model, spec, files)
-        files[f"{model}/config.pbtxt"] = render_config(spec).encode()
-        for rel, source in layout.files.items():
-            files[_in_archive(model, rel)] = source
-        notes.extend(layout.notes)
-        steps.append(StepRecord(model, str(spec.platform or spec.backend), step.summary()))
-    python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
-    shm = plan_shm(plan, python_models, observed.row_bytes, observed.unmeasured)
-    # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
-    # backend, but only the steps that are Python models in production need SageMaker's setting changed
-    production = [s.model_name for s in plan.steps if s.python_in_production]
-    warned = shm if target is Target.PRODUCTION else plan_shm(plan, production, observed.row_bytes,
-                                                              observed.unmeasured)
-    notes.extend(warned.warn(plan.name, progress))
-    schema = Schema.of(plan.max_batch_size, plan.inputs, plan.outputs)
-    refusal = json_refusal(schema.tensors())
-    if refusal:
-        notes.append(f"ensemble {plan.name!r} needs binary bodies: {refusal}")
-        if progress:
-            progress(f"warning: {notes[-1]}")
-    files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
-    files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
-    files.update(envs.files)
-    files = expand(files)
-    hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
-    manifest = Manifest(
-        ensemble=plan.name,
-        target=target.value,
-        release=str(release),
-        stub_python=release.stub_python,
-        schema=schema,
-        steps=tuple(steps),
-        description=plan.description,
-        conch_version=__version__,
-        notes=tuple(notes),
-        environments=dict(envs.manifest),
-        files=hashes,
-        warmup=observed.warmup.record(),
-        shm=shm.record(),
-        # the files' digests cover every config, model and code file of the archive
-        samples=_samples(plan, key_of([target.value, str(release), hashes]), refresh, output),
-    )
-    files[MANIFEST_NAME] = dumps(manifest)
-    return Repository(plan.name, files, manifest, notes, output)
+) -> RepositoryBuild:
+    """The build of a declaration, compiled once here: validated, every step laid out and checked (what a
+    step's export says is kept in the build's output)."""
+    output: list[CapturedOutput] = []
+    return RepositoryBuild(compile_ensemble(ensemble, target, release, _checker(output)), progress, refresh, output)
+
+
+@dataclass
+class RepositoryBuild:
+    """One build of a compiled ensemble: the plan, where its messages go, whether the cached environments
+    and expected outputs are asked again, and what the ensemble's code said while the build ran it."""
+
+    plan: CompiledEnsemble
+    progress: Progress | None = None
+    refresh: bool = False
+    output: list[CapturedOutput] = field(default_factory=list)
+
+    def render(self) -> Repository:
+        """The repository of the plan (see render_repository)."""
+        plan, progress, output = self.plan, self.progress, self.output
+        target, release = plan.target, plan.release
+        files: dict[str, FileSource] = {}
+        steps: list[StepRecord] = []
+        notes: list[str] = []
+        envs = EnvLayout(target, release, progress, self.refresh)
+        with captured("running the ensemble in this process", output):
+            observed = observe(plan, self.refresh)  # runs in-process for a warmup or to size shm, once
+        for step in plan.steps:
+            model, layout = step.model_name, step.layout
+            try:
+                spec = layout.spec if step.env is None else envs.attach(step.env, layout.spec)
+            except ConchError as exc:
+                exc.within(f"ensemble {plan.name!r}")
+                raise
+            spec = observed.warmup.attach(model, spec, files)
+            files[f"{model}/config.pbtxt"] = render_config(spec).encode()
+            for rel, source in layout.files.items():
+                files[_in_archive(model, rel)] = source
+            notes.extend(layout.notes)
+            steps.append(StepRecord(model, str(spec.platform or spec.backend), step.summary()))
+        python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
+        shm = plan_shm(plan, python_models, observed.row_bytes, observed.unmeasured)
+        # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
+        # backend, but only the steps that are Python models in production need SageMaker's setting changed
+        production = [s.model_name for s in plan.steps if s.python_in_production]
+        warned = shm if target is Target.PRODUCTION else plan_shm(plan, production, observed.row_bytes,
+                                                                  observed.unmeasured)
+        notes.extend(warned.warn(plan.name, progress))
+        schema = Schema.of(plan.max_batch_size, plan.inputs, plan.outputs)
+        refusal = json_refusal(schema.tensors())
+        if refusal:
+            notes.append(f"ensemble {plan.name!r} needs binary bodies: {refusal}")
+            if progress:
+                progress(f"warning: {notes[-1]}")
+        files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
+        files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
+        files.update(envs.files)
+        files = expand(files)
+        hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
+        manifest = Manifest(
+            ensemble=plan.name,
+            target=target.value,
+            release=str(release),
+            stub_python=release.stub_python,
+            schema=schema,
+            steps=tuple(steps),
+            description=plan.description,
+            conch_version=__version__,
+            notes=tuple(notes),
+            environments=dict(envs.manifest),
+            files=hashes,
+            warmup=observed.warmup.record(),
+            shm=shm.record(),
+            # the files' digests cover every config, model and code file of the archive
+            samples=self._samples(key_of([target.value, str(release), hashes])),
+        )
+        files[MANIFEST_NAME] = dumps(manifest)
+        return Repository(plan.name, files, manifest, notes, output)
+
+    def _samples(self, models_key: str) -> tuple[SampleRecord, ...]:
+        """Each sample with its expected outputs, computed once per content of the models, the sample and
+        the user code that computes them (``models_key`` covers every file of the archive)."""
+        plan, output = self.plan, self.output
+        inputs = {t.name: t.dtype for t in plan.inputs}
+        outputs = {t.name: t.dtype for t in plan.outputs}
+        out = []
+        for sample in plan.samples:
+            where = f"ensemble {plan.name!r} sample {sample.name!r}"
+            encoded_inputs = {k: encode_array(v, inputs[k]) for k, v in sample.inputs.items()}
+
+            def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
+                try:
+                    with captured(f"the expected outputs of sample {sample.name!r}", output):
+                        expected = sample.expected_arrays()
+                except ConchError as exc:
+                    exc.within(f"ensemble {plan.name!r}")
+                    raise
+                except Exception as exc:
+                    raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
+                unknown = sorted(set(expected) - set(outputs))
+                if unknown:
+                    raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
+                return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
+
+            if callable(sample.expected):
+                material = [models_key, sample.name, encoded_inputs, code_digest(sample.expected)]
+                expected = cached_expected(material, compute, self.refresh)
+            else:
+                expected = compute()
+            checks = {k: sample.check_for(k, outputs[k]) for k in expected}
+            for name, check in checks.items():  # a variable class axis is only known from the expected value
+                if isinstance(check, TopK):
+                    check.fits(expected[name]["shape"][-1] if expected[name]["shape"] else 0,
+                               f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
+            out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
+        return tuple(out)
 
 
 def _in_archive(model: str, rel: str) -> str:
@@ -179,46 +233,6 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
     return layout
 
 
-def _samples(
-    plan: CompiledEnsemble, models_key: str, refresh: bool, output: list[CapturedOutput]
-) -> tuple[SampleRecord, ...]:
-    """Each sample with its expected outputs, computed once per content of the models, the sample and
-    the user code that computes them (``models_key`` covers every file of the archive)."""
-    inputs = {t.name: t.dtype for t in plan.inputs}
-    outputs = {t.name: t.dtype for t in plan.outputs}
-    out = []
-    for sample in plan.samples:
-        where = f"ensemble {plan.name!r} sample {sample.name!r}"
-        encoded_inputs = {k: encode_array(v, inputs[k]) for k, v in sample.inputs.items()}
-
-        def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
-            try:
-                with captured(f"the expected outputs of sample {sample.name!r}", output):
-                    expected = sample.expected_arrays()
-            except ConchError as exc:
-                exc.within(f"ensemble {plan.name!r}")
-                raise
-            except Exception as exc:
-                raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
-            unknown = sorted(set(expected) - set(outputs))
-            if unknown:
-                raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
-            return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
-
-        if callable(sample.expected):
-            material = [models_key, sample.name, encoded_inputs, code_digest(sample.expected)]
-            expected = cached_expected(material, compute, refresh)
-        else:
-            expected = compute()
-        checks = {k: sample.check_for(k, outputs[k]) for k in expected}
-        for name, check in checks.items():  # a variable class axis is only known from the expected value
-            if isinstance(check, TopK):
-                check.fits(expected[name]["shape"][-1] if expected[name]["shape"] else 0,
-                           f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
-        out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
-    return tuple(out)
-
-
 def build_ensemble(
     ensemble: Ensemble,
     out_dir: Path,
@@ -228,10 +242,8 @@ def build_ensemble(
 ) -> Path:
     """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind. What the
     ensemble's code said while it ran is summed up in one line through ``progress``."""
-    output: list[CapturedOutput] = []
-    plan = compile_ensemble(ensemble, target, release or DEFAULT_RELEASE, _checker(output))
-    repo = render_plan(plan, progress, output=output)
-    line = summary(plan.name, repo.output)
+    repo = repository_build(ensemble, target, release or DEFAULT_RELEASE, progress).render()
+    line = summary(repo.ensemble, repo.output)
     if progress is not None and line:
         progress(line.replace("; -v shows them", "; `conch build -v` shows them"))
     return write_archive(repo, out_dir)
