@@ -146,7 +146,7 @@ class CompiledEnsemble:
         compiled for it with the same checker."""
         if self.target is Target.LOCAL:
             return self
-        return compile_ensemble(self.ensemble, Target.LOCAL, self.release, self.checker)
+        return _compiled(self.ensemble, Target.LOCAL, self.release, self.checker)  # validated already
 
 
 def compile_ensemble(
@@ -158,6 +158,10 @@ def compile_ensemble(
     """Validate the declaration and lay out and check each of its steps for ``target`` and ``release``."""
     target, release = Target.of(target), Release.of(release)
     ensemble.validate()
+    return _compiled(ensemble, target, release, checker)
+
+
+def _compiled(ensemble: Ensemble, target: Target, release: Release, checker: LayoutChecker) -> CompiledEnsemble:
     steps = []
     for call in ensemble.calls:
         model = ensemble.model_name(call.step)
