@@ -4,7 +4,7 @@ sizing, the samples and the manifest): validated once, each step laid out and ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,11 +104,13 @@ class CompiledEnsemble:
     release: Release
     steps: tuple[CompiledStep, ...]
     spec: ModelSpec
+    samples: tuple[Sample, ...]
+    warmup_request: WarmupRequest | None
     checker: LayoutChecker = checked_layout
 
     @property
     def name(self) -> str:
-        return self.ensemble.name
+        return self.spec.name
 
     @property
     def description(self) -> str:
@@ -116,7 +118,7 @@ class CompiledEnsemble:
 
     @property
     def max_batch_size(self) -> int:
-        return self.ensemble.max_batch_size
+        return self.spec.max_batch_size
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
@@ -125,14 +127,6 @@ class CompiledEnsemble:
     @property
     def outputs(self) -> tuple[Tensor, ...]:
         return self.spec.outputs
-
-    @property
-    def samples(self) -> Sequence[Sample]:
-        return self.ensemble.samples
-
-    @property
-    def warmup_request(self) -> WarmupRequest | None:
-        return self.ensemble.warmup_request
 
     def payload(self, inputs: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
         """A request's inputs as arrays of the declared dtypes (see ``Ensemble.payload``)."""
@@ -175,4 +169,5 @@ def _compiled(ensemble: Ensemble, target: Target, release: Release, checker: Lay
         inputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.inputs.items())
         outputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.outputs.items())
         steps.append(CompiledStep(call, model, layout, ensemble.env_of(call.step), inputs, outputs))
-    return CompiledEnsemble(ensemble, target, release, tuple(steps), ensemble.spec(), checker)
+    return CompiledEnsemble(ensemble, target, release, tuple(steps), ensemble.spec(), tuple(ensemble.samples),
+                             ensemble.warmup_request, checker)
