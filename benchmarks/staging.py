@@ -28,7 +28,7 @@ def extractor() -> tuple[str, Callable[[Path, Path], object]]:
 
         return "conch.archive.extract.safe_extract", safe_extract
     except ImportError:
-        from conch.builder.archive import safe_extract
+        from conch.archive.extract import safe_extract
 
         return "conch.builder.archive.safe_extract", safe_extract
 

@@ -1,7 +1,5 @@
 """conch: declare Triton ensembles in Python, build MME-ready tarballs, replay them on a real Triton."""
 
-__version__ = "0.1.0"
-
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +25,8 @@ from conch.errors import (
     RunError,
     ServeError,
 )
-from conch.run import Executor, RunResult, run
+from conch.executor import Executor, RunResult, run
+from conch.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from conch.builder.stamping import Stamped, stamp_archive

@@ -62,16 +62,16 @@ MIN_WORDS = 12
 # Raises no test here can trigger, by file and the start of their message, with the reason.
 _INSTALLED = "the test environment installs every extra ('.[dev]'), and a missing one must fail the run"
 WHY_NOT: dict[tuple[str, str], str] = {
-    ("conch/harness/server.py", "the nvidia-pytriton wheel is not installed"):
+    ("conch/triton_wheel.py", "the nvidia-pytriton wheel is not installed"):
         "nvidia-pytriton is a core dependency: every test environment has it",
-    ("conch/harness/server.py", "no tritonserver binary in"): "needs a damaged nvidia-pytriton installation",
+    ("conch/triton_wheel.py", "no tritonserver binary in"): "needs a damaged nvidia-pytriton installation",
     ("conch/backends/dali.py", "dali step {step}: serializing or running a DALI pipeline needs DALI"): _INSTALLED,
     ("conch/backends/pytorch.py", "pytorch step {self.name}: reading {FILENAME} needs torch"): _INSTALLED,
     ("conch/backends/tensorflow.py", "tensorflow step {step}: reading a GraphDef needs TensorFlow"): _INSTALLED,
     ("conch/builder/pack.py", "packing a conda environment needs conda-pack"): _INSTALLED,
     ("conch/aws.py", "{doing}: no AWS region; pass --region"):
         "botocore's NoRegionError cannot happen: every client is made with AwsTarget's region",
-    ("conch/builder/build.py", "step {step.name} laid out model"):
+    ("conch/compiler/compiled.py", "step {call.step.name} laid out model"):
         "an internal invariant against a backend bug; no backend lays out another model's name",
     ("conch/archive/extract.py", "archive {self.archive}: entry {member.name} ends after {len(found[name])} of"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
@@ -91,7 +91,7 @@ WHY_NOT: dict[tuple[str, str], str] = {
         "got 0'), and conch run never calls the model without its inputs",
     ("conch/builder/discover.py", "{path}: cannot be imported"):
         "importlib finds a loader for every .py path discover passes on",
-    ("conch/run.py", "cannot import {path}"):
+    ("conch/executor.py", "cannot import {path}"):
         "both paths are .py files importlib always finds a loader for; a missing pb_utils needs a damaged "
         "nvidia-pytriton installation",
     ("conch/builder/parallel.py", "{job.source}: no ensemble named {job.ensemble} when imported again"):

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.builder.render import check_config, render_config
+from conch.compiler.pbtxt import check_config, render_config
 from conch.ensembles.config import (
     DynamicBatching,
     InstanceGroup,

@@ -18,8 +18,8 @@ from conch.archive.config_reader import ConfigParseError, config_field, parse_co
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
 from conch.archive.verify import ENV_DIR, check_folder
-from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
+from conch.scratch import scratch_temp
 
 CONFIG_LIMIT = 1 << 20  # a config.pbtxt larger than this is not read for the summary (check reports it)
 

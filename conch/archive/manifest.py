@@ -16,6 +16,7 @@ import numpy as np
 
 from conch.ensembles.layout import FileSource
 from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, check_to_json, decode_array
+from conch.ensembles.tensors import Tensor
 from conch.errors import ArchiveError
 
 MANIFEST_NAME = "conch-manifest.json"
@@ -50,6 +51,12 @@ class TensorRecord:
     def from_json(cls, data: Mapping[str, Any]) -> TensorRecord:
         return cls(str(data["name"]), str(data["datatype"]), tuple(data["dims"]), tuple(data["shape"]))
 
+    @classmethod
+    def of(cls, tensor: Tensor, batching: bool) -> TensorRecord:
+        """An ensemble tensor as declared (``shape`` leads with -1 when the ensemble batches)."""
+        dims = tuple(tensor.dims)
+        return cls(tensor.name, tensor.dtype.wire, dims, ((-1,) if batching else ()) + dims)
+
 
 @dataclass(frozen=True)
 class Schema:
@@ -70,6 +77,13 @@ class Schema:
     def from_json(cls, data: Mapping[str, Any]) -> Schema:
         return cls(int(data["max_batch_size"]), tuple(map(TensorRecord.from_json, data["inputs"])),
                    tuple(map(TensorRecord.from_json, data["outputs"])))
+
+    @classmethod
+    def of(cls, max_batch_size: int, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> Schema:
+        """The I/O schema of an ensemble with these inputs and outputs."""
+        batching = max_batch_size > 0
+        return cls(max_batch_size, tuple(TensorRecord.of(t, batching) for t in inputs),
+                   tuple(TensorRecord.of(t, batching) for t in outputs))
 
 
 @dataclass(frozen=True)
@@ -127,7 +141,7 @@ class WarmupRecord:
 
 @dataclass(frozen=True)
 class ShmRecord:
-    """Shared memory the Python-backend models need (see conch.builder.shm): per model its batch, bytes per
+    """Shared memory the Python-backend models need (see conch.builder.shm_sizing): per model its batch, bytes per
     batch and instances; the server settings that hold them; tensors no sample measured."""
 
     need_bytes: int

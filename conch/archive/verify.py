@@ -18,8 +18,8 @@ from conch.archive.check_report import CheckReport, Model
 from conch.archive.config_reader import ConfigParseError, parse_config
 from conch.archive.extract import safe_extract
 from conch.archive.wiring import check_wiring
-from conch.builder.scratch import scratch_temp
 from conch.errors import ArchiveError
+from conch.scratch import scratch_temp
 from conch.wire import json_refusal
 
 # The regex SageMaker's front end (server src/sagemaker_server.cc) runs over each config's raw text.

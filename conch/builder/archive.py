@@ -11,11 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from conch.archive.extract import safe_extract as safe_extract  # where callers have always found it
 from conch.builder.deflate import COMPRESS, SegmentedGzip, level_for
-from conch.builder.scratch import alive
 from conch.ensembles.layout import FileSource
 from conch.errors import BuildError
+from conch.scratch import alive
 
 # 2000-01-01T00:00:00Z: a fixed mtime for every entry (0 upsets some extractors).
 FIXED_MTIME = 946684800

@@ -6,19 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch import __version__
-from conch.archive.manifest import (
-    MANIFEST_NAME,
-    EnvironmentRecord,
-    Manifest,
-    SampleRecord,
-    Schema,
-    ShmRecord,
-    StepRecord,
-    WarmupRecord,
-    dumps,
-    sha256,
-)
+from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.buildcache import (
     BuildRecord,
@@ -34,14 +22,16 @@ from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
-from conch.builder.render import render_config
-from conch.builder.shm import plan_shm
+from conch.builder.shm_sizing import plan_shm
+from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
+from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.layout import FileSource, Platform, StepLayout
 from conch.ensembles.samples import Sample, TopK, encode_array
 from conch.ensembles.step import Step
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.errors import BuildError, ConchError
+from conch.version import __version__
 from conch.wire import json_refusal
 
 
@@ -73,74 +63,131 @@ def render_repository(
 
     Environment pins and sample expected outputs come from the cache when their inputs are unchanged;
     ``refresh`` asks the package index and recomputes the expected outputs."""
-    target, release = Target.of(target), Release.of(release)
-    ensemble.validate()
-    files: dict[str, FileSource] = {}
-    steps: list[StepRecord] = []
-    notes: list[str] = []
-    envs = EnvLayout(target, release, progress, refresh)
+    return repository_build(ensemble, target, release, progress, refresh).render()
+
+
+def repository_build(
+    ensemble: Ensemble,
+    target: Target | str,
+    release: Release | str,
+    progress: Progress | None = None,
+    refresh: bool = False,
+) -> RepositoryBuild:
+    """The build of a declaration, compiled once here: validated, every step laid out and checked (what a
+    step's export says is kept in the build's output)."""
     output: list[CapturedOutput] = []
-    with captured("running the ensemble in this process", output):
-        observed = observe(ensemble, target, release, refresh)  # runs in-process for a warmup or to size shm, once
-    for call in ensemble.calls:
-        step = call.step
-        model = ensemble.model_name(step)
-        try:
-            with captured(f"the export of step {step.name!r}", output):
-                layout = _checked_layout(step, model, target, release, ensemble.name)
-            env = ensemble.env_of(step)
-            spec = layout.spec if env is None else envs.attach(env, layout.spec)
-        except ConchError as exc:
-            exc.within(f"ensemble {ensemble.name!r}")
-            raise
-        if spec.name != model:
-            raise BuildError(f"step {step.name!r} laid out model {spec.name!r}, expected {model!r}")
-        spec = observed.warmup.attach(model, spec, files)
-        files[f"{model}/config.pbtxt"] = render_config(spec).encode()
-        for rel, source in layout.files.items():
-            files[_in_archive(model, rel)] = source
-        notes.extend(layout.notes)
-        served = spec.platform or spec.backend
-        steps.append(StepRecord(model, str(served), step.describe(layout.info)))
-    python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
-    shm = plan_shm(ensemble, python_models, observed.row_bytes, observed.unmeasured)
-    # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
-    # backend, but only the steps that are Python models in production need SageMaker's setting changed
-    production = [ensemble.model_name(c.step) for c in ensemble.calls if c.step.platform is Platform.PYTHON]
-    warned = shm if target is Target.PRODUCTION else plan_shm(ensemble, production, observed.row_bytes,
-                                                              observed.unmeasured)
-    notes.extend(warned.warn(ensemble.name, progress))
-    schema = Schema.from_json(ensemble.schema())
-    refusal = json_refusal(schema.tensors())
-    if refusal:
-        notes.append(f"ensemble {ensemble.name!r} needs binary bodies: {refusal}")
-        if progress:
-            progress(f"warning: {notes[-1]}")
-    files[f"{ensemble.name}/config.pbtxt"] = render_config(ensemble.spec()).encode()
-    files[f"{ensemble.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
-    files.update(envs.files)
-    files = expand(files)
-    hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
-    warmup = observed.warmup.manifest()
-    manifest = Manifest(
-        ensemble=ensemble.name,
-        target=target.value,
-        release=str(release),
-        stub_python=release.stub_python,
-        schema=schema,
-        steps=tuple(steps),
-        description=ensemble.description,
-        conch_version=__version__,
-        notes=tuple(notes),
-        environments={k: EnvironmentRecord.from_json(v) for k, v in envs.manifest.items()},
-        files=hashes,
-        warmup=WarmupRecord.from_json(warmup) if warmup else None,
-        shm=ShmRecord.from_json(shm.manifest()),
-        # the files' digests cover every config, model and code file of the archive
-        samples=_samples(ensemble, key_of([target.value, str(release), hashes]), refresh, output),
-    )
-    files[MANIFEST_NAME] = dumps(manifest)
-    return Repository(ensemble.name, files, manifest, notes, output)
+    return RepositoryBuild(compile_ensemble(ensemble, target, release, _checker(output)), progress, refresh, output)
+
+
+@dataclass
+class RepositoryBuild:
+    """One build of a compiled ensemble: the plan, where its messages go, whether the cached environments
+    and expected outputs are asked again, and what the ensemble's code said while the build ran it."""
+
+    plan: CompiledEnsemble
+    progress: Progress | None = None
+    refresh: bool = False
+    output: list[CapturedOutput] = field(default_factory=list)
+
+    def render(self) -> Repository:
+        """The repository of the plan (see render_repository)."""
+        plan, progress, output = self.plan, self.progress, self.output
+        target, release = plan.target, plan.release
+        files: dict[str, FileSource] = {}
+        steps: list[StepRecord] = []
+        notes: list[str] = []
+        envs = EnvLayout(target, release, progress, self.refresh)
+        with captured("running the ensemble in this process", output):
+            observed = observe(plan, self.refresh)  # runs in-process for a warmup or to size shm, once
+        for step in plan.steps:
+            model, layout = step.model_name, step.layout
+            try:
+                spec = layout.spec if step.env is None else envs.attach(step.env, layout.spec)
+            except ConchError as exc:
+                exc.within(f"ensemble {plan.name!r}")
+                raise
+            spec = observed.warmup.attach(model, spec, files)
+            files[f"{model}/config.pbtxt"] = render_config(spec).encode()
+            for rel, source in layout.files.items():
+                files[_in_archive(model, rel)] = source
+            notes.extend(layout.notes)
+            steps.append(StepRecord(model, str(spec.platform or spec.backend), step.summary()))
+        python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
+        shm = plan_shm(plan, python_models, observed.row_bytes, observed.unmeasured)
+        # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
+        # backend, but only the steps that are Python models in production need SageMaker's setting changed
+        production = [s.model_name for s in plan.steps if s.python_in_production]
+        warned = shm if target is Target.PRODUCTION else plan_shm(plan, production, observed.row_bytes,
+                                                                  observed.unmeasured)
+        notes.extend(warned.warn(plan.name, progress))
+        schema = Schema.of(plan.max_batch_size, plan.inputs, plan.outputs)
+        refusal = json_refusal(schema.tensors())
+        if refusal:
+            notes.append(f"ensemble {plan.name!r} needs binary bodies: {refusal}")
+            if progress:
+                progress(f"warning: {notes[-1]}")
+        files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
+        files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
+        files.update(envs.files)
+        files = expand(files)
+        hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
+        manifest = Manifest(
+            ensemble=plan.name,
+            target=target.value,
+            release=str(release),
+            stub_python=release.stub_python,
+            schema=schema,
+            steps=tuple(steps),
+            description=plan.description,
+            conch_version=__version__,
+            notes=tuple(notes),
+            environments=dict(envs.manifest),
+            files=hashes,
+            warmup=observed.warmup.record(),
+            shm=shm.record(),
+            # the files' digests cover every config, model and code file of the archive
+            samples=self._samples(key_of([target.value, str(release), hashes])),
+        )
+        files[MANIFEST_NAME] = dumps(manifest)
+        return Repository(plan.name, files, manifest, notes, output)
+
+    def _samples(self, models_key: str) -> tuple[SampleRecord, ...]:
+        """Each sample with its expected outputs, computed once per content of the models, the sample and
+        the user code that computes them (``models_key`` covers every file of the archive)."""
+        plan, output = self.plan, self.output
+        inputs = {t.name: t.dtype for t in plan.inputs}
+        outputs = {t.name: t.dtype for t in plan.outputs}
+        out = []
+        for sample in plan.samples:
+            where = f"ensemble {plan.name!r} sample {sample.name!r}"
+            encoded_inputs = {k: encode_array(v, inputs[k]) for k, v in sample.inputs.items()}
+
+            def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
+                try:
+                    with captured(f"the expected outputs of sample {sample.name!r}", output):
+                        expected = sample.expected_arrays()
+                except ConchError as exc:
+                    exc.within(f"ensemble {plan.name!r}")
+                    raise
+                except Exception as exc:
+                    raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
+                unknown = sorted(set(expected) - set(outputs))
+                if unknown:
+                    raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
+                return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
+
+            if callable(sample.expected):
+                material = [models_key, sample.name, encoded_inputs, code_digest(sample.expected)]
+                expected = cached_expected(material, compute, self.refresh)
+            else:
+                expected = compute()
+            checks = {k: sample.check_for(k, outputs[k]) for k in expected}
+            for name, check in checks.items():  # a variable class axis is only known from the expected value
+                if isinstance(check, TopK):
+                    check.fits(expected[name]["shape"][-1] if expected[name]["shape"] else 0,
+                               f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
+            out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
+        return tuple(out)
 
 
 def _in_archive(model: str, rel: str) -> str:
@@ -152,6 +199,16 @@ def _in_archive(model: str, rel: str) -> str:
             raise BuildError(f"model {model!r}: file {rel!r} leaves the archive; keep files inside it")
         return inner
     return f"{model}/{rel}"
+
+
+def _checker(output: list[CapturedOutput]) -> LayoutChecker:
+    """How a build lays out and checks a step: what the step's code says is kept in ``output``."""
+
+    def checked(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        with captured(f"the export of step {step.name!r}", output):
+            return _checked_layout(step, model, target, release, ensemble)
+
+    return checked
 
 
 def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
@@ -168,52 +225,12 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
     except OSError as exc:
         step.check(release)
         raise BuildError(f"step {step.name!r}: cannot read a file it lays out: {exc}") from exc
-    material = [type(step).__module__, type(step).__qualname__, step.describe(), step.check_settings(),
+    material = [type(step).__module__, type(step).__qualname__, describe_step(step), step.check_settings(),
                 repr(layout.spec), str(release), contents]
     if not passed_before(material):
         step.check(release)
         remember_passed(material)
     return layout
-
-
-def _samples(
-    ensemble: Ensemble, models_key: str, refresh: bool, output: list[CapturedOutput]
-) -> tuple[SampleRecord, ...]:
-    """Each sample with its expected outputs, computed once per content of the models, the sample and
-    the user code that computes them (``models_key`` covers every file of the archive)."""
-    inputs = {t.name: t.dtype for t in ensemble.input_specs()}
-    outputs = {t.name: t.dtype for t in ensemble.output_specs()}
-    out = []
-    for sample in ensemble.samples:
-        where = f"ensemble {ensemble.name!r} sample {sample.name!r}"
-        encoded_inputs = {k: encode_array(v, inputs[k]) for k, v in sample.inputs.items()}
-
-        def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
-            try:
-                with captured(f"the expected outputs of sample {sample.name!r}", output):
-                    expected = sample.expected_arrays()
-            except ConchError as exc:
-                exc.within(f"ensemble {ensemble.name!r}")
-                raise
-            except Exception as exc:
-                raise BuildError(f"{where}: computing its expected outputs failed: {exc!r}") from exc
-            unknown = sorted(set(expected) - set(outputs))
-            if unknown:
-                raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
-            return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
-
-        if callable(sample.expected):
-            material = [models_key, sample.name, encoded_inputs, code_digest(sample.expected)]
-            expected = cached_expected(material, compute, refresh)
-        else:
-            expected = compute()
-        checks = {k: sample.check_for(k, outputs[k]) for k in expected}
-        for name, check in checks.items():  # a variable class axis is only known from the expected value
-            if isinstance(check, TopK):
-                check.fits(expected[name]["shape"][-1] if expected[name]["shape"] else 0,
-                           f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
-        out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
-    return tuple(out)
 
 
 def build_ensemble(
@@ -225,8 +242,8 @@ def build_ensemble(
 ) -> Path:
     """Write ``<out_dir>/<ensemble>.tar.gz``; on any failure no (partial) tarball is left behind. What the
     ensemble's code said while it ran is summed up in one line through ``progress``."""
-    repo = render_repository(ensemble, target, release or DEFAULT_RELEASE, progress)
-    line = summary(ensemble.name, repo.output)
+    repo = repository_build(ensemble, target, release or DEFAULT_RELEASE, progress).render()
+    line = summary(repo.ensemble, repo.output)
     if progress is not None and line:
         progress(line.replace("; -v shows them", "; `conch build -v` shows them"))
     return write_archive(repo, out_dir)

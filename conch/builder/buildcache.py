@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conch import __version__
 from conch.archive.manifest import sha256
 from conch.cache import cache_dir
 from conch.ensembles.layout import FileSource
+from conch.version import __version__
 
 
 def write_json(path: Path, data: object) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from typing import Any
 
+from conch.archive.manifest import EnvironmentRecord
 from conch.archive.verify import ENV_DIR
 from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
 from conch.ensembles.environment import PythonEnv
@@ -27,7 +27,7 @@ class EnvLayout:
         self.python = local_python() if target is Target.LOCAL else release.stub_python
         self.home = LOCAL_HOME if target is Target.LOCAL else IMAGE_PYTHON_HOME
         self.files: dict[str, FileSource] = {}
-        self.manifest: dict[str, Any] = {}
+        self.manifest: dict[str, EnvironmentRecord] = {}
         self._paths: dict[PythonEnv, str] = {}
 
     def attach(self, env: PythonEnv, spec: ModelSpec) -> ModelSpec:
@@ -52,11 +52,6 @@ class EnvLayout:
         stem = f"{env.name}-{packed.key[:12]}"
         rel = f"{ENV_DIR}/{stem}" if env.unpacked else f"{ENV_DIR}/{stem}.tar.gz"
         self.files[rel] = packed.folder if env.unpacked else packed.archive
-        self.manifest[rel] = {
-            "python": packed.python,
-            "source": env.describe(),
-            "pins": list(packed.pins),
-            "key": packed.key,
-            "unpacked": env.unpacked,
-        }
+        self.manifest[rel] = EnvironmentRecord(packed.python, env.describe(), tuple(packed.pins), packed.key,
+                                               env.unpacked)
         return rel

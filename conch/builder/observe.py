@@ -1,4 +1,4 @@
-"""What a build learns by running the ensemble in this process (conch.run): the tensors each step receives
+"""What a build learns by running the ensemble in this process (conch.executor): the tensors each step receives
 for the warmup payload, and how large each step's tensors get for the samples (to size shared memory).
 Nothing runs when the ensemble declares no warmup and every tensor's size follows from its declaration.
 
@@ -17,16 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from conch import __version__
+from conch.builder.archive import expand
 from conch.builder.buildcache import code_digest, digest, key_of, read_json, write_json
-from conch.builder.shm import RowBytes, needs_samples, observe_row_bytes
-from conch.builder.warmup import DerivedWarmup, StepWarmup, derive_warmup
+from conch.builder.shm_sizing import RowBytes, needs_samples, observe_row_bytes
+from conch.builder.warmup_inputs import DerivedWarmup, StepWarmup, derive_warmup
 from conch.cache import cache_dir
+from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble
-from conch.ensembles.target import Release, Target
+from conch.ensembles.target import Target
 from conch.errors import BuildError, ConchError
+from conch.executor import Executor
+from conch.version import __version__
 
 runs = 0  # in-process runs of observe() in this process (what the cache saves; tests read it)
 
@@ -61,7 +63,7 @@ class Observed:
         return Observed(DerivedWarmup(data["source"], steps), {m: dict(v) for m, v in data["row_bytes"].items()})
 
 
-def observe(ensemble: Ensemble, target: Target, release: Release, refresh: bool = False) -> Observed:
+def observe(plan: CompiledEnsemble, refresh: bool = False) -> Observed:
     """Run the warmup payload and, when sizes must be measured, the samples, with the steps loaded once.
     A warmup that cannot run fails the build; samples that cannot run leave the sizes unmeasured.
 
@@ -69,14 +71,18 @@ def observe(ensemble: Ensemble, target: Target, release: Release, refresh: bool 
     anyway); findings with unmeasured sizes are not kept, so a fixed environment is tried again. The
     packages installed in this Python are not part of the key (as for sample expected outputs): after
     upgrading one a step uses, build with ``--refresh``."""
-    request = ensemble.warmup_request
-    measure = needs_samples(ensemble, target) and bool(ensemble.samples)
+    request = plan.warmup_request
+    measure = needs_samples(plan) and bool(plan.samples)
     if request is None and not measure:
         return Observed()
     try:
-        key = observation_key(ensemble, target, release, measure)
+        local = plan.local()  # what runs in this process
+    except ConchError as exc:  # a step this process cannot lay out: as if it failed to run
+        return _unrunnable(plan, exc)
+    try:
+        key = observation_key(plan.target, local, measure)
     except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
-        return _run(ensemble, release, measure)
+        return _run(local, measure)
     where = cache_dir() / "observed" / f"{key[:32]}.json"
     known = None if refresh else read_json(where)
     if isinstance(known, dict):
@@ -84,70 +90,73 @@ def observe(ensemble: Ensemble, target: Target, release: Release, refresh: bool 
             return Observed.from_json(known)
         except (KeyError, TypeError, ValueError, ConchError):  # an older or damaged record: run again
             pass
-    observed = _run(ensemble, release, measure)
+    observed = _run(local, measure)
     if observed.unmeasured is None:
         write_json(where, observed.to_json())
     return observed
 
 
-def _run(ensemble: Ensemble, release: Release, measure: bool) -> Observed:
+def _unrunnable(plan: CompiledEnsemble, exc: ConchError) -> Observed:
+    """What observe finds when the local plan cannot be made: a warmup fails the build, sizes stay unmeasured."""
     global runs
-    from conch.run import Executor
 
     runs += 1
-    request = ensemble.warmup_request
+    request = plan.warmup_request
+    if request is not None:
+        raise BuildError(f"ensemble {plan.name!r}: warmup from {request.describe()}: running it in this "
+                         f"process failed: {exc}") from exc
+    return Observed(unmeasured=f"running the samples in this process failed: {exc}")
+
+
+def _run(local: CompiledEnsemble, measure: bool) -> Observed:
+    global runs
+
+    runs += 1
+    request = local.warmup_request
     observed = Observed()
-    with Executor(ensemble, release=release) as executor:
+    with Executor(local) as executor:
         if request is not None:
             try:
-                result = executor.run(request.resolve(ensemble), intermediates=True)
+                result = executor.run(request.resolve(local), intermediates=True)
             except ConchError as exc:
-                raise BuildError(f"ensemble {ensemble.name!r}: warmup from {request.describe()}: running it in this "
+                raise BuildError(f"ensemble {local.name!r}: warmup from {request.describe()}: running it in this "
                                  f"process failed: {exc}") from exc
-            observed.warmup = derive_warmup(ensemble, request, result)
+            observed.warmup = derive_warmup(local, request, result)
         if measure:
             try:
-                results = [executor.run(s.inputs, intermediates=True) for s in ensemble.samples]
+                results = [executor.run(s.inputs, intermediates=True) for s in local.samples]
             except ConchError as exc:
                 observed.unmeasured = f"running the samples in this process failed: {exc}"
             else:
-                observed.row_bytes = observe_row_bytes(ensemble, results)
+                observed.row_bytes = observe_row_bytes(local, results)
     return observed
 
 
-_OWN_CODE = ("run.py", "builder/observe.py", "builder/shm.py", "builder/warmup.py")
+_OWN_CODE = ("executor.py", "compiler/compiled.py", "builder/observe.py", "builder/shm_sizing.py",
+             "builder/warmup_inputs.py")
 
 
-def observation_key(ensemble: Ensemble, target: Target, release: Release, measure: bool) -> str:
+def observation_key(target: Target, local: CompiledEnsemble, measure: bool) -> str:
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
     the modules of the step code's folder, the wiring, the payloads, and conch's own code for it.
-    Raises ConchError for a declaration the run would refuse (observe() then lets the run report it)."""
+    Raises ConchError for a payload the run would refuse (observe() then lets the run report it)."""
     steps = []
-    for call in ensemble.calls:
-        step = call.step
-        model = ensemble.model_name(step)
-        try:
-            layout = step.layout(model, Target.LOCAL, release, ensemble.name)
-        except ConchError as exc:
-            exc.within(f"ensemble {ensemble.name!r}")
-            raise
-        from conch.builder.archive import expand
-
+    for compiled in local.steps:
+        layout = compiled.layout
         files = {rel: digest(src) for rel, src in sorted(expand(layout.files).items()) if not rel.endswith("/")}
-        code = getattr(step, "code", None)
-        steps.append([model, repr(layout.spec), files, code_digest(code) if code is not None else None,
-                      {name: ensemble.tensor_name(h) for name, h in sorted(call.inputs.items())},
-                      {name: ensemble.tensor_name(h) for name, h in sorted(call.outputs.items())}])
-    request = ensemble.warmup_request
+        code = getattr(compiled.step, "code", None)
+        steps.append([compiled.model_name, repr(layout.spec), files, code_digest(code) if code is not None else None,
+                      dict(compiled.inputs), dict(compiled.outputs)])
+    request = local.warmup_request
     payloads = {
         "warmup": None if request is None else [request.describe(), request.count,
-                                                 _arrays_key(request.resolve(ensemble))],
-        "samples": [[s.name, _arrays_key(s.inputs)] for s in ensemble.samples] if measure else None,
+                                                 _arrays_key(request.resolve(local))],
+        "samples": [[s.name, _arrays_key(s.inputs)] for s in local.samples] if measure else None,
     }
     package = Path(__file__).resolve().parent.parent
     own = [digest(package / rel) for rel in _OWN_CODE]
-    return key_of([__version__, own, ensemble.name, target.value, str(release), repr(ensemble.spec()),
+    return key_of([__version__, own, local.name, target.value, str(local.release), repr(local.spec),
                    steps, payloads])
 
 

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conch.archive.extract import safe_extract
 from conch.archive.manifest import sha256
-from conch.builder.archive import safe_extract, write_tar
-from conch.builder.scratch import scratch_dir, scratch_temp
+from conch.builder.archive import write_tar
 from conch.cache import cache_dir
 from conch.ensembles.environment import PythonEnv
 from conch.errors import PackError
+from conch.scratch import scratch_dir, scratch_temp
 
 PLATFORM = "manylinux2014_x86_64"
 LAYOUT_VERSION = "2"  # bump when the on-disk layout or the archive writer changes, to invalidate cached envs

@@ -29,9 +29,9 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, StampRecord, dumps, parse_manifest, sha256
 from conch.archive.verify import ENV_PREFIX, SHELL_SAFE, check_folder
 from conch.builder.archive import atomic_output, write_tar
-from conch.builder.scratch import scratch_temp
 from conch.ensembles.layout import FileSource
 from conch.errors import ArchiveError
+from conch.scratch import scratch_temp
 
 ARCHIVE_SUFFIX = ".tar.gz"
 TAG = "__t"  # a stamped step is <original step>__t<10 hex digits of sha256(TargetModel)>

@@ -102,9 +102,9 @@ def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from conch.builder.scratch import scratch_temp
     from conch.errors import ServeError
     from conch.harness.profile.local_servers import profile_archives
+    from conch.scratch import scratch_temp
 
     failed: list[str] = []
     if args.url:

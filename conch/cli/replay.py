@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import discover_each, one_line, report_failure
 from conch.cli.flags import add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
+from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
 
 

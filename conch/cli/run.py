@@ -13,7 +13,7 @@ from conch.cli.flags import add_ensemble_flags
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
-    from conch.run import StepTrace
+    from conch.executor import StepTrace
 
 
 def describe(name: str, array: np.ndarray, values: int) -> str:
@@ -58,7 +58,7 @@ def run_samples(ensemble: Ensemble, names: list[str] | None, values: int, releas
     """Run the named samples (all when none are named); print each step; compare with the expected outputs.
     ``found`` receives one JSON-safe record per sample (steps, outputs, verdicts) for ``--json``."""
     from conch.ensembles.samples import compare
-    from conch.run import Executor, sample_inputs
+    from conch.executor import Executor, sample_inputs
 
     chosen = names or [s.name for s in ensemble.samples]
     if not chosen:

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.builder.scratch import scratch_temp
 from conch.cli.console import document, error, result, say
 from conch.cli.flags import add_step_names, size
 from conch.ensembles.target import DEFAULT_RELEASE
+from conch.scratch import scratch_temp
 
 if TYPE_CHECKING:
     from conch.harness.endpoint import LocalMME

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -15,14 +15,12 @@ from conch.ensembles.dtypes import DType
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.names import check_model_name, check_tensor_name
+from conch.ensembles.run_result import RunResult
 from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
 from conch.ensembles.step import Step
 from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
-
-if TYPE_CHECKING:
-    from conch.run import RunResult
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
@@ -125,6 +123,23 @@ def bind(step: Step, args: Sequence[object], kwargs: Mapping[str, object]) -> di
             )
         handles[key] = value
     return handles
+
+
+class Runner(Protocol):
+    """Runs one request through an ensemble in this process: conch.executor's ``run``."""
+
+    def __call__(
+        self, ensemble: Ensemble, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True
+    ) -> RunResult: ...
+
+
+_runner: list[Runner] = []  # filled by conch.executor when it is imported (conch's __init__ imports it)
+
+
+def use_runner(runner: Runner) -> None:
+    """Make ``Ensemble.run`` run through ``runner`` (the executor registers itself: the declaration layer
+    does not import the layers above it)."""
+    _runner[:] = [runner]
 
 
 class Ensemble:
@@ -320,8 +335,7 @@ class Ensemble:
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
         """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
-        from conch.run import run
-
+        (run,) = _runner  # conch.executor registered it when conch was imported
         return run(self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
@@ -489,19 +503,3 @@ class Ensemble:
             settings=StepSettings(max_batch_size=self.max_batch_size, config_fields=self.config_fields),
             ensemble_steps=tuple(steps),
         )
-
-    def schema(self) -> dict[str, Any]:
-        """The ensemble's I/O schema as the manifest records it."""
-        batch = [-1] if self.max_batch_size else []
-        return {
-            "max_batch_size": self.max_batch_size,
-            "inputs": [
-                {"name": t.name, "datatype": t.dtype.wire, "dims": list(t.dims), "shape": batch + list(t.dims)}
-                for t in self.input_specs()
-            ],
-            "outputs": [
-                {"name": t.name, "datatype": t.dtype.wire, "dims": list(t.dims), "shape": batch + list(t.dims)}
-                for t in self.output_specs()
-            ],
-        }
-

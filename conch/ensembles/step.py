@@ -148,8 +148,9 @@ class Step(abc.ABC):
                 raise BuildError(f"step {self.name!r}: warmup file {name!r} points at {path}, which does not exist")
 
     def check_settings(self) -> dict[str, object]:
-        """Settings that change what ``check`` verifies beyond ``describe()``: part of the key under which a
-        build remembers that the checks passed (so a weaker check never vouches for a stronger one)."""
+        """Settings that change what ``check`` verifies beyond the step's summary in the manifest: part of the
+        key under which a build remembers that the checks passed (so a weaker check never vouches for a
+        stronger one)."""
         return {}
 
     def details(self) -> dict[str, object]:
@@ -194,20 +195,6 @@ class Step(abc.ABC):
             else:
                 files[t.label_filename] = ("\n".join(t.labels) + "\n").encode()
         return files
-
-    def describe(self, built: Mapping[str, object] | None = None) -> dict[str, object]:
-        """A JSON-safe summary for the manifest; ``built``: the facts of the layout (``StepLayout.info``)."""
-        info: dict[str, object] = {
-            "name": self.name,
-            "kind": self.kind,
-            "max_batch_size": self.max_batch_size,
-            "inputs": [_tensor_json(t) for t in self.inputs],
-            "outputs": [_tensor_json(t) for t in self.outputs],
-        }
-        own = {**self.details(), **(built or {})}
-        if own:
-            info[self.kind] = own
-        return info
 
 
 def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:
@@ -265,7 +252,3 @@ def check_against_file(
                 f"step {step!r}: {what} {t.name!r} is declared with dims {list(shape)} but {file_name} has "
                 f"{list(actual.dims)}"
             )
-
-
-def _tensor_json(t: Tensor) -> dict[str, object]:
-    return {"name": t.name, "datatype": t.dtype.wire, "dims": list(t.dims)}

@@ -77,7 +77,7 @@ def replay_archives(
     report = ReplayReport()
     own = server is None
     if server is None:
-        from conch.builder.shm import archives_settings
+        from conch.builder.shm_sizing import archives_settings
 
         default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)

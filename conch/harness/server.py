@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import importlib.util
 import os
 import shutil
 import signal
@@ -26,30 +25,16 @@ from types import TracebackType
 
 import requests
 
-from conch.builder.scratch import scratch_dir
 from conch.cache import cache_dir
 from conch.errors import ServeError
 from conch.harness import shm_regions
+from conch.scratch import scratch_dir
+from conch.triton_wheel import pytriton_paths
 
 STARTUP_TIMEOUT_S = 60.0
 START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
 PR_SET_PDEATHSIG = 1
 NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacing=true from this release on
-
-
-def pytriton_paths() -> tuple[Path, Path]:
-    """(tritonserver folder of the wheel, its shared-library folder)."""
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServeError(
-            "the nvidia-pytriton wheel is not installed; `pip install nvidia-pytriton` provides tritonserver"
-        )
-    package = Path(next(iter(spec.submodule_search_locations))).absolute()  # the server runs in its own folder
-    server_dir = package / "tritonserver"
-    libs = package.parent / "nvidia_pytriton.libs"
-    if not (server_dir / "bin" / "tritonserver").is_file():
-        raise ServeError(f"no tritonserver binary in {server_dir}; reinstall nvidia-pytriton")
-    return server_dir, libs
 
 
 def python_backend_dir(python_version: str | None = None) -> Path:

@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from conch.builder.scratch import alive
+from conch.scratch import alive
 
 SHM_DIR = Path("/dev/shm")
 _OURS = re.compile(r"^conch_(\d+)_[0-9a-f]+_")

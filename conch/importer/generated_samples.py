@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from conch.builder.scratch import scratch_temp
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import encode_array
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.ensembles.tensors import Tensor
 from conch.errors import ConchError
+from conch.scratch import scratch_temp
 
 SAMPLE_NAME = "captured by conch import"
 

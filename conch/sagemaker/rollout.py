@@ -9,7 +9,6 @@ from pathlib import Path
 
 from conch.archive.verify import check_archive
 from conch.aws import AwsTarget
-from conch.builder.scratch import scratch_temp
 from conch.ensembles.target import Release
 from conch.errors import DeployError
 from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
@@ -25,6 +24,7 @@ from conch.sagemaker.instances import gpus
 from conch.sagemaker.runtime import archive_manifest
 from conch.sagemaker.s3 import ModelLocation, Upload, upload_archives
 from conch.sagemaker.upload_plan import plan_uploads
+from conch.scratch import scratch_temp
 
 
 @dataclass

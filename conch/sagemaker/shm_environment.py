@@ -1,12 +1,18 @@
 """The container environment that sizes the Python backend's shared memory on SageMaker's Triton image
-for the archives of a deploy (their manifests say what each needs; see conch.builder.shm)."""
+for the archives of a deploy (their manifests say what each needs; see conch.builder.shm_sizing)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from conch.builder.shm import ENV_DEFAULT, ENV_GROWTH, SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES, server_settings
+from conch.builder.shm_sizing import (
+    ENV_DEFAULT,
+    ENV_GROWTH,
+    SAGEMAKER_DEFAULT_BYTES,
+    SAGEMAKER_GROWTH_BYTES,
+    server_settings,
+)
 from conch.sagemaker.runtime import archive_manifest
 
 

@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2
 from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
 from conch.archive.config_reader import parse_config, read_config
 from conch.archive.inspection import summarize_config
-from conch.builder.render import render_config
+from conch.compiler.pbtxt import render_config
 from conch.ensembles.config_fields import TYPED_ONLY, TYPED_OR_CARRIED
 
 # One value for every ModelConfig field conch has no typed setting for (and the carried forms of the

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hostile_archives import Entry, gzip_bomb, write_archive
 
-from conch.builder.archive import safe_extract
+from conch.archive.extract import safe_extract
 from conch.errors import ArchiveError, ConchError
 
 CONFIG = ("m/config.pbtxt", "file", 'name: "m"\nplatform: "ensemble"\n')

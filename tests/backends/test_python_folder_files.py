@@ -11,7 +11,7 @@ import pytest
 
 from conch import BuildError, Ensemble, PythonStep, Tensor
 from conch.builder.build import render_repository
-from conch.run import Executor, run
+from conch.executor import Executor, run
 
 
 def _ensemble(assets: Path, **extra: bytes) -> Ensemble:

@@ -36,9 +36,9 @@ from conch.archive.extract import safe_extract
 from conch.archive.verify import check_archive
 from conch.builder.build import build_ensemble
 from conch.ensembles.step import Step
+from conch.executor import run
 from conch.harness.mme import MultiModelClient
 from conch.harness.server import LocalTriton
-from conch.run import run
 
 pytestmark = pytest.mark.integration
 

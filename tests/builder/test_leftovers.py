@@ -15,7 +15,7 @@ import pytest
 
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.pack import LOCAL_HOME, _write_skeleton
-from conch.builder.scratch import scratch_dir, sweep
+from conch.scratch import scratch_dir, sweep
 
 
 def dead_pid() -> int:
@@ -77,7 +77,7 @@ def test_part_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path: P
 
 def test_scratch_folders_of_dead_processes_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr("conch.builder.scratch._mine", None)
+    monkeypatch.setattr("conch.scratch._mine", None)
     root = tmp_path / "scratch"
     (root / str(dead_pid()) / "conch-resolve-x" / "pip-target-y").mkdir(parents=True)
     (root / str(os.getppid())).mkdir()
@@ -90,7 +90,7 @@ def test_scratch_folders_of_dead_processes_are_swept(tmp_path: Path, monkeypatch
 def test_killed_build_leaves_nothing_the_next_run_does_not_remove(tmp_path: Path) -> None:
     env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cache")}
     code = ("import os, sys, time; from pathlib import Path\n"
-            "from conch.builder.scratch import scratch_temp\nfrom conch.builder.archive import atomic_output\n"
+            "from conch.scratch import scratch_temp\nfrom conch.builder.archive import atomic_output\n"
             "t = scratch_temp('conch-resolve-'); Path(t.name, 'pip-target-x').mkdir()\n"
             "w = atomic_output(Path(sys.argv[1])); w.__enter__().write(b'x'); print('ready', flush=True)\n"
             "time.sleep(60)\n")
@@ -172,6 +172,6 @@ def test_killed_replay_leaves_no_server_and_its_folder_is_removed_by_the_next_ru
     else:
         raise AssertionError(f"tritonserver {pid} outlived the conch process that started it")
     assert Path(workdir).is_dir()  # what a SIGKILL leaves ...
-    subprocess.run([sys.executable, "-c", "from conch.builder.scratch import scratch_dir; scratch_dir()"], env=env,
+    subprocess.run([sys.executable, "-c", "from conch.scratch import scratch_dir; scratch_dir()"], env=env,
                    check=True)
     assert not Path(workdir).exists()  # ... the next run removes

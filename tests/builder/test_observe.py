@@ -12,9 +12,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from conch import Ensemble, PythonStep, Tensor
+from conch import BuildError, Ensemble, PythonStep, Release, Target, Tensor
 from conch.builder import observe
 from conch.builder.build import render_repository
+from conch.ensembles.layout import StepLayout
 
 STEPS = '''import numpy as np
 
@@ -89,3 +90,62 @@ def test_a_change_to_what_the_run_follows_from_runs_it_again(steps: ModuleType, 
 def test_refresh_runs_it_again(steps: ModuleType) -> None:
     assert runs_for(declared(steps))[0] == 1
     assert runs_for(declared(steps), refresh=True)[0] == 1
+
+
+@pytest.mark.parametrize("target", ["local", "production"])
+def test_each_config_text_is_parsed_once_in_a_build_that_runs_the_ensemble(
+    steps: ModuleType, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """The build renders each config and parses it back once; running the ensemble in this process reuses
+    that parse for the config its model.py is given (as in a fresh process: no shape parsed before)."""
+    from google.protobuf import text_format
+
+    from conch.compiler import pbtxt
+
+    monkeypatch.setattr(pbtxt, "_shapes", set())
+    monkeypatch.setattr(pbtxt, "_parsed", {})
+    parse, parsed = text_format.Parse, []
+
+    def counted(text: str, message: object, *args: object, **kwargs: object) -> object:
+        if isinstance(text, str) and text.startswith("name: "):  # a whole config, not a config_fields fragment
+            parsed.append(text)
+        return parse(text, message, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(text_format, "Parse", counted)
+    before = observe.runs
+    files = render_repository(declared(steps), target, "24.10", refresh=True).files
+    assert observe.runs - before == 1  # the warmup ran in this process, from the step's local config
+    twice = sorted({text.splitlines()[0] for text in parsed if parsed.count(text) > 1})
+    assert twice == [], f"configs parsed more than once: {twice}"
+    configs = {name: source.decode() for name, source in files.items() if name.endswith("/config.pbtxt")}  # type: ignore[attr-defined]
+    assert len(configs) == 2 and all(parsed.count(text) == 1 for text in configs.values()), sorted(configs)
+
+
+@pytest.fixture
+def no_local_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python steps lay out for production only: the in-process run (the local target) cannot be made."""
+    production = PythonStep.layout
+
+    def layout(step: PythonStep, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if target is Target.LOCAL:
+            raise BuildError(f"step {step.name!r}: no local layout in this test")
+        return production(step, model, target, release, ensemble)
+
+    monkeypatch.setattr(PythonStep, "layout", layout)
+
+
+@pytest.mark.usefixtures("no_local_layout")
+def test_a_warmup_whose_local_plan_cannot_be_made_fails_the_production_build(steps: ModuleType) -> None:
+    with pytest.raises(BuildError, match=r"warmup from sample 'one': running it in this process failed: "
+                                         r"ensemble '\w+': step 'as_text': no local layout in this test"):
+        render_repository(declared(steps), "production", "24.10")
+
+
+@pytest.mark.usefixtures("no_local_layout")
+def test_samples_whose_local_plan_cannot_be_made_leave_sizes_unmeasured(steps: ModuleType) -> None:
+    ens = declared(steps)
+    ens.warmup_request = None  # the samples alone: sizing shared memory is not worth failing the build
+    shm = render_repository(ens, "production", "24.10").manifest["shm"]
+    assert shm["unknown"] == [f"{ens.name}__as_text output t"]
+    assert shm["unmeasured"] == (f"running the samples in this process failed: ensemble {ens.name!r}: step "
+                                 "'as_text': no local layout in this test")

@@ -20,7 +20,7 @@ from conch import (
     VersionPolicy,
     Warmup,
 )
-from conch.builder.render import check_config, render_config
+from conch.compiler.pbtxt import check_config, render_config
 
 ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')  # what SageMaker's front end looks for
 
@@ -117,7 +117,7 @@ def test_check_config_rejects_name_folder_mismatch() -> None:
 def test_configs_of_one_shape_are_parsed_once_and_others_each(monkeypatch: pytest.MonkeyPatch) -> None:
     """Configs that differ only inside string literals (names) are parsed back once per process; a
     different number or type is a parse of its own."""
-    from conch.builder import render
+    from conch.compiler import pbtxt as render
 
     parsed: list[str] = []
     monkeypatch.setattr(render, "_shapes", set())

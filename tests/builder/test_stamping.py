@@ -131,7 +131,7 @@ def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, t
 
 
 def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_path: Path) -> None:
-    from conch.builder.archive import safe_extract
+    from conch.archive.extract import safe_extract
     from conch.builder.stamping import read_configs, stamp_folder
 
     folder = tmp_path / "unpacked"

@@ -12,7 +12,7 @@ from seed_archives import inception_repo
 from tritonclient.grpc import model_config_pb2
 
 from conch import DaliStep, DeclarationError, Ensemble, InstanceGroup, PythonStep, Tensor, TensorFlowStep
-from conch.builder.render import render_config
+from conch.compiler.pbtxt import render_config
 
 
 def parse(text: str) -> model_config_pb2.ModelConfig:

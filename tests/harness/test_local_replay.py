@@ -10,7 +10,7 @@ import pytest
 from conftest import half_ensemble, linear_ensemble
 
 from conch import Ensemble, PythonStep, ServeError, Tensor
-from conch.builder.archive import safe_extract
+from conch.archive.extract import safe_extract
 from conch.builder.build import build_ensemble
 from conch.harness.local_replay import ENDPOINTS, replay_archives
 from conch.harness.mme import InvokeError, MultiModelClient

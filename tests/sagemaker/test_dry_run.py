@@ -12,7 +12,7 @@ from conftest import INSTANCE, ROLE, Moto
 from run_pipelines import image_ensemble
 
 from conch.builder.build import build_ensemble
-from conch.builder.shm import ENV_DEFAULT, MIB
+from conch.builder.shm_sizing import ENV_DEFAULT, MIB
 from conch.cli import main
 from conch.errors import DeployError
 from conch.sagemaker.dry_run import DryRunAws

@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import uvicorn
 
-from conch.builder.scratch import scratch_dir
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import ServeError
 from conch.harness.endpoint.app import create_app
@@ -28,6 +27,7 @@ from conch.harness.endpoint.metrics import Metrics, run_counts
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
+from conch.scratch import scratch_dir
 
 ENDPOINT_NAME = "local"
 ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateEndpoint's EndpointName

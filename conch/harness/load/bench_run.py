@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conch.builder.scratch import scratch_temp
 from conch.harness.endpoint.metrics import run_counts
 from conch.harness.load.plots import plot_run
 from conch.harness.load.run_summary import problems, summarise, write_json
 from conch.harness.load.runner import Progress, run_load
 from conch.harness.load.spec import LoadSpec, not_applicable
+from conch.scratch import scratch_temp
 
 
 @contextmanager

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conch.builder.scratch import scratch_temp
 from conch.errors import BenchError
 from conch.harness.load.spec import LoadSpec
+from conch.scratch import scratch_temp
 
 MODULE = "conch.harness.load.locust_proc"
 GRACE_S = 180.0  # beyond the stages: spawning, waiting for workers, flushing records

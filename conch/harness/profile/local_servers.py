@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from conch.archive.manifest import Manifest
-from conch.builder.scratch import scratch_temp
 from conch.errors import ConchError, ServeError
 from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
 from conch.harness.mme import MultiModelClient
@@ -19,6 +18,7 @@ from conch.harness.profile.profile_report import Profile
 from conch.harness.profile.server_statistics import METRICS_ARGS, StatsEndpoint
 from conch.harness.profile.trace import trace_args
 from conch.harness.server import LocalTriton, free_port
+from conch.scratch import scratch_temp
 
 MODES = ("triton", "mme")
 LoadFor = Callable[[Manifest], Load]  # the load to send, once the archive's manifest (samples) is known
@@ -75,7 +75,7 @@ Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                progress: Callable[[str], None]) -> Outcomes:
-    from conch.builder.shm import archives_settings
+    from conch.builder.shm_sizing import archives_settings
 
     default, growth, _ = archives_settings(archives)
     triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
@@ -146,7 +146,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
 def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint, Path]]:
     """A local tritonserver as replay starts one, with its metrics on: replay's archives are profiled on the
     server that replayed them (`conch replay --profile`)."""
-    from conch.builder.shm import archives_settings
+    from conch.builder.shm_sizing import archives_settings
 
     default, growth, _ = archives_settings(archives)
     triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)

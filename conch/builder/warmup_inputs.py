@@ -10,17 +10,17 @@ import re
 import struct
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
+from conch.archive.manifest import WarmupRecord
+from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.layout import FileSource, ModelSpec
+from conch.ensembles.run_result import RunResult
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import BuildError
-from conch.run import RunResult
 
 WARMUP_NAME = "conch derived warmup"
 WARMUP_FOLDER = "warmup"
@@ -50,29 +50,27 @@ class DerivedWarmup:
             files[f"{model}/{rel}"] = data
         return replace(spec, settings=replace(spec.settings, warmups=(*spec.settings.warmups, step.entry)))
 
-    def manifest(self) -> dict[str, Any] | None:
+    def record(self) -> WarmupRecord | None:
+        """The derived warmup as the manifest records it (None when none is declared)."""
         if self.source is None:
             return None
-        return {
-            "source": self.source,
-            "steps": {
-                model: {"batch_size": s.entry.batch_size, "count": s.entry.count,
-                        "inputs": {i.name: {"dims": list(i.dims), "file": f"{WARMUP_FOLDER}/{i.data_file}"}
-                                   for i in s.entry.inputs}}
-                for model, s in sorted(self.steps.items())
-            },
-        }
+        return WarmupRecord(self.source, {
+            model: {"batch_size": s.entry.batch_size, "count": s.entry.count,
+                    "inputs": {i.name: {"dims": list(i.dims), "file": f"{WARMUP_FOLDER}/{i.data_file}"}
+                               for i in s.entry.inputs}}
+            for model, s in sorted(self.steps.items())
+        })
 
 
-def derive_warmup(ensemble: Ensemble, request: WarmupRequest, result: RunResult) -> DerivedWarmup:
+def derive_warmup(plan: CompiledEnsemble, request: WarmupRequest, result: RunResult) -> DerivedWarmup:
     """Every step's warmup from the in-process run of the ensemble's warmup payload."""
     steps = {}
-    for call, trace in zip(ensemble.calls, result.steps, strict=True):
-        batching = call.step.max_batch_size > 0
+    for compiled, trace in zip(plan.steps, result.steps, strict=True):
+        batching = compiled.step.max_batch_size > 0
         inputs, files = [], {}
         batch = 1
         for index, (name, array) in enumerate(trace.inputs.items()):
-            spec = next(t for t in call.step.inputs if t.name == name)
+            spec = next(t for t in compiled.step.inputs if t.name == name)
             if batching:
                 batch, array = array.shape[0], array[0]
             data_file = f"{index}_{_safe(name)}"

@@ -69,18 +69,40 @@ def _parsed_alike(text: str, name: str) -> bool:
 
 
 def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
-    """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config."""
+    """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config.
+    A text parsed in this process is not parsed again (a build renders a config, then runs it in this
+    process): the caller gets its own copy of the message."""
+    parsed = _parsed.get(text)
+    if parsed is None:
+        parsed = _model_config_pb2().ModelConfig()
+        try:
+            text_format.Parse(text, parsed)
+        except text_format.ParseError as exc:
+            raise BuildError(
+                f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc}\n"
+                f"--- rendered text ---\n{text}"
+            ) from exc
+        if len(_parsed) >= _PARSED_KEPT:
+            _parsed.pop(next(iter(_parsed)))
+        _parsed[text] = parsed
+    if parsed.name != expected_name:
+        raise BuildError(f"config.pbtxt names model {parsed.name!r}, but its folder is {expected_name!r}")
     config = _model_config_pb2().ModelConfig()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise BuildError(
-            f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc}\n"
-            f"--- rendered text ---\n{text}"
-        ) from exc
-    if config.name != expected_name:
-        raise BuildError(f"config.pbtxt names model {config.name!r}, but its folder is {expected_name!r}")
+    config.CopyFrom(parsed)
     return config
+
+
+_PARSED_KEPT = 64  # the configs of the last few ensembles built or run
+_parsed: dict[str, model_config_pb2.ModelConfig] = {}
+
+
+def config_json(text: str, expected_name: str) -> dict[str, Any]:
+    """The config as the JSON Triton hands a Python model's ``initialize`` (``args["model_config"]``)."""
+    from google.protobuf import json_format
+
+    data: dict[str, Any] = json_format.MessageToDict(check_config(text, expected_name),
+                                                     preserving_proto_field_name=True)
+    return data
 
 
 def _tensor(t: Tensor) -> dict[str, Any]:

@@ -15,14 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from conch.archive.manifest import Manifest, read_manifest
-from conch.ensembles.ensemble import Ensemble
-from conch.ensembles.layout import Platform
-from conch.ensembles.step import Step
+from conch.archive.manifest import Manifest, ShmRecord, read_manifest
+from conch.compiler.compiled import CompiledEnsemble, CompiledStep
+from conch.ensembles.run_result import RunResult
 from conch.ensembles.target import Target
 from conch.ensembles.tensors import Tensor
 from conch.errors import ArchiveError
-from conch.run import RunResult
 
 MIB = 1024 * 1024
 SAGEMAKER_DEFAULT_BYTES = 16 * MIB  # docker/sagemaker/serve in triton-inference-server/server
@@ -35,23 +33,19 @@ ENV_GROWTH = "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE"
 RowBytes = dict[str, dict[str, int]]
 
 
-def _keyed(step: Step) -> list[tuple[str, Tensor]]:
-    return [(f"input {t.name}", t) for t in step.inputs] + [(f"output {t.name}", t) for t in step.outputs]
-
-
 def _sized_by_declaration(t: Tensor) -> bool:
     return t.dtype.wire != "BYTES" and all(d > 0 for d in t.dims)
 
 
-def may_serve_python(step: Step, target: Target) -> bool:
+def may_serve_python(step: CompiledStep, target: Target) -> bool:
     """Whether a step runs on the Python backend in this target (every step is a stand-in locally)."""
-    return target is Target.LOCAL or step.platform is Platform.PYTHON
+    return target is Target.LOCAL or step.python_in_production
 
 
-def needs_samples(ensemble: Ensemble, target: Target) -> bool:
+def needs_samples(plan: CompiledEnsemble) -> bool:
     """Whether a Python-backend step has a tensor whose size only a run can tell."""
-    return any(not _sized_by_declaration(t) for c in ensemble.calls if may_serve_python(c.step, target)
-               for _, t in _keyed(c.step))
+    return any(not _sized_by_declaration(t) for s in plan.steps if may_serve_python(s, plan.target)
+               for _, t in s.sized())
 
 
 def row_bytes(array: np.ndarray, batching: bool) -> int:
@@ -65,12 +59,12 @@ def row_bytes(array: np.ndarray, batching: bool) -> int:
     return math.ceil(total / max(rows, 1))
 
 
-def observe_row_bytes(ensemble: Ensemble, runs: Sequence[RunResult]) -> RowBytes:
+def observe_row_bytes(plan: CompiledEnsemble, runs: Sequence[RunResult]) -> RowBytes:
     """The largest bytes per row of every step tensor over in-process runs of the samples."""
     seen: RowBytes = {}
     for run in runs:
-        for call, trace in zip(ensemble.calls, run.steps, strict=True):
-            batching = call.step.max_batch_size > 0
+        for compiled, trace in zip(plan.steps, run.steps, strict=True):
+            batching = compiled.step.max_batch_size > 0
             sizes = seen.setdefault(trace.model_name, {})
             for kind, arrays in (("input", trace.inputs), ("output", trace.outputs)):
                 for name, array in arrays.items():
@@ -104,16 +98,11 @@ class ShmPlan:
     def exceeds_sagemaker_default(self) -> bool:
         return self.need_bytes > SAGEMAKER_DEFAULT_BYTES
 
-    def manifest(self) -> dict[str, Any]:
-        return {
-            "need_bytes": self.need_bytes,
-            "default_byte_size": self.default_byte_size,
-            "growth_byte_size": self.growth_byte_size,
-            "instances_bytes": sum(s["instances"] * self.default_byte_size for s in self.steps.values()),
-            "steps": self.steps,
-            "unknown": self.unknown,
-            "unmeasured": self.unmeasured,
-        }
+    def record(self) -> ShmRecord:
+        """The plan as the manifest records it."""
+        return ShmRecord(self.need_bytes, self.default_byte_size, self.growth_byte_size,
+                         sum(s["instances"] * self.default_byte_size for s in self.steps.values()),
+                         dict(self.steps), tuple(self.unknown), self.unmeasured)
 
     def warn(self, ensemble: str, progress: Callable[[str], None] | None) -> list[str]:
         """The warning (at most one line per archive), also shown through ``progress`` (the build's messages)."""
@@ -141,21 +130,22 @@ class ShmPlan:
 
 
 def plan_shm(
-    ensemble: Ensemble, python_models: Iterable[str], seen: Mapping[str, Mapping[str, int]], unmeasured: str | None
+    compiled: CompiledEnsemble, python_models: Iterable[str], seen: Mapping[str, Mapping[str, int]],
+    unmeasured: str | None,
 ) -> ShmPlan:
     """The shared memory each Python-backend model of the build needs for a batch of max_batch_size rows
     (for a step that does not batch: its largest tensors in the samples)."""
     plan = ShmPlan(unmeasured=unmeasured)
     served = set(python_models)
-    for call in ensemble.calls:
-        model = ensemble.model_name(call.step)
+    for one in compiled.steps:
+        model = one.model_name
         if model not in served:
             continue
-        step = call.step
+        step = one.step
         batch = step.max_batch_size or 1
         observed = seen.get(model, {})
         total = 0
-        for key, t in _keyed(step):
+        for key, t in one.sized():
             if _sized_by_declaration(t):
                 per_row = math.prod(t.dims) * t.dtype.numpy.itemsize
             elif key in observed:

@@ -11,55 +11,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from conch.builder.scratch import scratch_dir
+from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ensemble
+from conch.compiler.pbtxt import config_json, render_config
 from conch.ensembles.dtypes import DType
+from conch.ensembles.ensemble import Ensemble, use_runner
+from conch.ensembles.run_result import RunResult, StepTrace
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import ConchError, DeclarationError, RunError
-
-if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble, StepCall
+from conch.scratch import scratch_dir
+from conch.triton_wheel import pytriton_paths
 
 PB_UTILS = "triton_python_backend_utils"
 
-
-@dataclass
-class StepTrace:
-    """One step's execution: what the ensemble routed to it and what it gave (by the step's own tensor
-    names, shaped as in its config), and where that disagrees with its declaration."""
-
-    step: str
-    kind: str
-    model_name: str
-    inputs: dict[str, np.ndarray]
-    outputs: dict[str, np.ndarray]
-    millis: float
-    problems: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RunResult:
-    """The ensemble's outputs, every tensor by its ensemble-scope name (with ``intermediates=True``),
-    and one trace per step in the order they ran."""
-
-    ensemble: str
-    outputs: dict[str, np.ndarray]
-    tensors: dict[str, np.ndarray]
-    steps: list[StepTrace]
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.outputs[name]
-
-    @property
-    def problems(self) -> list[str]:
-        return [p for s in self.steps for p in s.problems]
+__all__ = ["Executor", "RunResult", "StepTrace", "run", "sample_inputs"]
 
 
 class Executor:
@@ -68,14 +39,17 @@ class Executor:
     interpreter, whatever environment they declare for Triton.
 
     Args:
-        ensemble: the declared ensemble (validated here, as a build would).
-        release: the release the steps are checked against (it does not change what runs here).
+        ensemble: the declared ensemble (compiled here for the local target, as a build would: validated,
+            every step checked), or a plan compiled for the local target.
+        release: the release the steps are checked against (it does not change what runs here); a
+            compiled plan brings its own.
     """
 
-    def __init__(self, ensemble: Ensemble, *, release: Release | str = DEFAULT_RELEASE) -> None:
-        ensemble.validate()
-        self.ensemble = ensemble
-        self.release = Release.of(release)
+    def __init__(self, ensemble: Ensemble | CompiledEnsemble, *, release: Release | str = DEFAULT_RELEASE) -> None:
+        if isinstance(ensemble, Ensemble):
+            ensemble = compile_ensemble(ensemble, Target.LOCAL, release)
+        self.plan = ensemble.local()
+        self.release = self.plan.release
         self._workdir = Path(tempfile.mkdtemp(prefix="conch-run-", dir=scratch_dir()))
         self._models: dict[str, Any] = {}
 
@@ -109,15 +83,16 @@ class Executor:
         otherwise the disagreement is recorded in the step's trace and the run goes on. ``on_step`` sees
         each step's trace as soon as the step has run.
         """
-        ens = self.ensemble
+        plan = self.plan
+        ens = plan.ensemble
         tensors: dict[int, np.ndarray] = {}
-        payload = ens.payload(inputs, f"ensemble {ens.name!r} run")
+        payload = plan.payload(inputs, f"ensemble {plan.name!r} run")
         for name, handle in ens.inputs.items():
             if name in payload:
                 tensors[id(handle)] = payload[name]
         traces = []
-        for call in ens.calls:
-            trace = self._run_step(call, tensors)
+        for compiled in plan.steps:
+            trace = self._run_step(compiled, tensors)
             traces.append(trace)
             if on_step is not None:
                 on_step(trace)
@@ -129,13 +104,13 @@ class Executor:
         named: dict[str, np.ndarray] = {}
         if intermediates:
             handles = [*ens.inputs.values(), *(h for c in ens.calls for h in c.outputs.values())]
-            named = {ens.tensor_name(h): tensors[id(h)] for h in handles if id(h) in tensors}
-        return RunResult(ens.name, outputs, named, traces)
+            named = {plan.tensor_name(h): tensors[id(h)] for h in handles if id(h) in tensors}
+        return RunResult(plan.name, outputs, named, traces)
 
-    def _run_step(self, call: StepCall, tensors: dict[int, np.ndarray]) -> StepTrace:
-        step = call.step
-        where = f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind})"
-        model = self._model(call)
+    def _run_step(self, compiled: CompiledStep, tensors: dict[int, np.ndarray]) -> StepTrace:
+        call, step = compiled.call, compiled.step
+        where = f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind})"
+        model = self._model(compiled)
         routed = {name: tensors[id(h)] for name, h in call.inputs.items() if id(h) in tensors}
         arrays = {name: _delivered(array, _spec(step.inputs, name)) for name, array in routed.items()}
         batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
@@ -155,26 +130,21 @@ class Executor:
             handle = call.outputs.get(spec.name)
             if handle is not None:
                 tensors[id(handle)] = array
-        return StepTrace(step.name, step.kind, self.ensemble.model_name(step), routed, outputs, millis, problems)
+        return StepTrace(step.name, step.kind, compiled.model_name, routed, outputs, millis, problems)
 
-    def _model(self, call: StepCall) -> Any:
+    def _model(self, compiled: CompiledStep) -> Any:
         """The step's generated model.py, laid out as the local target lays it out, imported and initialized."""
-        step = call.step
-        name = self.ensemble.model_name(step)
+        step, name, layout = compiled.step, compiled.model_name, compiled.layout
         if name in self._models:
             return self._models[name]
-        from conch.builder.render import render_config
-
         try:
-            step.check(self.release)
-            layout = step.layout(name, Target.LOCAL, self.release, self.ensemble.name)
             config = render_config(layout.spec)
         except ConchError as exc:
-            exc.within(f"ensemble {self.ensemble.name!r}")
+            exc.within(f"ensemble {self.plan.name!r}")
             raise
         if layout.spec.backend != "python":
             raise RunError(
-                f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): has no CPU path to run in "
+                f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind}): has no CPU path to run in "
                 "this process (its local layout is not a Python-backend model)"
             )
         folder = self._workdir / name
@@ -187,13 +157,13 @@ class Executor:
             instance.initialize({
                 "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
                 "model_instance_device_id": "0", "model_repository": str(folder), "model_version": "1",
-                "model_config": json.dumps(_config_json(config)),
+                "model_config": json.dumps(config_json(config, name)),
             })
         except ConchError:
             raise
         except Exception as exc:
             raise RunError(
-                f"ensemble {self.ensemble.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
+                f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         finally:
@@ -214,6 +184,9 @@ def run(
     use an :class:`Executor` to run many requests with the steps loaded once."""
     with Executor(ensemble, release=release) as executor:
         return executor.run(inputs, intermediates=intermediates, strict=strict)
+
+
+use_runner(run)  # Ensemble.run runs here (the declaration layer does not import this one)
 
 
 def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:
@@ -271,16 +244,6 @@ def _place(folder: Path, rel: str, source: bytes | Path) -> None:
         path.symlink_to(Path(source).resolve())
 
 
-def _config_json(config_text: str) -> dict[str, Any]:
-    from google.protobuf import json_format
-
-    from conch.archive.config_reader import parse_config
-
-    message = parse_config(config_text, "config.pbtxt")
-    data: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
-    return data
-
-
 def _import_model(path: Path, module_name: str) -> ModuleType:
     """Import a generated model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
     _ensure_pb_utils()
@@ -295,8 +258,6 @@ def _import_model(path: Path, module_name: str) -> ModuleType:
 def _ensure_pb_utils() -> None:
     if PB_UTILS in sys.modules:
         return
-    from conch.harness.server import pytriton_paths
-
     server_dir, _ = pytriton_paths()
     path = server_dir / "backends" / "python" / f"{PB_UTILS}.py"
     spec = importlib.util.spec_from_file_location(PB_UTILS, path)
