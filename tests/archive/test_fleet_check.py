@@ -16,7 +16,7 @@ from hostile_archives import write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch.archive.extract import scan_archive
-from conch.archive.fleet_check import ArchiveModels, archive_models, check_fleet
+from conch.archive.fleet_check import ArchiveModels, archive_models, check_archive_models, check_fleet
 from conch.builder.build import build_ensemble
 from conch.builder.stamping import stamp_archives
 from conch.errors import ArchiveError
@@ -86,6 +86,25 @@ def test_the_summary_that_travels_in_s3_metadata_round_trips(built: Path) -> Non
     assert models.steps == models.models == {"fleetchk__add_one", "fleetchk__double"}
     assert ArchiveModels.from_summary("fleetchk.tar.gz", models.summary()) == models
     assert ArchiveModels.from_summary("x", '{"v": 2}') is None and ArchiveModels.from_summary("x", "no") is None
+
+
+def test_conch_checks_unpacking_gives_what_the_stream_gives(built: Path, tmp_path: Path) -> None:
+    """`conch check` of local archives takes the fleet check's view from its own unpacking: the same as reading
+    the archive's stream, for a plain and a stamped archive; nothing for an archive that fails the check."""
+    (stamped,) = stamp_archives(built, ["v2"], tmp_path / "stamped")
+    for archive in (built, stamped.archive):
+        report, models = check_archive_models(archive)
+        assert report.ok and models == archive_models(archive)
+    assert archive_models(stamped.archive).stamped_for == "v2.tar.gz"
+    none = bert_repo()
+    none["ensemble/config.pbtxt"] = none["ensemble/config.pbtxt"].replace(  # type: ignore[union-attr]
+        b'platform: "ensemble"', b'platform: "python"')
+    report, models = check_archive_models(pack_repo(none, tmp_path / "none.tar.gz"))
+    assert models is None and "no model folder holds an ensemble config" in report.summary()
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"\x1f\x8b not really")
+    report, models = check_archive_models(broken)
+    assert models is None and report.summary().startswith("broken.tar.gz fails `conch check`: archive: ")
 
 
 def test_the_scan_reads_only_what_it_wants_and_refuses_unsafe_entries(built: Path, tmp_path: Path) -> None:

@@ -106,3 +106,13 @@ def test_an_archive_that_fails_check_exits_non_zero(built: Path, tmp_path: Path,
 def test_inspect_of_a_path_that_is_not_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(tmp_path / "gone.tar.gz")]) == 2
     assert "gone.tar.gz: no such archive; give the path of a .tar.gz built by `conch build`" in capsys.readouterr().err
+
+
+def test_a_config_that_does_not_parse_is_summarized_with_the_parsers_words() -> None:
+    from conch.archive.inspection import summarize_config
+
+    bad = summarize_config("m", b'name: "m"\nplatform')
+    assert bad.problem is not None and bad.problem.startswith("config.pbtxt does not parse (2:")
+    assert (bad.served_as, bad.max_batch_size) == ("?", 0)
+    latin = summarize_config("m", b'name: "caf\xe9"')
+    assert latin.problem is not None and "'utf-8' codec can't decode byte 0xe9" in latin.problem
