@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conch.compiler.pbtxt import check_config, render_config
+from conch.compiler.pbtxt import check_config, parse_config, render_config
 from conch.ensembles.config import (
     DynamicBatching,
     InstanceGroup,
@@ -41,26 +41,6 @@ class ReadConfig:
 
     spec: ModelSpec
     unexpressed: tuple[str, ...] = ()
-
-
-class ConfigParseError(BuildError):
-    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
-    callers that report it in their own terms (`conch check`, `conch inspect`)."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def parse_config(text: str | bytes, where: str) -> Any:
-    """config.pbtxt text (or its UTF-8 bytes) as a ModelConfig: the one place conch parses a config's text;
-    ``where`` names the file in the error (ConfigParseError)."""
-    config = model_config_pb2.ModelConfig()
-    try:
-        text_format.Parse(text.decode("utf-8") if isinstance(text, bytes) else text, config)
-    except (UnicodeDecodeError, text_format.ParseError) as exc:
-        raise ConfigParseError(f"{where}: does not parse as Triton's ModelConfig: {exc}", str(exc)) from exc
-    return config
 
 
 def read_config(source: str | Any, folder: Path | None = None, where: str = "config.pbtxt") -> ReadConfig:

@@ -20,10 +20,10 @@ from typing import Any, BinaryIO
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport, Level
-from conch.archive.config_reader import ConfigParseError, parse_config
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX, checked
+from conch.compiler.pbtxt import ConfigParseError, parse_config
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"

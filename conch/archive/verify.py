@@ -15,9 +15,9 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport, Model
-from conch.archive.config_reader import ConfigParseError, parse_config
 from conch.archive.extract import safe_extract
 from conch.archive.wiring import check_wiring
+from conch.compiler.pbtxt import ConfigParseError, parse_config
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal

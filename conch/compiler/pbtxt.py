@@ -1,4 +1,6 @@
-"""Render a ModelSpec into config.pbtxt text and check it by parsing into Triton's ModelConfig proto."""
+"""config.pbtxt text, both ways: render a ModelSpec into it (checked by parsing it back into Triton's ModelConfig
+proto), and parse_config, the one function conch parses any config text with (the typed reader,
+conch.archive.config_reader, builds on it)."""
 
 from __future__ import annotations
 
@@ -68,18 +70,37 @@ def _parsed_alike(text: str, name: str) -> bool:
     return _shape(text) in _shapes
 
 
+class ConfigParseError(BuildError):
+    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
+    callers that report it in their own terms (`conch check`, `conch inspect`)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def parse_config(text: str | bytes, where: str) -> model_config_pb2.ModelConfig:
+    """config.pbtxt text (or its UTF-8 bytes) as a ModelConfig: the one place conch parses a config's text;
+    ``where`` names the file in the error (ConfigParseError)."""
+    config = _model_config_pb2().ModelConfig()
+    try:
+        text_format.Parse(text.decode("utf-8") if isinstance(text, bytes) else text, config)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        raise ConfigParseError(f"{where}: does not parse as Triton's ModelConfig: {exc}", str(exc)) from exc
+    return config
+
+
 def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
     """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config.
     A text parsed in this process is not parsed again (a build renders a config, then runs it in this
     process): the caller gets its own copy of the message."""
     parsed = _parsed.get(text)
     if parsed is None:
-        parsed = _model_config_pb2().ModelConfig()
         try:
-            text_format.Parse(text, parsed)
-        except text_format.ParseError as exc:
+            parsed = parse_config(text, "config.pbtxt")
+        except ConfigParseError as exc:
             raise BuildError(
-                f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc}\n"
+                f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc.reason}\n"
                 f"--- rendered text ---\n{text}"
             ) from exc
         if len(_parsed) >= _PARSED_KEPT:

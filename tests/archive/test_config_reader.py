@@ -13,9 +13,9 @@ from seed_archives import bert_repo, inception_repo
 from tritonclient.grpc import model_config_pb2
 
 from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
-from conch.archive.config_reader import parse_config, read_config
+from conch.archive.config_reader import read_config
 from conch.archive.inspection import summarize_config
-from conch.compiler.pbtxt import render_config
+from conch.compiler.pbtxt import parse_config, render_config
 from conch.ensembles.config_fields import TYPED_ONLY, TYPED_OR_CARRIED
 
 # One value for every ModelConfig field conch has no typed setting for (and the carried forms of the
