@@ -24,8 +24,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> int:
     from conch.archive.manifest import read_manifest
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
+    from conch.builder.repository_build import build_ensemble
     from conch.ensembles.samples import decode_array
     from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient

@@ -39,8 +39,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def build(args: argparse.Namespace, out: Path) -> Path:
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
+    from conch.builder.repository_build import build_ensemble
 
     if args.archive:
         return Path(args.archive)
@@ -51,7 +51,7 @@ def build(args: argparse.Namespace, out: Path) -> Path:
 
 def distinct(i: int, out: Path) -> Path:
     """The tests' two-step ensemble under a name of its own, so its step folders are its own too."""
-    from conch.builder.build import build_ensemble
+    from conch.builder.repository_build import build_ensemble
 
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import linear_ensemble  # type: ignore[import-not-found]

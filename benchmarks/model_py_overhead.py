@@ -63,7 +63,7 @@ def per_request_us(model: Any, requests: list[Any], count: int) -> float:
 
 
 def main() -> int:
-    from conch.builder.build import render_repository, write_repository
+    from conch.builder.repository_build import render_repository, write_repository
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=100_000)

@@ -101,7 +101,7 @@ def declare(kind: str, name: str, batching: bool):  # type: ignore[no-untyped-de
 
 
 def main() -> int:
-    from conch.builder.build import render_repository, write_repository
+    from conch.builder.repository_build import render_repository, write_repository
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
 

@@ -169,7 +169,7 @@ HEADER = ["variant (encoder settings)", "ensemble req/s", "in-process req/s", "e
 
 
 def main() -> int:
-    from conch.builder.build import render_repository, write_repository
+    from conch.builder.repository_build import render_repository, write_repository
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
 

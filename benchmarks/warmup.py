@@ -47,8 +47,8 @@ def one_load(archive: Path, inputs: dict[str, Any]) -> dict[str, float]:
 
 
 def main() -> int:
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
+    from conch.builder.repository_build import build_ensemble
 
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="*", type=Path, default=[ROOT / "ensembles" / f for f in EXAMPLES])

@@ -222,7 +222,7 @@ class ExampleArchives:
         return ens
 
     def archive(self, file: str, target: str) -> Path:
-        from conch.builder.build import build_ensemble
+        from conch.builder.repository_build import build_ensemble
 
         if (file, target) not in self.built:
             self.built[file, target] = build_ensemble(self.ensemble(file), self.root / target, target)

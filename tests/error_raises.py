@@ -79,7 +79,7 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/archive/extract.py", "archive {self.archive}: entry {member.name} ends after {written} of its"):
         "a guard against tarfile versions that return short data: Python 3.11's tarfile raises ReadError "
         "('unexpected end of data') first, which the readable-archive refusal beside it reports (tested)",
-    ("conch/builder/build.py", "model {model}: file {rel} leaves the archive"):
+    ("conch/builder/repository_build.py", "model {model}: file {rel} leaves the archive"):
         "an internal invariant against a backend bug: the only '../' source, python_model's beside=, refuses "
         "absolute and '..' paths at declaration with its own tested DeclarationError",
     ("conch/importer/convert.py", "{path}: cannot be imported"):

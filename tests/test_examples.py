@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ExampleArchives
 
-from conch.builder.build import render_repository
 from conch.builder.discover import discover
+from conch.builder.repository_build import render_repository
 from conch.harness.local_replay import ENDPOINTS, replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conch import BuildError
-from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
+from conch.builder.repository_build import build_ensemble, render_repository
 from conch.harness.local_replay import replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"

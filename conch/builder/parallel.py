@@ -52,8 +52,8 @@ def default_jobs() -> int:
 
 def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     """Build one ensemble in this process; any failure becomes the outcome's error (the others still build)."""
-    from conch.builder.build import render_repository, write_if_changed, write_repository
     from conch.builder.discover import load_module_ensembles
+    from conch.builder.repository_build import render_repository, write_if_changed, write_repository
 
     start = time.perf_counter()
     try:

@@ -23,8 +23,8 @@ SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
 def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Path]:
     """The archives given, and the ensembles given built for the local target into ``tmp``; an ensemble that
     does not build is reported, added to ``failed``, and the others carry on."""
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import sort_paths
+    from conch.builder.repository_build import build_ensemble
     from conch.cli.discovery import discover_each
     from conch.errors import ConchError
 

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     """The given archives and built ensembles gathered in one folder: TargetModel = archive name."""
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import discover, sort_paths
+    from conch.builder.repository_build import build_ensemble
     from conch.errors import ServeError
 
     given = sort_paths(args.paths, must_exist=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.builder.archive import write_bytes_atomic
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.layout import Platform

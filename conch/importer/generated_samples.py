@@ -89,7 +89,7 @@ def _jpeg() -> bytes:
 def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool = False) -> dict[str, np.ndarray]:
     """The ensemble's outputs for ``inputs`` on the local tritonserver (its local build); ``sequence``: send
     the request as a sequence of one (a step with a sequence batcher needs a correlation ID)."""
-    from conch.builder.build import render_repository, write_repository
+    from conch.builder.repository_build import render_repository, write_repository
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
 

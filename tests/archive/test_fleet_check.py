@@ -17,7 +17,7 @@ from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch.archive.extract import scan_archive
 from conch.archive.fleet_check import ArchiveModels, archive_models, check_archive_models, check_fleet
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamp_archives
 from conch.errors import ArchiveError
 

@@ -16,7 +16,7 @@ import pytest
 from hostile_archives import write_archive
 
 from conch import DynamicBatching, Ensemble, InstanceGroup, PythonEnv, PythonStep, Tensor
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 
 

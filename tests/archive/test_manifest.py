@@ -12,7 +12,7 @@ from conftest import linear_ensemble
 from hostile_archives import write_archive
 
 from conch.archive.manifest import FORMAT, MANIFEST_NAME, Manifest, dumps, read_manifest
-from conch.builder.build import build_ensemble, render_repository, write_repository
+from conch.builder.repository_build import build_ensemble, render_repository, write_repository
 from conch.ensembles.samples import Exact, Tolerance
 from conch.errors import ArchiveError
 

@@ -12,7 +12,7 @@ from conftest import linear_ensemble
 
 from conch.archive.inspection import inspect_archive
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 
 

@@ -13,7 +13,7 @@ from seed_archives import bert_repo, inception_repo, pack_repo
 from conch import BuildError
 from conch.archive.check_report import CheckReport
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 
 
 def check_repo(tmp_path: Path, repo: dict[str, bytes | None], name: str = "hand.tar.gz") -> CheckReport:

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conch import BuildError, DaliStep, DeclarationError, Ensemble, Release, Tensor, TensorRTStep
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 
 RELEASE = Release.of("24.10")
 

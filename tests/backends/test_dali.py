@@ -19,7 +19,7 @@ import pytest
 from conch import BuildError, DaliStep, DeclarationError, DType, Ensemble, Release, Tensor
 from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 
 FIXTURES = Path(dali_pipelines.__file__).parent
 

@@ -11,7 +11,7 @@ import pytest
 
 from conch import BuildError, DaliStep, Ensemble, Tensor
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 
 
 def read_file(archive: Path, name: str) -> str:

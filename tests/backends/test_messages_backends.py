@@ -14,7 +14,7 @@ import pytest
 
 import conch
 from conch import DaliStep, DeclarationError, Ensemble, PythonStep, RunError, Tensor, TorchScriptStep
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.local_replay import stage
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton

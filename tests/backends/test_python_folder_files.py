@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conch import BuildError, Ensemble, PythonStep, Tensor
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 from conch.executor import Executor, run
 
 

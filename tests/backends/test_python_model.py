@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conch import DynamicBatching, Ensemble, PythonStep, Tensor
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.local_replay import stage
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conch import BuildError, DeclarationError, Ensemble, PythonModelStep, Tensor
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 
 IO = {"inputs": [Tensor("x", "FP32", [4])], "outputs": [Tensor("y", "FP32", [4])]}
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_graphs
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TensorFlowStep
-from conch.builder.build import build_ensemble, render_repository
+from conch.builder.repository_build import build_ensemble, render_repository
 
 
 def affine_ensemble(step: TensorFlowStep) -> Ensemble:

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch import BuildError, DeclarationError, Ensemble, Tensor, TensorRTStep, Warmup
 from conch.backends.tensorrt import profile_shapes
-from conch.builder.build import build_ensemble, render_repository
+from conch.builder.repository_build import build_ensemble, render_repository
 
 ModelConfig = model_config_pb2.ModelConfig
 

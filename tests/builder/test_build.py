@@ -15,7 +15,7 @@ from conftest import linear_ensemble
 
 from conch import BuildError, Ensemble, InstanceGroup, PythonStep, Release, Tensor
 from conch.archive.manifest import MANIFEST_NAME
-from conch.builder.build import build_ensemble, render_repository
+from conch.builder.repository_build import build_ensemble, render_repository
 from conch.ensembles.samples import decode_array
 from conch.errors import DeclarationError
 

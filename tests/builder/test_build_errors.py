@@ -13,8 +13,8 @@ import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.archive.extract import safe_extract
-from conch.builder.build import render_repository
 from conch.builder.pack import pack
+from conch.builder.repository_build import render_repository
 from conch.errors import ArchiveError
 
 

@@ -86,8 +86,8 @@ def test_a_build_sums_up_its_code_s_output_in_one_line_and_shows_it_with_v_and_j
 
 def test_building_from_python_or_for_a_replay_says_the_same_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capfd: pytest.CaptureFixture[str]) -> None:
-    from conch.builder.build import build_ensemble
     from conch.builder.discover import discover
+    from conch.builder.repository_build import build_ensemble
 
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))  # the expected outputs are computed here
     (noisy,) = discover([FIXTURES / "noisy"])

@@ -34,7 +34,7 @@ from conch import (
 )
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.ensembles.step import Step
 from conch.executor import run
 from conch.harness.mme import MultiModelClient

@@ -145,7 +145,7 @@ def all_bytes_of(data: bytes) -> bytes:
 def test_no_build_machine_path_in_an_archive_with_an_environment(tmp_path: Path, target: str) -> None:
     from test_pack import TABULATE, where_ensemble
 
-    from conch.builder.build import build_ensemble
+    from conch.builder.repository_build import build_ensemble
 
     archive = build_ensemble(where_ensemble(f"paths_{target}", TABULATE), tmp_path, target)
     content = all_bytes(archive)

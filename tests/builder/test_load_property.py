@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from conch import ConchError, Ensemble, PythonStep, Tensor, VersionPolicy
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.mme import MultiModelClient
 from conch.harness.server import LocalTriton
 

@@ -14,7 +14,7 @@ import pytest
 
 from conch import BuildError, Ensemble, PythonStep, Release, Target, Tensor
 from conch.builder import observe
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 from conch.ensembles.layout import StepLayout
 
 STEPS = '''import numpy as np

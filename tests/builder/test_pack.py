@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
-from conch.builder.build import build_ensemble, render_repository
 from conch.builder.envs import local_python
 from conch.builder.pack import LOCAL_HOME, pack, resolve
+from conch.builder.repository_build import build_ensemble, render_repository
 from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
 from conch.harness.server import LocalTriton

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tritonclient.grpc import model_config_pb2
 
 from conch import DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 from conch.ensembles.ensemble import TensorHandle
 
 DTYPES = ["FP32", "FP16", "INT64", "INT32", "UINT8", "BOOL", "BYTES"]

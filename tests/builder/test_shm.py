@@ -13,8 +13,8 @@ from conftest import linear_ensemble
 from run_pipelines import image_ensemble, text_ensemble
 
 from conch import Ensemble, PythonStep, Tensor
-from conch.builder.build import build_ensemble, render_repository
 from conch.builder.discover import discover
+from conch.builder.repository_build import build_ensemble, render_repository
 from conch.builder.shm_sizing import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings, server_settings
 from conch.harness.server import LocalTriton
 from conch.sagemaker.shm_environment import shm_environment

@@ -18,7 +18,7 @@ import conch
 from conch.archive.inspection import inspect_archive
 from conch.archive.manifest import read_manifest
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
 

@@ -13,7 +13,7 @@ from run_pipelines import counter_ensemble, text_ensemble
 
 import conch
 from conch import BuildError, DeclarationError
-from conch.builder.build import build_ensemble, render_repository
+from conch.builder.repository_build import build_ensemble, render_repository
 from conch.builder.warmup_inputs import WARMUP_NAME, raw_bytes
 from conch.compiler.pbtxt import check_config
 from conch.harness.local_replay import stage

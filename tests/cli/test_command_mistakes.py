@@ -13,7 +13,7 @@ from test_cli import conch
 from test_cli_errors import assert_one_line_each
 
 from conch import Ensemble, PythonStep, Tensor
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_targets
 

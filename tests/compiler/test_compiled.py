@@ -12,7 +12,7 @@ from conftest import linear_ensemble
 
 import conch
 from conch import DeclarationError, Ensemble, PythonEnv, PythonStep, Release, Target
-from conch.builder.build import render_repository
+from conch.builder.repository_build import render_repository
 from conch.compiler.compiled import compile_ensemble
 from conch.ensembles.layout import Platform, StepLayout
 from conch.executor import Executor

@@ -100,7 +100,7 @@ def test_other_control_characters_in_parameters_round_trip(tmp_path: Path) -> No
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    from conch.builder.build import render_repository
+    from conch.builder.repository_build import render_repository
 
     ens = Ensemble("params", max_batch_size=4)
     ens.output("Y", step(parameters={"k": "tab\there\r\x01 \"q\" \\ ü"})(ens.input("X", "FP32", [4])))

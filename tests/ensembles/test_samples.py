@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conch import BuildError, DeclarationError, DType, Ensemble, Exact, PythonStep, Tensor, Tolerance, TopK
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.ensembles.samples import compare, decode_array, encode_array
 
 

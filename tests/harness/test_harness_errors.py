@@ -15,7 +15,7 @@ from conftest import linear_ensemble
 from test_local_replay import one_step
 
 from conch import ServeError
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.local_replay import replay_archives, stage
 from conch.harness.mme import InvokeError, MultiModelClient, parse_binary_response
 from conch.harness.server import LocalTriton

@@ -11,7 +11,7 @@ from conftest import half_ensemble, linear_ensemble
 
 from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.archive.extract import safe_extract
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.local_replay import ENDPOINTS, replay_archives
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton

@@ -15,7 +15,7 @@ from conftest import REFUSED_URL
 
 from conch import Ensemble, PythonStep, Tensor
 from conch.archive.manifest import read_manifest
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.errors import BenchError, ServeError
 from conch.harness.endpoint import LocalMME

@@ -12,7 +12,7 @@ import pytest
 
 from conch import Ensemble, InstanceGroup, PythonStep, ServeError, Tensor
 from conch.archive.manifest import Manifest
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient

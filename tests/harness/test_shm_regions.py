@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness import shm_regions
 from conch.harness.local_replay import replay_archives
 from conch.harness.server import LocalTriton

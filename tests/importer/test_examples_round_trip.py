@@ -13,8 +13,8 @@ from same_archive import assert_same, contents
 from seed_archives import inception_repo
 from test_import import build_module
 
-from conch.builder.build import build_ensemble
 from conch.builder.discover import load_module_ensembles
+from conch.builder.repository_build import build_ensemble
 from conch.importer.convert import import_sources
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -13,8 +13,8 @@ from same_archive import assert_same, contents
 from seed_archives import bert_repo, pack_repo
 
 from conch.archive.verify import check_archive
-from conch.builder.build import build_ensemble
 from conch.builder.discover import load_module_ensembles
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.errors import ArchiveError, BuildError
 from conch.importer.convert import import_sources

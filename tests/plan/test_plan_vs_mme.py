@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.load.bench_run import copy_names, local_mme
 from conch.harness.load.spec import archive_targets

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from conch.aws import AwsTarget
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.sagemaker.endpoint import EndpointSpec
 from conch.sagemaker.images import triton_image
 

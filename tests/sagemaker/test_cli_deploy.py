@@ -12,7 +12,7 @@ import pytest
 from conftest import INSTANCE, ROLE, Moto, linear_ensemble
 from test_runtime import _received_by_moto
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 
 pytestmark = pytest.mark.integration

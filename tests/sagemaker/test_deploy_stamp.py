@@ -14,7 +14,7 @@ from conftest import ROLE, Moto, linear_ensemble, spec
 
 from conch import DeployError
 from conch.archive.fleet_check import read_archive_models
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamped_name
 from conch.sagemaker.rollout import deploy
 from conch.sagemaker.s3 import ModelLocation, remote_archives

@@ -11,7 +11,7 @@ import pytest
 from conftest import INSTANCE, ROLE, Moto
 from run_pipelines import image_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.builder.shm_sizing import ENV_DEFAULT, MIB
 from conch.cli import main
 from conch.errors import DeployError

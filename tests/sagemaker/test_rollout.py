@@ -9,7 +9,7 @@ import pytest
 from conftest import Moto, linear_ensemble, spec
 
 from conch import DeployError
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.sagemaker.rollout import archives_release, deploy
 from conch.sagemaker.s3 import ModelLocation
 

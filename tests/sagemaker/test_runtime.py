@@ -18,7 +18,7 @@ from conftest import ACCOUNT, REGION, Moto, half_ensemble, linear_ensemble
 from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.archive.extract import safe_extract
 from conch.aws import AwsTarget
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.mme import MultiModelClient
 from conch.harness.mme_contract import model_hash
 from conch.harness.server import LocalTriton

@@ -16,7 +16,7 @@ from conftest import REGION, Moto, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.aws import AwsTarget
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.sagemaker.s3 import FLEET_METADATA, SHA256_METADATA, ModelLocation, upload_archives
 
 pytestmark = pytest.mark.integration

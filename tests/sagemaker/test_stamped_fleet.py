@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from conftest import INSTANCE, ROLE, Moto, linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.app import LOOKUP_MISSES

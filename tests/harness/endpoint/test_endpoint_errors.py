@@ -22,7 +22,7 @@ from mme_archives import EXPECTED, copies, invoke_linear, runtime, tar_with
 from test_mme_bad_input import one_step
 
 from conch import ServeError
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.errors import BenchError
 from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.sources import S3Source

@@ -16,7 +16,7 @@ from conftest import linear_ensemble
 from mme_archives import EXPECTED, X, copies, invoke_linear, runtime, tar_with
 
 from conch import Ensemble, PythonStep, Tensor
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.endpoint import LocalMME
 
 pytestmark = pytest.mark.integration

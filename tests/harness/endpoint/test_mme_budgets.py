@@ -12,7 +12,7 @@ import pytest
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, copies, invoke_linear, runtime
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.endpoint import LocalMME
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from conftest import linear_ensemble
 from mme_archives import EXPECTED, X, copies, runtime
 from test_mme_bad_input import one_step
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.endpoint import LocalMME
 from conch.wire import json_request
 

@@ -13,7 +13,7 @@ from conftest import REFUSED_URL, linear_ensemble
 
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_folder
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet, Model
 from conch.harness.endpoint.hop import TritonHop

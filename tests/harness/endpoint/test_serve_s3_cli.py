@@ -18,7 +18,7 @@ import pytest
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, invoke_linear, runtime
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import decode_array, encode_array
 from conch.harness.load.bench_run import local_triton, run_bench

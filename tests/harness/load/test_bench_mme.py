@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 
 pytestmark = pytest.mark.integration

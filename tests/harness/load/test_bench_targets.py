@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conch import Ensemble, PythonStep, Tensor
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.endpoint import LocalMME
 

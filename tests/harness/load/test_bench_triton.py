@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.ensembles.dtypes import DType
 from conch.ensembles.samples import decode_array, encode_array

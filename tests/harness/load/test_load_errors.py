@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REFUSED_URL, linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.errors import BenchError
 from conch.harness.load.runner import run_load
 from conch.harness.load.spec import LoadSpec, archive_targets

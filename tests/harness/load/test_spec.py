@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import linear_ensemble
 
-from conch.builder.build import build_ensemble
+from conch.builder.repository_build import build_ensemble
 from conch.ensembles.samples import Tolerance, check_to_json
 from conch.errors import BenchError
 from conch.harness.load.spec import archive_requests

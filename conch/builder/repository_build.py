@@ -1,4 +1,5 @@
-"""Build one ensemble: check, render every config, lay out the models, write a deterministic MME tarball."""
+"""One ensemble's model repository: its compiled plan rendered (configs, model files, environments, warmup,
+shared memory, samples, manifest) and written as a deterministic MME tarball."""
 
 from __future__ import annotations
 

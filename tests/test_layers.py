@@ -1,0 +1,128 @@
+"""The layers of docs/architecture.md hold: each part of conch imports only parts on its own layer or below
+(imports inside functions and under TYPE_CHECKING included), two parts on one layer do not import each other,
+and no modules import each other in a circle. Read from the source, as text: nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CONCH = Path(__file__).resolve().parent.parent / "conch"
+
+# Lowest first. A part is a subpackage of conch or a module at its root ("__init__" is the package root).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "cache", "version", "startup_lines", "templates"),
+    ("scratch", "aws", "triton_wheel"),
+    ("ensembles",),  # the declaration
+    ("backends", "compiler", "wire", "diagram", "verdicts"),
+    ("executor",),  # the compiled plan run in this process
+    ("archive",),  # reading archives
+    ("builder",),  # writing them
+    ("harness", "sagemaker"),
+    ("__init__", "plan"),
+    ("importer",),
+    ("cli",),
+)
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def part_of(module: str) -> str:
+    """`conch.builder.repository_build` -> builder; `conch` -> __init__."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def module_of(path: Path) -> str:
+    rel = path.relative_to(CONCH.parent).with_suffix("")
+    names = list(rel.parts)
+    return ".".join(names[:-1] if names[-1] == "__init__" else names)
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, conch module) for every import of conch in the file."""
+    package = module_of(path) if path.name == "__init__.py" else module_of(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "conch")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).rstrip(".")
+            if base.split(".")[0] != "conch":
+                continue
+            for alias in node.names:  # `from conch.x import y` may name a module y
+                candidate = f"{base}.{alias.name}"
+                yield node.lineno, candidate if _is_module(candidate) else base
+
+
+def _is_module(name: str) -> bool:
+    path = CONCH.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+SOURCES = sorted(p for p in CONCH.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_part_of_conch_is_on_a_layer() -> None:
+    unplaced = sorted({part_of(module_of(p)) for p in SOURCES} - set(RANK))
+    assert not unplaced, f"add {unplaced} to LAYERS (and to docs/architecture.md)"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(CONCH.parent)))
+def test_no_import_climbs_a_layer_or_crosses_one(path: Path) -> None:
+    own = part_of(module_of(path))
+    wrong = [f"line {line}: {module} ({part_of(module)})" for line, module in imports(path)
+             if part_of(module) != own and RANK[part_of(module)] >= RANK[own]]
+    assert not wrong, f"{path.name} ({own}, layer {RANK[own]}) imports from its own layer or above: {wrong}"
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    graph: dict[str, set[str]] = {module_of(p): set() for p in SOURCES}
+    for p in SOURCES:
+        graph[module_of(p)] |= {m for _, m in imports(p) if m in graph and m != module_of(p)}
+    circles = [c for c in _strongly_connected(graph) if len(c) > 1]
+    assert not circles, f"modules that import each other: {circles}"
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                found.append(sorted(component))
+    return found
