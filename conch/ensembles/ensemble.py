@@ -429,6 +429,17 @@ class Ensemble:
                 raise DeclarationError(
                     f"{where}: input {name!r} is not used by any step; pass it to a step or remove it"
                 )
+        optional = {id(h): name for name, h in self.inputs.items() if self._input_specs[name].optional}
+        for call in self.calls:
+            required = {t.name for t in call.step.inputs if not t.optional}
+            for key, handle in call.inputs.items():
+                if id(handle) in optional and key in required:
+                    raise DeclarationError(
+                        f"{where}: input {optional[id(handle)]!r} is optional, but step {call.step.name!r} "
+                        f"requires it as {key!r}: a request without it fails in Triton (the step cannot run "
+                        f"without it); declare the step's input {key!r} optional=True, or the ensemble's input "
+                        "required"
+                    )
         bound = {id(h) for h in self.outputs.values()}
         for call in self.calls:
             for out, handle in call.outputs.items():

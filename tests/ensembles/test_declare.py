@@ -475,3 +475,18 @@ def test_step_modules_triton_cannot_import_are_refused(tmp_path: Path, file: str
 def test_code_without_a_source_file_is_refused() -> None:
     with pytest.raises(DeclarationError, match=r"python step 's': cannot find the source file of len"):
         step(code=len)
+
+
+def test_an_optional_ensemble_input_wired_into_a_required_step_input_is_refused() -> None:
+    """A request that leaves the optional input out could never run the step: refused at declaration, with
+    both fixes; an optional step input may take it."""
+    ens = ensemble()
+    ens.output("Y", step()(ens.input("X", "FP32", [4], optional=True)))  # type: ignore[arg-type]
+    with pytest.raises(DeclarationError, match=r"ensemble 'e': input 'X' is optional, but step 's' requires it as "
+                                               r"'x': a request without it fails in Triton .*declare the step's "
+                                               r"input 'x' optional=True, or the ensemble's input required"):
+        ens.validate()
+    fine = ensemble()
+    fine.output("Y", step(inputs=[Tensor("x", "FP32", [4], optional=True)])(  # type: ignore[arg-type]
+        fine.input("X", "FP32", [4], optional=True)))
+    fine.validate()
