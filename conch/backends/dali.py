@@ -12,7 +12,6 @@ import ast
 import contextlib
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
 import json
@@ -94,10 +93,12 @@ def dali_identity() -> list[object] | None:
         return None
     if spec is None or spec.origin is None:
         return None
+    from importlib import metadata  # not at import: it costs ~0.02 s of every command
+
     version = None
     for wheel in _DALI_WHEELS:
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            version = f"{wheel}=={importlib.metadata.version(wheel)}"
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            version = f"{wheel}=={metadata.version(wheel)}"
             break
     try:
         st = Path(spec.origin).stat()

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from conch.errors import DeclarationError
 
+# Where packed environments sit in an archive: at its root, beside the model folders (not a model: no
+# config.pbtxt). The archive reader (conch.archive.verify) names the same folder.
+ENV_DIR = "conch-envs"
+
 
 @dataclass(frozen=True)
 class PythonEnv:

@@ -43,3 +43,11 @@ def test_missing_requirements_file(tmp_path: Path) -> None:
 def test_equal_declarations_are_one_environment() -> None:
     assert PythonEnv(requirements=("a", "b")) == PythonEnv(requirements=["a", "b"])  # type: ignore[arg-type]
     assert len({PythonEnv(requirements=("a",)), PythonEnv(requirements=("a",))}) == 1
+
+
+def test_the_writer_and_the_reader_name_one_environment_folder() -> None:
+    """The builder places packed environments under the folder the archive reader skips as not a model."""
+    from conch.archive import verify
+    from conch.ensembles import environment
+
+    assert environment.ENV_DIR == verify.ENV_DIR == "conch-envs"
