@@ -87,23 +87,35 @@ def _imported_siblings(origin: Path) -> set[str]:
     """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
     found, todo = {str(origin)}, [origin]
     while todo:
-        try:
-            tree = ast.parse(todo.pop().read_bytes())
-        except (OSError, SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                sibling = origin.parent / f"{name.partition('.')[0]}.py"
-                if str(sibling) not in found and sibling.is_file():
-                    found.add(str(sibling))
-                    todo.append(sibling)
+        for name in _top_level_imports(todo.pop()):
+            sibling = origin.parent / f"{name}.py"
+            if str(sibling) not in found and sibling.is_file():
+                found.add(str(sibling))
+                todo.append(sibling)
     return found
+
+
+_parsed: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+
+def _top_level_imports(path: Path) -> tuple[str, ...]:
+    """The first names of the absolute imports anywhere in a Python file; parsed once per process for a
+    file of the same size and mtime (a build asks for each file once per ensemble and step)."""
+    try:
+        st = path.stat()
+        identity = (str(path), st.st_size, st.st_mtime_ns)
+        if identity not in _parsed:
+            tree = ast.parse(path.read_bytes())
+            names: list[str] = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names.extend(a.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.append(node.module)
+            _parsed[identity] = tuple(dict.fromkeys(n.partition(".")[0] for n in names))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return _parsed[identity]
 
 
 def _real_file(file: object) -> str | None:
