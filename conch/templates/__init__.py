@@ -34,14 +34,24 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
-        # compiled templates kept between runs (keyed by the template's source; jinja2's folder in the temp
-        # dir, private to the user): compiling them again was ~0.03 s of every build process
-        bytecode_cache=jinja2.FileSystemBytecodeCache(),
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters["q"] = pbtxt_string
     env.filters["pylist"] = _pylist
     env.filters["pyrepr"] = repr
     return env
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept between runs (keyed by the template's source; jinja2's folder in the temp dir,
+    private to the user): compiling them again was ~0.03 s of every build process. None (compile each
+    time) where that folder cannot be made safely."""
+    import jinja2
+
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
 
 
 def render(template: str, **context: Any) -> str:
