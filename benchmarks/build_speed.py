@@ -7,8 +7,11 @@ alternating (medians over rounds):
   again  an unchanged rebuild vs a cold build (new --out, no build records, pins or expected outputs
          cached; the exported ONNX file and the packed environment stay in the cache: they are shared
          downloads, not this build's work)
+  examples  the same for every example (`conch build ensembles/ --target local`): the cold build keeps
+         only the exported/downloaded artifacts, packed environments and Triton backend folders (and pip's
+         own caches); serialized DALI pipelines, bindings, observations, pins, checks and records start empty
 
-    python benchmarks/build_speed.py [text many again] [--rounds 3]
+    python benchmarks/build_speed.py [text many again examples] [--rounds 3]
 
 Each command runs as users run Python: bytecode caches written and reused (PYTHONDONTWRITEBYTECODE is
 dropped for them). Writes benchmarks/results/build_speed.json.
@@ -128,10 +131,10 @@ def row_many(tmp: Path, rounds: int, count: int, jobs: int) -> dict[str, object]
             "cpu": {"conch build": CPU["many conch"], "tar czf loop": CPU["many tar"]}, "target": "<= 0.6"}
 
 
-def row_again(tmp: Path, rounds: int) -> dict[str, object]:
+def row_again(tmp: Path, rounds: int, what: Path = TEXT, *flags: str) -> dict[str, object]:
     shared = Path(os.environ.get("CONCH_CACHE_DIR") or Path.home() / ".cache" / "conch")
     out = tmp / "again-out"
-    subprocess.run(conch("build", TEXT, "--out", out), check=True, capture_output=True, env=ENV)
+    subprocess.run(conch("build", what, "--out", out, *flags), check=True, capture_output=True, env=ENV)
     colds = Fresh(tmp, "cold-")
 
     def cold() -> float:
@@ -140,15 +143,19 @@ def row_again(tmp: Path, rounds: int) -> dict[str, object]:
         for kind in ("artifacts", "envs", "triton-backends"):  # downloads and exports, not this build's work
             if (shared / kind).exists():
                 (cache / kind).symlink_to(shared / kind)
-        return timed(conch("build", TEXT, "--out", cache / "out"), env={**ENV, "CONCH_CACHE_DIR": str(cache)},
-                     label="cold")
+        return timed(conch("build", what, "--out", cache / "out", *flags),
+                     env={**ENV, "CONCH_CACHE_DIR": str(cache)}, label="cold")
 
     cases: dict[str, Callable[[], float]] = {
-        "unchanged rebuild": lambda: timed(conch("build", TEXT, "--out", out), label="unchanged"),
+        "unchanged rebuild": lambda: timed(conch("build", what, "--out", out, *flags), label="unchanged"),
         "cold build": cold,
     }
+    for timings in (CPU, INNER):  # a second row of this kind starts its own lists
+        timings.pop("unchanged", None)
+    CPU.pop("cold", None)
     samples = alternate(cases, rounds)
-    return {"row": "unchanged rebuild vs cold build", "samples": samples,
+    row = "unchanged rebuild vs cold build" + ("" if what == TEXT else f" of {what.name}/ {' '.join(flags)}")
+    return {"row": row, "samples": samples,
             "speedup": median(samples["cold build"]) / median(samples["unchanged rebuild"]),
             "cpu": {"unchanged rebuild": CPU["unchanged"], "cold build": CPU["cold"]},
             "unchanged_build_itself_s": INNER.get("unchanged", []), "target": ">= 50"}
@@ -170,6 +177,8 @@ def main() -> int:
                 results.append(row_text(folder, args.rounds))
             elif row == "many":
                 results.append(row_many(folder, args.rounds, args.count, args.jobs))
+            elif row == "examples":
+                results.append(row_again(folder, args.rounds, ROOT / "ensembles", "--target", "local"))
             else:
                 results.append(row_again(folder, args.rounds))
             print(f"{results[-1]['row']}: done", file=sys.stderr, flush=True)

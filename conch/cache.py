@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -40,11 +43,16 @@ def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], No
     return path
 
 
+def key_of(material: object) -> str:
+    """sha256 of ``material`` as sorted JSON (what is not JSON by its str)."""
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     """A JSON value computed once for ``material`` (what it depends on, JSON-able) and kept under
     ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that computes it.
     A failure is not remembered; a lost race between processes only repeats the work."""
-    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    key = key_of(material)[:32]
     where = cache_dir() / kind / f"{key}.json"
     try:
         return json.loads(where.read_text())
@@ -56,3 +64,68 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     tmp.write_text(json.dumps(value, sort_keys=True))
     os.replace(tmp, where)
     return value
+
+
+def code_digest(fn: Callable[..., Any]) -> str:
+    """Digest of the user code a function can reach (a sample's expected outputs, a step's code, a DALI
+    pipeline): the source of the file defining it and of the Python files beside it that it imports, read
+    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings):
+    the key must not depend on which other ensembles this process happened to load first."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__wrapped__", fn)  # a decorated function (DALI's @pipeline_def): the user's own
+    code = getattr(fn, "__code__", None)
+    origin = _real_file(code.co_filename if code is not None else
+                        getattr(sys.modules.get(type(fn).__module__), "__file__", None))
+    if origin is None:
+        return "unknown"
+    files = _imported_siblings(Path(origin))
+    return key_of(sorted((os.path.basename(f), _file_sha256(f)) for f in files))
+
+
+def _imported_siblings(origin: Path) -> set[str]:
+    """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
+    found, todo = {str(origin)}, [origin]
+    while todo:
+        for name in _top_level_imports(todo.pop()):
+            sibling = origin.parent / f"{name}.py"
+            if str(sibling) not in found and sibling.is_file():
+                found.add(str(sibling))
+                todo.append(sibling)
+    return found
+
+
+_parsed: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+
+def _top_level_imports(path: Path) -> tuple[str, ...]:
+    """The first names of the absolute imports anywhere in a Python file; parsed once per process for a
+    file of the same size and mtime (a build asks for each file once per ensemble and step)."""
+    try:
+        st = path.stat()
+        identity = (str(path), st.st_size, st.st_mtime_ns)
+        if identity not in _parsed:
+            tree = ast.parse(path.read_bytes())
+            names: list[str] = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names.extend(a.name for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.append(node.module)
+            _parsed[identity] = tuple(dict.fromkeys(n.partition(".")[0] for n in names))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    return _parsed[identity]
+
+
+def _real_file(file: object) -> str | None:
+    """A module's file as an absolute path, or None when it is not a real file: torch registers
+    pseudo-modules whose ``__file__`` is a bare ``_ops.py``, which would resolve against the working folder."""
+    if not isinstance(file, str) or not os.path.isabs(file) or not os.path.isfile(file):
+        return None
+    return os.path.normpath(file)
+
+
+def _file_sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()

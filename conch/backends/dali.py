@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -25,6 +27,7 @@ from conch.backends import dali_serialized
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
+from conch.cache import cached_file, code_digest, key_of, remembered
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -36,6 +39,9 @@ from conch.templates import render
 
 FILENAME = "model.dali"
 _PROBE_SIZE = 8  # each -1 of a probe input
+_REMEMBERED_FORMAT = 1  # bump when what serialize_pipeline or the CPU check does changes
+_DALI_WHEELS = ("nvidia-dali-cuda120", "nvidia-dali-cuda130", "nvidia-dali-cuda110", "nvidia-dali")
+_PLAIN = (str, int, float, bool, type(None))
 
 
 def _cause(exc: Exception) -> str:
@@ -76,6 +82,57 @@ def _dali(step: str) -> Any:
             "pip install 'conch[dali]' (the nvidia-dali-cuda120 wheel runs CPU pipelines without a GPU)"
         ) from exc
     return dali
+
+
+def dali_identity() -> list[object] | None:
+    """Which DALI would serialize and run pipelines, without importing it: its wheel's version (from package
+    metadata) and where it is installed; None when DALI is not installed."""
+    try:
+        spec = importlib.util.find_spec("nvidia.dali")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    from importlib import metadata  # not at import: it costs ~0.02 s of every command
+
+    version = None
+    for wheel in _DALI_WHEELS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            version = f"{wheel}=={metadata.version(wheel)}"
+            break
+    try:
+        st = Path(spec.origin).stat()
+    except OSError:
+        return None
+    return [version, spec.origin, st.st_size, st.st_mtime_ns]
+
+
+def _plain(value: object) -> bool:
+    """A value whose repr is its content (no object identity in it), so it can be part of a cache key."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, tuple | list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
+def definition_material(definition: Callable[..., Any]) -> list[object] | None:
+    """What a pipeline function's serialization depends on besides DALI and the pipeline's arguments: the
+    code of its module and of the modules beside it that it imports (``code_digest``), its name, and its
+    default arguments and closure values; None when those cannot be told by content (a function without a
+    source file, or one closing over objects), which is then serialized every time."""
+    target = getattr(definition, "__wrapped__", definition)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return None
+    digest = code_digest(target)
+    cells = [cell.cell_contents for cell in getattr(target, "__closure__", None) or ()]
+    extra = [getattr(target, "__defaults__", None), getattr(target, "__kwdefaults__", None), cells]
+    if digest == "unknown" or not _plain(extra):
+        return None
+    return [digest, getattr(target, "__module__", None), getattr(target, "__qualname__", None), repr(extra)]
 
 
 def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: int, num_threads: int | None) -> bytes:
@@ -192,9 +249,30 @@ class DaliStep(Step):
             if self._file is not None:
                 self._raw = self._file.data()
             else:
-                assert self._definition is not None
-                self._raw = serialize_pipeline(self._definition, self.name, self.max_batch_size, self.num_threads)
+                self._raw = self._serialized_definition()
         return self._raw
+
+    def _serialized_definition(self) -> bytes:
+        """The pipeline function serialized, remembered in conch's cache by content (the function's code and
+        the modules beside it that it imports, DALI's version, batch size, threads, declared I/O), so an
+        unchanged rebuild neither imports DALI nor runs the function."""
+        definition = self._definition
+        assert definition is not None
+
+        def serialize() -> bytes:
+            return serialize_pipeline(definition, self.name, self.max_batch_size, self.num_threads)
+
+        code = definition_material(definition)
+        dali = dali_identity()
+        if code is None or dali is None:  # cannot be keyed by content, or DALI is missing (serializing says so)
+            return serialize()
+        tensors = [[t.name, t.dtype.wire, list(t.dims)] for t in (*self.inputs, *self.outputs)]
+        material = [_REMEMBERED_FORMAT, dali, code, self.max_batch_size, self.num_threads, tensors]
+
+        def produce(where: Path) -> None:
+            where.write_bytes(serialize())
+
+        return cached_file("dali-pipelines", key_of(material)[:32], FILENAME, produce).read_bytes()
 
     def serialized(self) -> bytes:
         """``model.dali``: the pipeline with the declared output dtypes and ranks baked in."""
@@ -309,7 +387,17 @@ class DaliStep(Step):
         return f"{model_name}: dali runs locally as a Python-backend stand-in (DALI on the CPU; {how})"
 
     def _check_runs_on_cpu(self, cpu: bytes) -> None:
-        """Build the CPU pipeline here, so an operator without a CPU version fails the build, not the load."""
+        """Build the CPU pipeline here, so an operator without a CPU version fails the build, not the load;
+        a pass is remembered for the same pipeline bytes, DALI and batch size (a failure is not)."""
+        dali = dali_identity()
+        if dali is None:
+            self._build_on_cpu(cpu)  # says DALI is missing
+            return
+        material = [_REMEMBERED_FORMAT, dali, hashlib.sha256(cpu).hexdigest(), self.max_batch_size]
+        remembered("dali-cpu-checks", material, lambda: self._build_on_cpu(cpu))
+
+    def _build_on_cpu(self, cpu: bytes) -> bool:
+        """True when DALI builds the CPU pipeline; else the build fails naming DALI's reason."""
         dali = _dali(self.name)
         try:
             dali.Pipeline.deserialize(cpu, batch_size=self.max_batch_size, num_threads=1, device_id=None)
@@ -319,6 +407,7 @@ class DaliStep(Step):
                 f"{_cause(exc)}; use operators that have a CPU version, or "
                 "replay it on a GPU host"
             ) from exc
+        return True
 
     def standin(self) -> PythonStep:
         """The pipeline on DALI's CPU operators, as a Python-backend model with the same I/O."""

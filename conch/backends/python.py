@@ -145,24 +145,43 @@ def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str
             f"python step {step!r}: its code lives in {path.name}, a name the Python backend reserves or "
             "cannot import; rename the module"
         )
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    for node in tree.body:
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                raise DeclarationError(
-                    f"python step {step!r}: {path.name} uses a relative import; step modules are copied "
-                    "alone into the model folder, so import absolute packages only"
-                )
-            names = [node.module or ""]
-        if any(n == "conch" or n.startswith("conch.") for n in names):
-            raise DeclarationError(
-                f"python step {step!r}: {path.name} imports conch, but step code runs inside Triton where "
-                f"conch is not installed; move {qualname} to a module of its own (e.g. {path.stem}_steps.py)"
-            )
+    problem = _import_problem(path)
+    if problem == "relative":
+        raise DeclarationError(
+            f"python step {step!r}: {path.name} uses a relative import; step modules are copied "
+            "alone into the model folder, so import absolute packages only"
+        )
+    if problem == "conch":
+        raise DeclarationError(
+            f"python step {step!r}: {path.name} imports conch, but step code runs inside Triton where "
+            f"conch is not installed; move {qualname} to a module of its own (e.g. {path.stem}_steps.py)"
+        )
     return name, qualname, path
+
+
+_import_problems: dict[tuple[str, int, int], str | None] = {}
+
+
+def _import_problem(path: Path) -> str | None:
+    """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
+    None; read once per process for a file of the same size and mtime (200 steps of one module parse it once)."""
+    st = path.stat()
+    identity = (str(path), st.st_size, st.st_mtime_ns)
+    if identity not in _import_problems:
+        _import_problems[identity] = None
+        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    _import_problems[identity] = "relative"
+                    break
+                names = [node.module or ""]
+            if any(n == "conch" or n.startswith("conch.") for n in names):
+                _import_problems[identity] = "conch"
+                break
+    return _import_problems[identity]
 
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"

@@ -3,21 +3,20 @@ cached by content key, and a record per archive of the key it was built from."""
 
 from __future__ import annotations
 
-import ast
-import functools
-import hashlib
 import json
 import os
 import stat
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import sha256
-from conch.cache import cache_dir
+from conch.cache import cache_dir, code_digest, key_of
 from conch.ensembles.layout import FileSource
 from conch.version import __version__
+
+__all__ = ["BuildRecord", "cached_expected", "code_digest", "digest", "entry_mode", "key_of", "passed_before",
+           "read_json", "remember_passed", "write_json"]
 
 
 def write_json(path: Path, data: object) -> None:
@@ -33,10 +32,6 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def key_of(material: object) -> str:
-    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
 _known: dict[tuple[str, int, int, int], str] = {}
@@ -73,53 +68,6 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
     if source.is_symlink():
         return [name, "link", os.readlink(source)]
     return [name, bool(source.stat().st_mode & stat.S_IXUSR)]
-
-
-def code_digest(fn: Callable[..., Any]) -> str:
-    """Digest of the user code a sample's expected function can reach: the source of the file defining it
-    and of the Python files beside it that it imports, read from the code (``import x`` / ``from x import``
-    anywhere in the file, followed through those siblings): the key must not depend on which other
-    ensembles this process happened to load first."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    code = getattr(fn, "__code__", None)
-    origin = _real_file(code.co_filename if code is not None else
-                        getattr(sys.modules.get(type(fn).__module__), "__file__", None))
-    if origin is None:
-        return "unknown"
-    files = _imported_siblings(Path(origin))
-    return key_of(sorted((os.path.basename(f), digest(Path(f))) for f in files))
-
-
-def _imported_siblings(origin: Path) -> set[str]:
-    """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
-    found, todo = {str(origin)}, [origin]
-    while todo:
-        try:
-            tree = ast.parse(todo.pop().read_bytes())
-        except (OSError, SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                sibling = origin.parent / f"{name.partition('.')[0]}.py"
-                if str(sibling) not in found and sibling.is_file():
-                    found.add(str(sibling))
-                    todo.append(sibling)
-    return found
-
-
-def _real_file(file: object) -> str | None:
-    """A module's file as an absolute path, or None when it is not a real file: torch registers
-    pseudo-modules whose ``__file__`` is a bare ``_ops.py``, which would resolve against the working folder."""
-    if not isinstance(file, str) or not os.path.isabs(file) or not os.path.isfile(file):
-        return None
-    return os.path.normpath(file)
 
 
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:

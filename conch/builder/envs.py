@@ -6,9 +6,8 @@ import sys
 from dataclasses import replace
 
 from conch.archive.manifest import EnvironmentRecord
-from conch.archive.verify import ENV_DIR
 from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
-from conch.ensembles.environment import PythonEnv
+from conch.ensembles.environment import ENV_DIR, PythonEnv
 from conch.ensembles.layout import FileSource, ModelSpec
 from conch.ensembles.target import Release, Target
 from conch.errors import BuildError

@@ -101,6 +101,8 @@ def build_all(
             done(outcomes[-1])
         return outcomes
     results: dict[int, BuildOutcome] = {}
+    if _context().get_start_method() == "fork":  # imported once here, not once in every worker
+        import conch.builder.repository_build  # noqa: F401
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_context()) as pool:
         futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble) if progress else None): index
                    for index, job in enumerate(jobs)}

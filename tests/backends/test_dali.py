@@ -1,5 +1,6 @@
 """DALI steps: serialization without a GPU that is deterministic and free of paths, declared outputs
-baked into the pipeline, GPU operators moved to the CPU for the stand-in, autoserialization."""
+baked into the pipeline, GPU operators moved to the CPU for the stand-in, autoserialization; the serialized
+pipeline and its CPU check remembered by content."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import nvidia.dali  # noqa: F401 - a missing or broken DALI fails the run, never
 import pytest
 
 from conch import BuildError, DaliStep, DeclarationError, DType, Ensemble, Release, Tensor
+from conch.backends import dali as dali_module
 from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.builder.repository_build import render_repository
@@ -52,20 +54,23 @@ sys.stdout.buffer.write(step.serialized())
 """
 
 
-def test_serialization_is_deterministic_and_carries_no_paths(tmp_path: Path) -> None:
+def test_serialization_is_deterministic_and_carries_no_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))  # serialized here and there, not remembered
     data = affine().serialized()
     assert str(FIXTURES).encode() not in data and b"dali_pipelines" not in data
     elsewhere = tmp_path / "elsewhere"  # the same pipeline code at another path, in another process
     elsewhere.mkdir()
     shutil.copy(FIXTURES / "dali_pipelines.py", elsewhere)
-    env = {**os.environ, "PYTHONHASHSEED": "7"}
+    env = {**os.environ, "PYTHONHASHSEED": "7", "CONCH_CACHE_DIR": str(tmp_path / "other-cache")}
     out = subprocess.run([sys.executable, "-c", _SERIALIZE, str(elsewhere)], capture_output=True, check=True,
                          env=env, timeout=120).stdout
     assert out == data
 
 
-def test_tracing_is_restored_after_serializing() -> None:
+def test_tracing_is_restored_after_serializing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nvidia.dali._utils import dali_trace
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path))  # serialized, not read from the cache
 
     before = dali_trace.is_tracing_enabled()
     affine().serialized()
@@ -243,3 +248,121 @@ def test_autoserialized_pipelines_triton_cannot_import_are_refused(tmp_path: Pat
 def test_an_empty_serialized_pipeline_is_refused() -> None:
     with pytest.raises(BuildError, match=r"dali step 'x': model.dali holds no operators; is it a serialized DALI"):
         _declared(b"", [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]).check(Release.of("24.10"))
+
+
+_PIPELINE = """
+def scaled():
+    import nvidia.dali.fn as fn
+    import nvidia.dali.types as types
+
+    x = fn.external_source(name="DALI_INPUT_0", device="cpu", dtype=types.FLOAT, ndim=1)
+    return x.gpu() * SCALE
+
+
+def make(scale):
+    def closed():
+        import nvidia.dali.fn as fn
+        import nvidia.dali.types as types
+
+        x = fn.external_source(name="DALI_INPUT_0", device="cpu", dtype=types.FLOAT, ndim=1)
+        return x * scale
+
+    return closed
+"""
+
+
+def _pipeline_module(folder: Path, name: str, scale: float) -> object:
+    """A module of pipeline functions written now (a new name per version: Python caches modules by name)."""
+    path = folder / f"{name}.py"
+    path.write_text(f"SCALE = {scale}\n" + _PIPELINE)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _scaled_step(definition: object) -> DaliStep:
+    return DaliStep("scaled", definition, [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[arg-type]
+                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
+
+
+class _Counted:
+    """How often DALI serialized a pipeline function and built a CPU pipeline in this process."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.serialized = self.built = 0
+        serialize, build = dali_module.serialize_pipeline, DaliStep._build_on_cpu
+
+        def counted_serialize(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.serialized += 1
+            return serialize(*args, **kwargs)
+
+        def counted_build(step: DaliStep, cpu: bytes) -> bool:
+            self.built += 1
+            return build(step, cpu)
+
+        monkeypatch.setattr(dali_module, "serialize_pipeline", counted_serialize)
+        monkeypatch.setattr(DaliStep, "_build_on_cpu", counted_build)
+
+
+def test_an_unchanged_pipeline_is_not_serialized_or_built_on_the_cpu_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    counted = _Counted(monkeypatch)
+    module = _pipeline_module(tmp_path, "pipes_v1", 2.0)
+    first = _scaled_step(module.scaled).standin()  # type: ignore[attr-defined]
+    assert (counted.serialized, counted.built) == (1, 1)
+    again = _scaled_step(module.scaled).standin()  # type: ignore[attr-defined]
+    assert (counted.serialized, counted.built) == (1, 1), "an unchanged step serialized or built its pipeline again"
+    assert again.files == first.files
+
+    changed = _pipeline_module(tmp_path, "pipes_v1", 3.0)  # the same file and function, other code
+    third = _scaled_step(changed.scaled).standin()  # type: ignore[attr-defined]
+    assert (counted.serialized, counted.built) == (2, 2)
+    assert third.files[dali_module.FILENAME] != first.files[dali_module.FILENAME]
+
+
+def test_a_pipeline_is_remembered_per_batch_size_and_closure_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    counted = _Counted(monkeypatch)
+    module = _pipeline_module(tmp_path, "pipes_closures", 2.0)
+    two, three = (_scaled_step(module.make(s)).serialized() for s in (2.0, 3.0))  # type: ignore[attr-defined]
+    assert two != three and counted.serialized == 2
+    assert _scaled_step(module.make(3.0)).serialized() == three and counted.serialized == 2  # type: ignore[attr-defined]
+    wider = DaliStep("scaled", module.make(3.0), [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[attr-defined]
+                     [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16)
+    assert wider.serialized() != three and counted.serialized == 3
+    opaque = module.make(object())  # type: ignore[attr-defined]
+    assert dali_module.definition_material(opaque) is None  # not told by content: serialized every time
+
+
+_UNCHANGED_LOCAL_BUILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("pipes_local", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from conch import DaliStep, Ensemble, Tensor
+from conch.builder.repository_build import render_repository
+step = DaliStep("scaled", module.scaled, [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("DALI_OUTPUT_0", "FP32", [4])],
+                max_batch_size=8)
+ens = Ensemble("pre", max_batch_size=8)
+ens.output("OUT", step(ens.input("IN", "FP32", [4])))
+repo = render_repository(ens, "local", "24.10")
+data = repo.files["pre__scaled/1/files/model.dali"]
+sys.stdout.buffer.write(data if isinstance(data, bytes) else open(data, "rb").read())
+print("\\nDALI imported:", "nvidia.dali" in sys.modules)
+"""
+
+
+def test_an_unchanged_local_build_of_a_dali_step_does_not_import_dali(tmp_path: Path) -> None:
+    _pipeline_module(tmp_path, "pipes_local", 2.0)
+    env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", _UNCHANGED_LOCAL_BUILD, str(tmp_path / "pipes_local.py")],
+                           capture_output=True, check=True, env=env, timeout=120).stdout for _ in range(2)]
+    assert runs[0].endswith(b"DALI imported: True\n"), "the first build serializes the pipeline with DALI"
+    assert runs[1].endswith(b"DALI imported: False\n")
+    assert runs[1] == runs[0].replace(b"True", b"False")  # the same stand-in pipeline bytes

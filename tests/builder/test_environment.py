@@ -43,3 +43,31 @@ def test_missing_requirements_file(tmp_path: Path) -> None:
 def test_equal_declarations_are_one_environment() -> None:
     assert PythonEnv(requirements=("a", "b")) == PythonEnv(requirements=["a", "b"])  # type: ignore[arg-type]
     assert len({PythonEnv(requirements=("a",)), PythonEnv(requirements=("a",))}) == 1
+
+
+def test_the_writer_and_the_reader_name_one_environment_folder() -> None:
+    """The builder places packed environments under the folder the archive reader skips as not a model."""
+    from conch.archive import verify
+    from conch.ensembles import environment
+
+    assert environment.ENV_DIR == verify.ENV_DIR == "conch-envs"
+
+
+@pytest.mark.parametrize("req", ["tokenizers>=0.19,<1", "numpy", "onnxruntime==1.20.1", "a[b,c]>=1 , <2", "x~=1.2",
+                                 "A.b-c_d==0", "x~=1", "numpy>=>1", "x>=1.*", "x==1.0.*", "foo bar", "x[", "x>=1,",
+                                 ".x", "x-", "x; python_version<'3.12'", "x @ https://h/x.whl"])
+def test_requirements_taken_without_packaging_are_ones_packaging_accepts(req: str) -> None:
+    """PythonEnv passes plain requirements without importing packaging; never one packaging would refuse."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from conch.ensembles.environment import _PLAIN_REQUIREMENT
+
+    if _PLAIN_REQUIREMENT.fullmatch(req):
+        Requirement(req)  # raises InvalidRequirement if the shortcut let a bad one through
+    else:
+        try:
+            Requirement(req)
+        except InvalidRequirement:
+            refused = r"PythonEnv requirement .*(is not a valid requirement|only named requirements)"
+            with pytest.raises(DeclarationError, match=refused):
+                PythonEnv(requirements=(req,))
