@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,39 @@ def key_of(material: object) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_refresh = False
+
+
+@contextlib.contextmanager
+def refreshing(on: bool = True) -> Iterator[None]:
+    """Inside (when ``on``), what conch remembers of steps by content is derived again and kept anew
+    (``conch build --refresh``): ``remembered`` values and the caches that call ``refreshed_key``."""
+    global _refresh
+    before, _refresh = _refresh, _refresh or on
+    try:
+        yield
+    finally:
+        _refresh = before
+
+
+def refreshed_key(kind: str, key: str) -> str:
+    """``key`` of ``<cache>/<kind>/``, its entry removed first while refreshing, so it is produced again."""
+    if _refresh:
+        shutil.rmtree(cache_dir() / kind / key, ignore_errors=True)
+    return key
+
+
 def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     """A JSON value computed once for ``material`` (what it depends on, JSON-able) and kept under
     ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that computes it.
     A failure is not remembered; a lost race between processes only repeats the work."""
     key = key_of(material)[:32]
     where = cache_dir() / kind / f"{key}.json"
-    try:
-        return json.loads(where.read_text())
-    except (OSError, ValueError):
-        pass
+    if not _refresh:
+        try:
+            return json.loads(where.read_text())
+        except (OSError, ValueError):
+            pass
     value = compute()
     where.parent.mkdir(parents=True, exist_ok=True)
     tmp = where.with_name(f".{where.name}.{os.getpid()}")

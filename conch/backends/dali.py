@@ -27,7 +27,7 @@ from conch.backends import dali_serialized
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
-from conch.cache import cached_file, code_digest, key_of, remembered
+from conch.cache import cached_file, code_digest, key_of, refreshed_key, remembered
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -272,7 +272,8 @@ class DaliStep(Step):
         def produce(where: Path) -> None:
             where.write_bytes(serialize())
 
-        return cached_file("dali-pipelines", key_of(material)[:32], FILENAME, produce).read_bytes()
+        key = refreshed_key("dali-pipelines", key_of(material)[:32])
+        return cached_file("dali-pipelines", key, FILENAME, produce).read_bytes()
 
     def serialized(self) -> bytes:
         """``model.dali``: the pipeline with the declared output dtypes and ranks baked in."""

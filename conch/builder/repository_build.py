@@ -24,6 +24,7 @@ from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
+from conch.cache import refreshing
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -64,7 +65,8 @@ def render_repository(
 
     Environment pins and sample expected outputs come from the cache when their inputs are unchanged;
     ``refresh`` asks the package index and recomputes the expected outputs."""
-    return repository_build(ensemble, target, release, progress, refresh).render()
+    with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
+        return repository_build(ensemble, target, release, progress, refresh).render()
 
 
 def repository_build(

@@ -93,8 +93,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--shard", metavar="K/N", help="build only shard K of N (1 <= K <= N), split by ensemble name: "
                    "N jobs with the same sources build every ensemble once (docs/ci-matrix.md)")
     b.add_argument("--refresh", action="store_true",
-                   help="ask the package index again, recompute sample expected outputs and run the warmup and "
-                   "samples in-process again (all normally cached)")
+                   help="ask the package index again, recompute sample expected outputs, derive what conch "
+                   "remembers of steps (PyTorch bindings, DALI pipelines) and run the warmup and samples "
+                   "in-process again (all normally cached)")
     b.add_argument("-v", "--verbose", action="store_true",
                    help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
                         "full, not one line per ensemble")

@@ -22,6 +22,7 @@ from conch.backends import dali as dali_module
 from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.builder.repository_build import render_repository
+from conch.cache import refreshing
 
 FIXTURES = Path(dali_pipelines.__file__).parent
 
@@ -318,6 +319,11 @@ def test_an_unchanged_pipeline_is_not_serialized_or_built_on_the_cpu_again(
     assert (counted.serialized, counted.built) == (1, 1), "an unchanged step serialized or built its pipeline again"
     assert again.files == first.files
 
+    with refreshing():  # conch build --refresh: derived again
+        refreshed = _scaled_step(module.scaled).standin()  # type: ignore[attr-defined]
+    assert (counted.serialized, counted.built) == (2, 2) and refreshed.files == first.files
+    counted.serialized = counted.built = 1
+
     changed = _pipeline_module(tmp_path, "pipes_v1", 3.0)  # the same file and function, other code
     third = _scaled_step(changed.scaled).standin()  # type: ignore[attr-defined]
     assert (counted.serialized, counted.built) == (2, 2)
@@ -347,6 +353,7 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 from conch import DaliStep, Ensemble, Tensor
 from conch.builder.repository_build import render_repository
+from conch.cache import refreshing
 step = DaliStep("scaled", module.scaled, [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("DALI_OUTPUT_0", "FP32", [4])],
                 max_batch_size=8)
 ens = Ensemble("pre", max_batch_size=8)

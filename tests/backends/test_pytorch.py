@@ -222,3 +222,17 @@ def test_a_binding_is_remembered_so_an_unchanged_rebuild_loads_no_torchscript(mo
     assert difference_step(["b", "a"]).binding().inputs == ("a", "b")
     with pytest.raises(AssertionError, match="loaded the TorchScript file again"):
         difference_step(["a", "b"], outputs=("OUTPUT__0", "OUT__1")).binding()
+
+
+def test_a_refreshing_build_binds_and_probes_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`conch build --refresh` derives what conch remembers of a step again instead of reading it."""
+    from conch.cache import refreshing
+
+    assert difference_step(["b", "a"]).binding().inputs == ("a", "b")
+
+    def no_load(self: TorchScriptStep) -> None:
+        raise AssertionError("loaded the TorchScript file again")
+
+    monkeypatch.setattr(TorchScriptStep, "_load", no_load)
+    with refreshing(), pytest.raises(AssertionError, match="loaded the TorchScript file again"):
+        difference_step(["b", "a"]).binding()
