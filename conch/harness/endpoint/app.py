@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -67,13 +66,14 @@ def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Cal
         return JSONResponse({**fleet.metrics.snapshot(), "loaded": fleet.loaded(),
                              "step_names": fleet.step_names.value})
 
-    async def routed(scope: Scope, receive: Receive, send: Send) -> None:  # a POST the fast path below let by
-        await invocation(scope, receive, send, scope["path_params"]["name"])
+    class Routed:  # a POST the fast path below let by (the app mounted under a root path)
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await invocation(scope, receive, send, scope["path_params"]["name"])
 
     routes = [
         Route("/ping", ping, methods=["GET"]),
-        # a plain ASGI endpoint (a partial is not wrapped in Request/Response); other methods get Starlette's 405
-        Route(PREFIX + "{name:path}" + SUFFIX, functools.partial(routed), methods=["POST"]),
+        # a plain ASGI endpoint (an instance is not wrapped in Request/Response); other methods get Starlette's 405
+        Route(PREFIX + "{name:path}" + SUFFIX, Routed(), methods=["POST"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/metrics.json", metrics_json, methods=["GET"]),
     ]
@@ -110,14 +110,17 @@ def create_app(endpoint_name: str, make_fleet: Callable[[], Fleet], refresh: Cal
 
 
 class Disconnected(Exception):
-    """The caller went away before its request's body arrived."""
+    """The caller went away before its request's body arrived (nobody to answer; not counted)."""
+
+
+GONE = "the caller went away before its request's body ended"
 
 
 async def read_body(receive: Receive) -> bytes:
     """The request's body: the one message's bytes as they are (no copy) when it came in one."""
     message = await receive()
     if message["type"] == "http.disconnect":
-        raise Disconnected
+        raise Disconnected(GONE)
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         return body
@@ -125,7 +128,7 @@ async def read_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise Disconnected
+            raise Disconnected(GONE)
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
