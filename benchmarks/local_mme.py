@@ -271,6 +271,8 @@ AB_METRICS = {  # the --overhead rows an A/B compares, by a short name
     "added p50, c=1 (ms)": "front's added p50 at concurrency 1 (httpx via the front - straight)",
     "added at 32, % of Triton's": "front's added time at concurrency 32, % of Triton's (straight/front - 1)",
     "front CPU per call at 32 (us)": "front process CPU per call at concurrency 32",
+    "req/s at 32, straight": "wrk, 32 connections: req/s straight to Triton",
+    "req/s at 32, via the front": "wrk, 32 connections: req/s via the front",
 }
 
 
