@@ -29,9 +29,9 @@ class Front:
         self.hop = NoHop()
 
 
-def client(front: Front, root_path: str = "") -> TestClient:
+def client(front: Front, root_path: str = "", raise_server_exceptions: bool = True) -> TestClient:
     app = create_app("local-mme", lambda: front, lambda: None, lambda: True)  # type: ignore[arg-type,return-value]
-    return TestClient(app, root_path=root_path)
+    return TestClient(app, root_path=root_path, raise_server_exceptions=raise_server_exceptions)
 
 
 def test_an_invocation_under_a_root_path_gets_sagemakers_answer() -> None:
@@ -52,6 +52,14 @@ def test_a_get_of_the_invocations_path_is_method_not_allowed() -> None:
     assert (answer.status_code, answer.text) == (405, "Method Not Allowed")
     assert missing.status_code == 400
     assert missing.json()["Message"].startswith(f"Request is missing a target model header ({TARGET_HEADER})")
+
+
+def test_a_failure_of_the_front_itself_answers_500_as_starlette_did() -> None:
+    front = Front()  # no budgets: the call fails past the checks, as a bug in the front would
+    with client(front, raise_server_exceptions=False) as http:
+        answer = http.post("/endpoints/local-mme/invocations", content=b"{}", headers={TARGET_HEADER: "a.tar.gz"})
+    assert (answer.status_code, answer.text) == (500, "Internal Server Error")
+    assert front.metrics.snapshot()["Invocations"] == {"2XX": 0, "4XX": 0, "5XX": 0}
 
 
 def messages(*items: dict[str, Any]) -> Any:
