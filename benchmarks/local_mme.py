@@ -5,6 +5,8 @@ Prints a table, writes benchmarks/results/local_mme.json.
     python benchmarks/local_mme.py [--archive dist/x.tar.gz | --ensemble ensembles/x.py --only x | --distinct]
                                    [--copies 20] [--warm 200] [--reloads 20] [--step-names isolate|shared]
                                    [--churn 150 --churn-slots 10]
+    python benchmarks/local_mme.py --overhead --copies 1 --warm 300          # the front's own overhead
+    python benchmarks/local_mme.py --ab BASE [OTHER] --ab-rounds 3 --warm 300  # two commits' fronts, A/B
 
 Default archive: the CLI tests' two-Python-step ensemble (cli_linear), built for the local target, copied
 under N names (seed 000's pattern). --distinct builds N ensembles of the same shape with names (and so step
@@ -14,6 +16,9 @@ keeps every copy's step names, as SageMaker's image does (each copy after the fi
 with N calls in random order from 4 threads at --churn-slots loaded: loads and unloads done, failed calls, how
 often Triton answered 'unknown model' for a loaded copy (its lookup race; passed on, never retried), and how
 often tritonserver exited and was restarted (copies sharing step names crash Triton 2.51).
+--ab runs --overhead with the conch package of commit BASE and of OTHER (default: this checkout as it is)
+alternately, --ab-rounds times each, each in a process of its own on the same archive, and prints each
+run's figures with the load average before it and the medians of each side.
 """
 
 from __future__ import annotations
@@ -88,7 +93,15 @@ def main() -> int:
     parser.add_argument("--churn-slots", type=int, default=10)
     parser.add_argument("--overhead", action="store_true",
                         help="only the front's overhead: warm calls straight vs via the front (conc. 1; 32 with wrk)")
+    parser.add_argument("--ab", nargs="+", metavar="COMMIT",
+                        help="compare the front of commit BASE with OTHER's (default: this checkout), alternating")
+    parser.add_argument("--ab-rounds", type=int, default=3)
+    parser.add_argument("--profile-front", type=int, default=0, metavar="SECONDS",
+                        help="with --overhead: cProfile the front's event loop thread under wrk (32 connections)")
+    parser.add_argument("--json-out", type=Path, help="where the rows go (default: benchmarks/results/...)")
     args = parser.parse_args()
+    if args.ab:
+        return ab(args)
 
     rows: list[dict[str, Any]] = []
 
@@ -146,6 +159,8 @@ def main() -> int:
                 row(f"warm p50 {side}", statistics.median(latencies), "ms")
             row("warm p90 via the front, boto3, JSON", percentile(warm["via the front, boto3, JSON"], 0.9), "ms")
             front_overhead(mme, target, body, content_type, warm, row)
+            if args.profile_front:
+                profile_front(mme, target, body, content_type, args.profile_front)
         if args.overhead:
             rows_out(args, archive, rows)
             return 0
@@ -198,6 +213,43 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
     row("front process CPU per call at concurrency 32", statistics.median(front_cpu) * 1e6, "us")
 
 
+def profile_front(mme: Any, target: str, body: bytes, content_type: str, seconds: int) -> None:
+    """cProfile of the front's event loop thread (where every request is answered) under wrk, 32 connections, in
+    CPU time of that thread (a socket write's time includes the kernel's loopback delivery to the reader)."""
+    import cProfile
+    import pstats
+    import threading
+
+    from _common import wrk_run
+
+    from conch.wire import TARGET_HEADER
+
+    profiler = cProfile.Profile(time.thread_time)  # CPU of the loop's thread, not waits for the cores or the kernel
+    switched = threading.Event()
+
+    def switch(on: bool) -> None:
+        profiler.enable() if on else profiler.disable()
+        switched.set()
+
+    for on in (True, False):
+        switched.clear()
+        mme._loop.call_soon_threadsafe(switch, on)
+        switched.wait(10)
+        if on:
+            rate, count = wrk_run(f"{mme.url}/endpoints/local/invocations", body, content_type, 32, seconds,
+                                  {TARGET_HEADER: target})
+    print(f"front's event loop: {type(mme._loop).__module__}.{type(mme._loop).__name__}")
+    print(f"front under cProfile: {rate:.0f} req/s, {count} calls, {profiler_cpu(profiler) / count * 1e6:.0f} us "
+          "of the loop thread's CPU per call")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
+def profiler_cpu(profiler: Any) -> float:
+    import pstats
+
+    return float(pstats.Stats(profiler).total_tt)  # type: ignore[attr-defined]
+
+
 def rows_out(args: argparse.Namespace, archive: Path, rows: list[dict[str, Any]]) -> None:
     width = max(len(r["metric"]) for r in rows)
     print(f"{'metric':<{width}}  {'value':>9}  unit")
@@ -205,13 +257,71 @@ def rows_out(args: argparse.Namespace, archive: Path, rows: list[dict[str, Any]]
         print(f"{r['metric']:<{width}}  {r['value']:>9}  {r['unit']}")
     suffix = ("_distinct" if args.distinct else "") + ("_isolate" if args.step_names == "isolate" else "") + (
         "_overhead" if args.overhead else "")
-    out = ROOT / "benchmarks" / "results" / f"local_mme{suffix}.json"
+    out = args.json_out or ROOT / "benchmarks" / "results" / f"local_mme{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(), "cpus": _cpus(), "archive": archive.name,
             "copies": args.copies, "warm": args.warm, "reloads": args.reloads, "distinct": args.distinct,
             "step_names": args.step_names, "churn": args.churn, "churn_slots": args.churn_slots}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+AB_METRICS = {  # the --overhead rows an A/B compares, by a short name
+    "straight p50, c=1 (ms)": "warm p50 straight to Triton's SageMaker port, httpx, JSON",
+    "added p50, c=1 (ms)": "front's added p50 at concurrency 1 (httpx via the front - straight)",
+    "added at 32, % of Triton's": "front's added time at concurrency 32, % of Triton's (straight/front - 1)",
+    "front CPU per call at 32 (us)": "front process CPU per call at concurrency 32",
+    "req/s at 32, straight": "wrk, 32 connections: req/s straight to Triton",
+    "req/s at 32, via the front": "wrk, 32 connections: req/s via the front",
+}
+
+
+def ab(args: argparse.Namespace) -> int:
+    """--overhead with two commits' conch packages, alternating, on one archive built by this checkout."""
+    import os
+    import subprocess
+
+    if len(args.ab) > 2:
+        raise SystemExit("--ab takes one or two commits: BASE [OTHER]")
+    results: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = build(args, Path(tmp) / "built")
+        trees: dict[str, Path] = {}
+        for commit in args.ab:
+            tree = Path(tmp) / f"tree-{len(trees)}"
+            tree.mkdir()
+            tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "conch"], check=True,
+                                 capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=tar, check=True)
+            trees[commit] = tree
+        if len(trees) == 1:
+            trees["this checkout"] = ROOT
+        sides = list(trees)
+        results = {side: [] for side in sides}
+        for index in range(args.ab_rounds):
+            for side in sides if index % 2 == 0 else reversed(sides):
+                out = Path(tmp) / "rows.json"
+                load = os.getloadavg()[0]
+                env = {**os.environ, "PYTHONPATH": str(trees[side])}
+                subprocess.run([sys.executable, __file__, "--overhead", "--copies", "1", "--warm", str(args.warm),
+                                "--archive", str(archive), "--json-out", str(out)], env=env, check=True,
+                               stdout=subprocess.DEVNULL)
+                rows = {r["metric"]: r["value"] for r in json.loads(out.read_text())["rows"]}
+                figures = {short: rows.get(long, float("nan")) for short, long in AB_METRICS.items()}
+                figures["load average (1 min) before"] = round(load, 2)
+                results[side].append(figures)
+                print(f"round {index + 1}, {side}: " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
+    print()
+    print(f"{'median of ' + str(args.ab_rounds) + ' runs':<34}" + "".join(f"{side[:12]:>16}" for side in sides))
+    for metric in [*AB_METRICS, "load average (1 min) before"]:
+        print(f"{metric:<34}" + "".join(f"{statistics.median(r[metric] for r in results[side]):>16.2f}"
+                                          for side in sides))
+    out = ROOT / "benchmarks" / "results" / "local_mme_ab.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": {"commits": sides, "warm": args.warm, "rounds": args.ab_rounds,
+                                        "cpus": _cpus()}, "runs": results}, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
+    return 0
 
 
 def client(url: str, config: Any) -> Any:

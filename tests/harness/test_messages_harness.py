@@ -82,17 +82,16 @@ def test_an_s3_source_needs_a_bucket() -> None:
 
 
 def test_a_call_to_another_endpoint_name_gets_sagemakers_answer_and_the_fix() -> None:
-    from starlette.requests import Request
-
     from conch.harness.endpoint.app import invoke
 
-    scope = {"type": "http", "method": "POST", "path": "/endpoints/prod/invocations", "headers": [],
-             "path_params": {"name": "prod"}, "query_string": b""}
+    async def no_body() -> dict[str, object]:
+        raise AssertionError("refused before the body is read")
+
     with pytest.raises(ValidationError, match=re.escape(
         "Endpoint prod of account local not found. This local MME serves endpoint 'local-mme': call it with "
         "EndpointName='local-mme' (conch serve --endpoint-name sets it)"
     )):
-        asyncio.run(invoke(None, "local-mme", Request(scope)))  # type: ignore[arg-type]  # refused before use
+        asyncio.run(invoke(None, "local-mme", "prod", [], no_body))  # type: ignore[arg-type]  # refused before use
 
 
 @pytest.mark.parametrize(("status", "side"), [(400, "client"), (500, "server")])

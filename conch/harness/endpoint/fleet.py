@@ -107,9 +107,7 @@ class Fleet:
             async with self.changed:
                 m = self.models.setdefault(name, Model(name))
                 if m.state is State.LOADED:
-                    m.inflight += 1
-                    m.last_used = time.monotonic()
-                    self.metrics.cache_hit.labels("1" if hit else "0").inc()
+                    self._take(m, hit)
                     if not hit:
                         self.metrics.time("ModelLoadingWaitTime", time.monotonic() - start)
                     return m
@@ -128,9 +126,23 @@ class Fleet:
                 m.failure = None
                 m.state = State.FETCHING if m.state is State.REMOTE else State.LOADING
             if await self._bring_up(m):  # loaded, with this invocation already counted in flight
-                self.metrics.cache_hit.labels("0").inc()
+                self.metrics.miss.inc()
                 self.metrics.time("ModelLoadingWaitTime", time.monotonic() - start)
                 return m
+
+    def take_loaded(self, name: str) -> Model | None:
+        """``acquire(name)`` without a task or a wait when the model is loaded (the warm invocation's path): the
+        same bookkeeping; None when it is not loaded or the table is locked (then ``acquire``)."""
+        m = self.models.get(name)
+        if m is None or m.state is not State.LOADED or self.changed.locked():
+            return None
+        self._take(m, True)
+        return m
+
+    def _take(self, m: Model, hit: bool) -> None:
+        m.inflight += 1
+        m.last_used = time.monotonic()
+        (self.metrics.hit if hit else self.metrics.miss).inc()
 
     async def release(self, m: Model) -> None:
         async with self.changed:

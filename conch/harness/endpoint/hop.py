@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+from yarl import URL
 
 from conch.harness.mme_contract import MODELS, error_text, invoke_path, load_body, model_path, target_headers
 
@@ -41,11 +42,14 @@ class TritonHop:
         self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
         self._url = sagemaker_url.rstrip("/")
         self._invocations: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
+        # per TargetModel and Content-Type: the invoke URL and headers, made once (the name's hash, the URL parse)
+        self._calls: dict[tuple[str, str], tuple[URL, dict[str, str]]] = {}
 
     async def rebind(self, sagemaker_url: str) -> None:
         """Talk to a restarted server (on new ports) from now on."""
         self.sagemaker.base_url = httpx.URL(sagemaker_url)
         self._url = sagemaker_url.rstrip("/")
+        self._calls.clear()
         await self._close_invocations()
 
     async def close(self) -> None:
@@ -86,8 +90,7 @@ class TritonHop:
                      timeout: float | None = None) -> Answer:
         """Triton's answer; httpx.TimeoutException past ``timeout`` (default INVOKE_TIMEOUT_S), another
         httpx.HTTPError when it does not answer (as the httpx client raised, so callers keep one contract)."""
-        url = f"{self._url}{invoke_path(target_model)}"
-        headers = target_headers(target_model, content_type)
+        url, headers = self._call(target_model, content_type)
         limit = INVOKE_TIMEOUT_S if timeout is None else timeout
         session = self._session()
         loop = asyncio.get_running_loop()
@@ -114,6 +117,16 @@ class TritonHop:
         except aiohttp.ClientError as exc:
             raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
 
+    def _call(self, target_model: str, content_type: str) -> tuple[URL, dict[str, str]]:
+        key = (target_model, content_type)
+        call = self._calls.get(key)
+        if call is None:
+            if len(self._calls) >= _CALLS_KEPT:  # names callers made up must not grow it without end
+                self._calls.clear()
+            call = self._calls[key] = (URL(f"{self._url}{invoke_path(target_model)}"),
+                                       target_headers(target_model, content_type))
+        return call
+
     def unreachable(self, target_model: str, exc: httpx.HTTPError) -> str:
         """What to tell a caller when tritonserver did not answer at all."""
         log = f"; its log: {self.log_path}" if self.log_path else ""
@@ -123,3 +136,4 @@ class TritonHop:
 
 _OPEN = 64  # connections to Triton at once (as the httpx pool allowed); more calls wait for one
 _IDLE_S = 30.0  # an idle kept connection is closed after this long
+_CALLS_KEPT = 4096  # (TargetModel, Content-Type) pairs whose URL and headers are kept

@@ -208,8 +208,9 @@ class LocalMME:
             metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
+        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=30)
+                                lifespan="on", timeout_keep_alive=30, proxy_headers=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()

@@ -7,6 +7,8 @@ Times are in seconds here (CloudWatch reports the same quantities in microsecond
 from __future__ import annotations
 
 import threading
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -57,16 +59,16 @@ class Metrics:
         self.memory_budget = Gauge("MemoryBudgetBytes", "--memory-budget (0: no limit)", registry=r)
         self.disk = Gauge("DiskUsedBytes", "bytes of unpacked archives in the disk cache", registry=r)
         self.disk_budget = Gauge("DiskBudgetBytes", "--disk-budget (0: no limit)", registry=r)
-        self._samples: dict[str, list[float]] = {name: [] for name in TIMES}
+        # the children an invocation counts in, made once (``labels()`` looks them up under a lock each call)
+        self.hit, self.miss = self.cache_hit.labels("1"), self.cache_hit.labels("0")
+        self.answered = {status: self.invocations.labels(status) for status in ("2XX", "4XX", "5XX")}
+        self._samples: dict[str, deque[float]] = {name: deque(maxlen=KEEP) for name in TIMES}
         self._lock = threading.Lock()
 
     def time(self, name: str, seconds: float) -> None:
         self.times[name].observe(seconds)
         with self._lock:
-            samples = self._samples[name]
-            samples.append(seconds)
-            if len(samples) > KEEP:
-                del samples[: len(samples) - KEEP]
+            self._samples[name].append(seconds)  # the oldest drops out past KEEP
 
     def set_loaded(self, count: int) -> None:
         self.loaded.set(count)
@@ -103,7 +105,7 @@ class Metrics:
         return out
 
 
-def summary(samples: list[float], histogram: Histogram) -> dict[str, Any]:
+def summary(samples: Iterable[float], histogram: Histogram) -> dict[str, Any]:
     count = sum(s.value for s in _samples(histogram, "_count"))
     total = sum(s.value for s in _samples(histogram, "_sum"))
     ordered = sorted(samples)

@@ -147,3 +147,19 @@ def test_a_stopped_server_is_an_httpx_error_and_rebind_drops_the_old_connections
         assert connections == [1, 2]
 
     answered(lambda body, _: ok(body), check)
+
+
+def test_invoke_urls_are_tritons_hash_routes_made_once_and_kept_within_a_bound() -> None:
+    from conch.harness.endpoint.hop import _CALLS_KEPT
+    from conch.wire import TARGET_HEADER
+
+    hop = TritonHop("http://127.0.0.1:9/")
+    url, headers = hop._call("a.tar.gz", "application/json")
+    assert str(url) == f"http://127.0.0.1:9/models/{model_hash('a.tar.gz')}/invoke"
+    assert headers == {TARGET_HEADER: "a.tar.gz", "Content-Type": "application/json"}
+    assert hop._call("a.tar.gz", "application/json")[0] is url  # made once
+    assert hop._call("a.tar.gz", "application/octet-stream")[1]["Content-Type"] == "application/octet-stream"
+    for index in range(_CALLS_KEPT):  # names callers make up do not grow it without end
+        hop._call(f"{index}.tar.gz", "application/json")
+    assert len(hop._calls) <= _CALLS_KEPT
+    asyncio.run(hop.close())
