@@ -7,9 +7,12 @@ silently."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -35,18 +38,168 @@ _TENSOR_FIELDS = {"name", "data_type", "dims", "reshape", "optional", "label_fil
 _STEP_FIELDS = {"model_name", "model_version", "input_map", "output_map"}
 
 
+class WrittenTensor(NamedTuple):
+    """A tensor as a config writes it (``data_type``: Triton's name, e.g. TYPE_FP32)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    optional: bool
+
+
 @dataclass(frozen=True)
 class ReadConfig:
-    """A config read into conch's spec, and what of it conch cannot declare (``field: why``)."""
+    """A config read into conch's typed spec. Typed: its name, what serves it (``served``: the platform or backend
+    as written), max_batch_size, tensors, ensemble steps, parameters and a version policy conch can declare; every
+    other field (and any part of a tensor or step conch does not model) is ``carried``, as Triton's message, read
+    through it and never parsed again. Nothing is refused here: ``spec`` (the ModelSpec conch renders, for a
+    caller that asks for conch's own declaration) raises what conch cannot declare, ``unexpressed`` lists it."""
 
-    spec: ModelSpec
-    unexpressed: tuple[str, ...] = ()
+    name: str
+    served: str
+    max_batch_size: int
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    ensemble_steps: tuple[EnsembleStepSpec, ...]
+    parameters: Mapping[str, str]
+    version_policy: VersionPolicy | None
+    carried: Any  # a ModelConfig holding only what the typed fields above do not model
+    refusals: tuple[str, ...] = ()  # why conch cannot declare it (``spec`` raises the first)
+    _config: Any = dataclass_field(default=None, repr=False, compare=False)
+    _folder: Path | None = dataclass_field(default=None, repr=False, compare=False)
+    _where: str = dataclass_field(default="config.pbtxt", repr=False, compare=False)
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.served == Platform.ENSEMBLE.value
+
+    def io(self, kind: str) -> list[WrittenTensor]:
+        """The ``input`` or ``output`` tensors as written, (name, Triton data type, dims, optional): the typed
+        ones in order, then any carried whole (a data type conch has no DType for, e.g. TYPE_BF16)."""
+        typed = self.inputs if kind == "input" else self.outputs
+        out = [WrittenTensor(t.name, t.dtype.triton, t.dims, t.optional) for t in typed]
+        names = {t.name for t in typed}
+        out += [WrittenTensor(t.name, model_config_pb2.DataType.Name(t.data_type), tuple(t.dims),
+                              getattr(t, "optional", False))
+                for t in getattr(self.carried, kind) if t.name not in names]
+        return out
+
+    def label_filename(self, output: str) -> str:
+        """The label file an output names, as written ("" for none)."""
+        for t in self.carried.output:
+            if t.name == output:
+                return str(t.label_filename)
+        return ""
+
+    def triton_json(self) -> dict[str, Any]:
+        """The whole config as the JSON Triton hands a Python model's ``initialize`` (``args["model_config"]``)."""
+        from google.protobuf import json_format
+
+        data: dict[str, Any] = json_format.MessageToDict(self._config, preserving_proto_field_name=True)
+        return data
+
+    def message(self) -> Any:
+        """A copy of the whole config as Triton's message, for a writer that rewrites it (`conch stamp`)."""
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(self._config)
+        return config
+
+    @cached_property
+    def _declared(self) -> tuple[ModelSpec, tuple[str, ...]]:
+        if self.refusals:
+            raise BuildError(self.refusals[0])
+        return _declaration(self._config, self._folder, self._where)
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The ModelSpec conch renders for this config (rendering it gives back the same ModelConfig); raises
+        BuildError when conch has no step for it or cannot declare a tensor of it."""
+        return self._declared[0]
+
+    @property
+    def unexpressed(self) -> tuple[str, ...]:
+        """What of the config conch's declaration cannot say (``field: why``)."""
+        return self._declared[1]
 
 
-def read_config(source: str | Any, folder: Path | None = None, where: str = "config.pbtxt") -> ReadConfig:
-    """The typed spec of a config; ``folder`` (the model folder) finds label files; ``where`` names the
-    file in messages."""
+def read_config(source: str | Any, folder: Path | None = None, where: str = "config.pbtxt", *,
+                strict: bool = False) -> ReadConfig:
+    """The typed spec of a config (text is parsed by parse_config, once); ``folder`` (the model folder) finds
+    label files; ``where`` names the file in messages. ``strict``: raise BuildError, as ``spec`` does, when conch
+    cannot declare it (`conch import`)."""
     config = parse_config(source, where) if isinstance(source, str) else source
+    refusals: list[str] = []
+    served = config.platform or config.backend
+    try:
+        _served_by(config, where, [])
+    except BuildError as exc:
+        refusals.append(str(exc))
+    inputs = tuple(_read_tensor(t, "input", folder, where, refusals) for t in config.input if _typed_dtype(t))
+    outputs = tuple(_read_tensor(t, "output", folder, where, refusals) for t in config.output if _typed_dtype(t))
+    for t in (*config.input, *config.output):
+        if not _typed_dtype(t):  # carried whole
+            refusals.append(f"{where}: tensor {t.name!r}: data_type "
+                            f"{model_config_pb2.DataType.Name(t.data_type)} has no conch dtype")
+    steps = tuple(EnsembleStepSpec(s.model_name, tuple(s.input_map.items()), tuple(s.output_map.items()),
+                                   s.model_version) for s in config.ensemble_scheduling.step)
+    policy = _typed_settings(config).get("version_policy")
+    read = ReadConfig(config.name, served, config.max_batch_size, inputs, outputs, steps,
+                      {k: v.string_value for k, v in config.parameters.items()}, policy,
+                      _carried(config, typed_policy=policy is not None), tuple(refusals), config, folder, where)
+    if strict:
+        read.spec  # noqa: B018 -- raises what conch cannot declare
+    return read
+
+
+def _read_tensor(t: Any, what: str, folder: Path | None, where: str, refusals: list[str]) -> Tensor:
+    """The tensor as written: conch's checked Tensor, or (when conch would not declare it, e.g. labels whose
+    count differs, a name conch refuses) the same values unchecked, the refusal noted."""
+    try:
+        return _tensor(t, what, folder, where, [])
+    except BuildError as exc:
+        refusals.append(str(exc))
+    return Tensor.as_written(t.name, DType.of(model_config_pb2.DataType.Name(t.data_type)), tuple(t.dims),
+                             optional=getattr(t, "optional", False),
+                             reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None)
+
+
+def _carried(config: Any, typed_policy: bool) -> Any:
+    """What the typed fields do not model, as a ModelConfig: whole top-level fields, and the unmodelled parts of
+    each tensor (with its name) and ensemble step (with its model name)."""
+    carried = model_config_pb2.ModelConfig()
+    typed = {*_ALWAYS_TYPED, *(("version_policy",) if typed_policy else ())}
+    for f, _ in config.ListFields():
+        if f.name not in typed:
+            _copy(config, carried, f.name)
+    for tensors, kept in ((config.input, carried.input), (config.output, carried.output)):
+        for t in tensors:
+            rest = [f.name for f, _ in t.ListFields() if f.name not in _MODELLED_TENSOR or not _typed_dtype(t)]
+            if rest:
+                entry = kept.add(name=t.name)
+                for name in rest:
+                    _copy(t, entry, name)
+    for s in config.ensemble_scheduling.step:
+        rest = [f.name for f, _ in s.ListFields() if f.name not in _STEP_FIELDS]
+        if rest:
+            entry = carried.ensemble_scheduling.step.add(model_name=s.model_name)
+            for name in rest:
+                _copy(s, entry, name)
+    return carried
+
+
+def _typed_dtype(t: Any) -> bool:
+    try:
+        DType.of(model_config_pb2.DataType.Name(t.data_type))
+    except ConchError:
+        return False
+    return True
+
+
+_MODELLED_TENSOR = {"name", "data_type", "dims", "reshape", "optional"}
+
+
+def _declaration(config: Any, folder: Path | None, where: str) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The ModelSpec conch renders for a config, and what of it conch cannot declare (``field: why``)."""
     problems: list[str] = []
     served_by = _served_by(config, where, problems)
     inputs = tuple(_tensor(t, "input", folder, where, problems) for t in config.input)
@@ -65,12 +218,12 @@ def read_config(source: str | Any, folder: Path | None = None, where: str = "con
     settings = StepSettings(config.max_batch_size, parameters=params, **typed)
     spec = ModelSpec(config.name, inputs, outputs, served_by, settings, steps)
     spec, rendered = _carry_what_differs(spec, config, carried)
-    for field in _ALWAYS_TYPED:
-        if config_field(rendered, field) != config_field(config, field) and not any(field in p for p in problems):
-            ours, theirs = (text_format.MessageToString(config_field(c, field), as_one_line=True)
+    for name in _ALWAYS_TYPED:
+        if config_field(rendered, name) != config_field(config, name) and not any(name in p for p in problems):
+            ours, theirs = (text_format.MessageToString(config_field(c, name), as_one_line=True)
                             for c in (rendered, config))
-            problems.append(f"{field}: conch writes {ours!r} for {theirs!r}")
-    return ReadConfig(spec, tuple(problems))
+            problems.append(f"{name}: conch writes {ours!r} for {theirs!r}")
+    return spec, tuple(problems)
 
 
 def _served_by(config: Any, where: str, problems: list[str]) -> Platform:

@@ -95,7 +95,7 @@ def read_repository(source: Path, root: Path) -> Repository:
             repo.messages.append(f"{where}: input/output: not declared (Triton completes them from the model "
                                  "file); conch declares them, read from the model file where it can")
         try:
-            read = read_config(config, entry, where)
+            read = read_config(config, entry, where, strict=True)
         except ConchError as exc:
             repo.messages.append(str(exc))
             continue
