@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from conch.archive.config_reader import ReadConfig
+from conch.compiler.config_reader import ReadConfig
 
 Level = Literal["error", "warning"]
 

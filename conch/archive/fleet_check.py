@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from conch.archive.check_report import CheckReport, Level
-from conch.archive.config_reader import ReadConfig, read_config
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX, checked
+from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 

@@ -14,10 +14,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport
-from conch.archive.config_reader import ReadConfig, WrittenTensor, config_field, read_config
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
 from conch.archive.verify import ENV_DIR, check_folder
+from conch.compiler.config_reader import ReadConfig, WrittenTensor, config_field, read_config
 from conch.compiler.pbtxt import ConfigParseError, parse_config
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp

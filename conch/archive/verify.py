@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from conch.archive.check_report import CheckReport, Model
-from conch.archive.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.archive.extract import safe_extract
 from conch.archive.wiring import check_wiring
+from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp

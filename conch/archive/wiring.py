@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from conch.archive.check_report import CheckReport, Model
-from conch.archive.config_reader import WrittenTensor
+from conch.compiler.config_reader import WrittenTensor
 from conch.ensembles.layout import EnsembleStepSpec
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from conch.archive.config_reader import ReadConfig
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import check_folder
+from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.samples import OutputCheck
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.archive.config_reader import ReadConfig, read_config
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import parse_config
 from conch.ensembles.layout import Platform
 from conch.errors import BuildError, ConchError

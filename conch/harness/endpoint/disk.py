@@ -12,9 +12,9 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from conch.archive.config_reader import ReadConfig
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_folder
+from conch.compiler.config_reader import ReadConfig
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conch.archive.config_reader import ReadConfig
 from conch.builder.stamping import read_configs as read_configs  # the stamp's readers, as callers found them here
 from conch.builder.stamping import stamp_folder, stamped_name
 from conch.builder.stamping import step_models as step_models
+from conch.compiler.config_reader import ReadConfig
 from conch.errors import ArchiveError
 from conch.harness.endpoint.protocol import ValidationError
 

@@ -23,8 +23,8 @@ from conch import (
     VersionPolicy,
     Warmup,
 )
-from conch.archive.config_reader import read_config
 from conch.archive.inspection import summarize_config
+from conch.compiler.config_reader import read_config
 from conch.compiler.pbtxt import parse_config, render_config
 from conch.ensembles.config_fields import TYPED_ONLY, TYPED_OR_CARRIED
 

@@ -1,9 +1,13 @@
-"""Read a config.pbtxt (or a parsed ModelConfig) into conch's typed spec: the other half of render.py.
+"""Read a config.pbtxt (or a parsed ModelConfig) into conch's typed spec: the other half of render_config, and
+how every part of conch reads a config (`conch check`, the local MME's staging, stamping, inspect, import, the
+in-process run's ``initialize``).
 
-Fields conch models become typed settings; every other field is carried whole in the spec's
-``config_fields``, so rendering what was read gives back the same ModelConfig. What conch's declaration
-cannot say at all (a tensor ``format``, an ensemble step's ``model_namespace``) is listed, never dropped
-silently."""
+The reader is total over what Triton accepts: nothing is refused. Its typed part (ReadConfig) holds what conch
+models; every other field, and any part of a tensor or step conch does not model, is carried as Triton's message
+(``ReadConfig.carried``), never dropped. The ModelSpec conch renders for the config (``ReadConfig.spec``: fields
+that do not fit a typed setting carried whole in ``config_fields``, so rendering it gives back the same
+ModelConfig) is computed when asked; it raises what conch cannot declare (a backend without a conch step),
+and ``unexpressed`` lists what its declaration cannot say (a tensor ``format``, a step's ``model_namespace``)."""
 
 from __future__ import annotations
 
