@@ -186,3 +186,13 @@ def test_a_config_conch_cannot_declare_is_checked_as_triton_reads_it(tmp_path: P
     assert report.ok, report.lines()
     assert any(line.startswith("bf16.tar.gz/ensemble/config.pbtxt: warning: needs binary bodies: input 'INPUT0' is "
                                "BF16: Triton's JSON bodies cannot carry FP16 or BF16") for line in report.lines())
+
+
+@pytest.mark.parametrize("policy", ["all: {}", "latest: { num_versions: 2 }", "specific: { versions: [ 1 ] }"])
+def test_a_version_policy_conch_declares_is_read_typed_and_serves_version_1(tmp_path: Path, policy: str) -> None:
+    """The typed reader types these policies (others are carried): either way the check finds version 1."""
+    repo = edit(bert_repo(), "bert-trt/config.pbtxt", "max_batch_size: 0",
+                f"max_batch_size: 0\nversion_policy: {{ {policy} }}")
+    repo = {**{k: v for k, v in repo.items() if k != "bert-trt/1/model.plan"}, "bert-trt/1": None}
+    assert only_error(check_repo(tmp_path, repo)).splitlines() == [
+        "hand.tar.gz/bert-trt/1/: error: lacks model.plan, the model file tensorrt_plan loads"]
