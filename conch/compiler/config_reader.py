@@ -192,11 +192,11 @@ def _carried(config: Any, typed_policy: bool) -> Any:
 
 
 def _typed_dtype(t: Any) -> bool:
-    try:
-        DType.of(model_config_pb2.DataType.Name(t.data_type))
-    except ConchError:
-        return False
-    return True
+    """Whether conch has a DType for the tensor's data type (not for TYPE_BF16 or TYPE_INVALID)."""
+    return t.data_type in _TYPED_DTYPES
+
+
+_TYPED_DTYPES = frozenset(model_config_pb2.DataType.Value(d.triton) for d in DType)
 
 
 _MODELLED_TENSOR = {"name", "data_type", "dims", "reshape", "optional"}
