@@ -18,7 +18,7 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
 from conch.archive.verify import ENV_DIR, check_folder
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, config_field, read_config
-from conch.compiler.pbtxt import ConfigParseError, parse_config
+from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
 
@@ -297,7 +297,7 @@ def summarize_config(folder: str, source: bytes | ReadConfig) -> ModelSummary:
     does not parse gets ``problem`` (check says more)."""
     if isinstance(source, bytes):
         try:
-            config = read_config(parse_config(source, f"{folder}/config.pbtxt"), where=f"{folder}/config.pbtxt")
+            config = read_config(source, where=f"{folder}/config.pbtxt")
         except ConfigParseError as exc:
             return ModelSummary(folder, "?", 0, problem=f"config.pbtxt does not parse ({exc.reason})")
     else:

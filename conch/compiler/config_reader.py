@@ -126,12 +126,12 @@ class ReadConfig:
         return self._declared[1]
 
 
-def read_config(source: str | Any, folder: Path | None = None, where: str = "config.pbtxt", *,
+def read_config(source: str | bytes | Any, folder: Path | None = None, where: str = "config.pbtxt", *,
                 strict: bool = False) -> ReadConfig:
-    """The typed spec of a config (text is parsed by parse_config, once); ``folder`` (the model folder) finds
-    label files; ``where`` names the file in messages. ``strict``: raise BuildError, as ``spec`` does, when conch
-    cannot declare it (`conch import`)."""
-    config = parse_config(source, where) if isinstance(source, str) else source
+    """The typed spec of a config (text, or its UTF-8 bytes, is parsed by parse_config, once); ``folder`` (the
+    model folder) finds label files; ``where`` names the file in messages. ``strict``: raise BuildError, as
+    ``spec`` does, when conch cannot declare it (`conch import`)."""
+    config = parse_config(source, where) if isinstance(source, str | bytes) else source
     refusals: list[str] = []
     served = config.platform or config.backend
     try:
