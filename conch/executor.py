@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ensemble
-from conch.compiler.pbtxt import config_json, render_config
+from conch.compiler.config_reader import read_config
+from conch.compiler.pbtxt import check_config, render_config
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble, use_runner
 from conch.ensembles.run_result import RunResult, StepTrace
@@ -157,7 +158,10 @@ class Executor:
             instance.initialize({
                 "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
                 "model_instance_device_id": "0", "model_repository": str(folder), "model_version": "1",
-                "model_config": json.dumps(config_json(config, name)),
+                # Triton's JSON of the whole config (its contract with initialize), through the typed reader;
+                # check_config parses a rendered text once per process (a build renders, then runs it)
+                "model_config": json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt")
+                                           .triton_json()),
             })
         except ConchError:
             raise

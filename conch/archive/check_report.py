@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tritonclient.grpc import model_config_pb2
+from conch.compiler.config_reader import ReadConfig
 
 Level = Literal["error", "warning"]
 
@@ -33,9 +33,9 @@ class CheckReport:
     findings: list[Finding] = field(default_factory=list)
     ensemble: str | None = None
     models: int = 0
-    # Each model folder's config as the check parsed it, for whoever goes on with the unpacked archive (stamp,
-    # the local MME's staging, replay), so no config.pbtxt is parsed twice.
-    configs: dict[str, model_config_pb2.ModelConfig] = field(default_factory=dict)
+    # Each model folder's config as the check read it (the typed reader's spec), for whoever goes on with the
+    # unpacked archive (stamp, the local MME's staging, replay, inspect), so no config.pbtxt is parsed twice.
+    configs: dict[str, ReadConfig] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -66,13 +66,13 @@ class CheckReport:
 
 @dataclass
 class Model:
-    """One model folder and its parsed config."""
+    """One model folder and its config, as the typed reader read it."""
 
     folder: str
     path: Path
     text: str
-    config: model_config_pb2.ModelConfig
+    config: ReadConfig
 
     @property
     def kind(self) -> str:
-        return self.config.platform or self.config.backend
+        return self.config.served

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
-
-from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport, Level
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX, checked
-from conch.compiler.pbtxt import ConfigParseError, parse_config
+from conch.compiler.config_reader import ReadConfig, read_config
+from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"
@@ -75,17 +74,17 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
         found = scan_archive(stream, target_model, _wanted, size=size)
     except ArchiveError as exc:
         return ArchiveModels(target_model, problem=str(exc))
-    configs: dict[str, model_config_pb2.ModelConfig] = {}
+    configs: dict[str, ReadConfig] = {}
     for path, data in sorted(found.items()):
         if path == MANIFEST_NAME:
             continue
         try:
             text = data.decode("utf-8")
-            config = parse_config(text, path)
+            config = read_config(text, where=path)
         except (UnicodeDecodeError, ConfigParseError):
             continue  # `conch check` of the archive says why; the fleet check needs the configs that parse
-        if config.platform == "ensemble" and not ENSEMBLE_REGEX.search(text):
-            config.platform = ""  # the front end would not find it: not an ensemble to SageMaker
+        if config.is_ensemble and not ENSEMBLE_REGEX.search(text):
+            config = replace(config, served="")  # the front end would not find it: not an ensemble to SageMaker
         configs[path.split("/")[0]] = config
     return _archive_models(target_model, configs, found.get(MANIFEST_NAME))
 
@@ -106,7 +105,7 @@ def check_archive_models(path: Path) -> tuple[CheckReport, ArchiveModels | None]
     return report, _archive_models(path.name, configs, data)
 
 
-def _archive_models(target_model: str, configs: dict[str, model_config_pb2.ModelConfig],
+def _archive_models(target_model: str, configs: dict[str, ReadConfig],
                     manifest_data: bytes | None) -> ArchiveModels:
     manifest = None
     if manifest_data is not None:
@@ -114,8 +113,8 @@ def _archive_models(target_model: str, configs: dict[str, model_config_pb2.Model
             manifest = parse_manifest(manifest_data, target_model)
         except ArchiveError:
             manifest = None
-    ensembles = tuple(sorted(name for name, c in configs.items() if c.platform == "ensemble"))
-    called = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
+    ensembles = tuple(sorted(name for name, c in configs.items() if c.is_ensemble))
+    called = {s.model_name for c in configs.values() for s in c.ensemble_steps}
     return ArchiveModels(target_model, ensembles, frozenset(set(configs) - set(ensembles)),
                          frozenset(called & set(configs)), manifest.release if manifest else None,
                          manifest.stamp.target_model if manifest and manifest.stamp else None)

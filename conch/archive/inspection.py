@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,11 +14,11 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport
-from conch.archive.config_reader import config_field, read_config
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
 from conch.archive.verify import ENV_DIR, check_folder
-from conch.compiler.pbtxt import ConfigParseError, parse_config
+from conch.compiler.config_reader import ReadConfig, WrittenTensor, config_field, read_config
+from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
 
@@ -292,37 +292,38 @@ def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, bytes | No
         yield member, data
 
 
-def summarize_config(folder: str, source: bytes | model_config_pb2.ModelConfig) -> ModelSummary:
-    """A config.pbtxt's serving settings (from its bytes, or as `conch check` parsed it already); a config that
+def summarize_config(folder: str, source: bytes | ReadConfig) -> ModelSummary:
+    """A config.pbtxt's serving settings (from its bytes, or as `conch check` read it already); a config that
     does not parse gets ``problem`` (check says more)."""
     if isinstance(source, bytes):
         try:
-            config = parse_config(source, f"{folder}/config.pbtxt")
+            config = read_config(source, where=f"{folder}/config.pbtxt")
         except ConfigParseError as exc:
             return ModelSummary(folder, "?", 0, problem=f"config.pbtxt does not parse ({exc.reason})")
     else:
         config = source
+    carried = config.carried  # instance groups and batching: conch's declaration types them, the check carries them
     groups = tuple(
         f"{g.count or 1} x {model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind)}"
-        + (f" gpus {list(g.gpus)}" if g.gpus else "") for g in config.instance_group)
+        + (f" gpus {list(g.gpus)}" if g.gpus else "") for g in carried.instance_group)
     batching = None
-    if config.HasField("dynamic_batching"):
-        batching = {"preferred_batch_size": list(config.dynamic_batching.preferred_batch_size),
-                    "max_queue_delay_microseconds": config.dynamic_batching.max_queue_delay_microseconds}
-    served = config.platform or config.backend
-    if config.platform == "ensemble":
-        served = f"ensemble of {len(config.ensemble_scheduling.step)} steps"
+    if carried.HasField("dynamic_batching"):
+        batching = {"preferred_batch_size": list(carried.dynamic_batching.preferred_batch_size),
+                    "max_queue_delay_microseconds": carried.dynamic_batching.max_queue_delay_microseconds}
+    served = config.served
+    if config.is_ensemble:
+        served = f"ensemble of {len(config.ensemble_steps)} steps"
     return ModelSummary(folder, served, config.max_batch_size, groups, batching,
-                        tuple(_tensors(config.input)), tuple(_tensors(config.output)),
-                        config_fields=_carried_fields(folder, config))
+                        tuple(_tensors(config.io("input"))), tuple(_tensors(config.io("output"))),
+                        config_fields=_carried_fields(config))
 
 
-def _carried_fields(folder: str, config: Any) -> dict[str, str]:
+def _carried_fields(read: ReadConfig) -> dict[str, str]:
     """The fields conch's typed spec does not model, each as one line of proto text (the reader's view)."""
     from conch.errors import ConchError
 
     try:
-        carried = read_config(config, where=f"{folder}/config.pbtxt").spec.settings.config_fields
+        carried = read.spec.settings.config_fields
     except ConchError:  # a backend conch has no step for: nothing of it is typed
         return {}
     message = carried.message() if carried else None
@@ -332,6 +333,6 @@ def _carried_fields(folder: str, config: Any) -> dict[str, str]:
     return out
 
 
-def _tensors(items: Any) -> Iterator[TensorSummary]:
+def _tensors(items: Iterable[WrittenTensor]) -> Iterator[TensorSummary]:
     for t in items:
-        yield TensorSummary(t.name, model_config_pb2.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(t.dims))
+        yield TensorSummary(t.name, t.data_type.removeprefix("TYPE_"), t.dims)

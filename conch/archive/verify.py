@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2
-
 from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.wiring import check_wiring
-from conch.compiler.pbtxt import ConfigParseError, parse_config
+from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
+from conch.compiler.pbtxt import ConfigParseError
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal
@@ -91,13 +90,10 @@ def check_folder(root: Path, archive: str) -> CheckReport:
     return report
 
 
-def _ensemble_tensors(config: model_config_pb2.ModelConfig) -> list[tuple[str, str, str]]:
+def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
     """(kind, name, datatype) of an ensemble's inputs and outputs, the tensors a request body carries."""
-    def name(data_type: int) -> str:
-        return model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
-
-    return ([("input", t.name, name(t.data_type)) for t in config.input]
-            + [("output", t.name, name(t.data_type)) for t in config.output])
+    return ([("input", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("input")]
+            + [("output", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("output")])
 
 
 def _read_model(path: Path, report: CheckReport) -> Model | None:
@@ -115,7 +111,7 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
         report.error(file, f"is not UTF-8 text ({exc}); write the config as UTF-8")
         return None
     try:
-        config = parse_config(text, file)
+        config = read_config(text, where=file)
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
@@ -129,13 +125,13 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
     matched = [m for m in models.values() if ENSEMBLE_REGEX.search(m.text)]
     for m in models.values():
         file = f"{m.folder}/config.pbtxt"
-        if m.config.platform == "ensemble" and m not in matched:
+        if m.config.is_ensemble and m not in matched:
             report.error(file, "is an ensemble, but SageMaker's front end only finds one whose text holds "
                          "`platform: \"ensemble\"` literally (regex platform:(\\s)*\"ensemble\"); write it so")
-        if m.config.platform != "ensemble" and m in matched:
+        if not m.config.is_ensemble and m in matched:
             report.error(file, "is not an ensemble, but its text matches SageMaker's ensemble regex "
                          "platform:(\\s)*\"ensemble\" (in a comment?), so SageMaker may serve it; remove that text")
-    ensembles = [m for m in matched if m.config.platform == "ensemble"]
+    ensembles = [m for m in matched if m.config.is_ensemble]
     if not ensembles:
         report.error("", "no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve "
                      "whichever folder it lists last; add the ensemble's folder with its config.pbtxt and 1/")
@@ -150,53 +146,65 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
 def versions_served(model: Model, report: CheckReport) -> list[str]:
     """The version folders Triton serves under the model's version policy (checking they exist)."""
     found = sorted((p.name for p in model.path.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
-    policy = model.config.version_policy
-    which = policy.WhichOneof("policy_choice")
+    which, specific, latest = _version_policy(model.config)
     if which == "specific":
-        missing = [str(v) for v in policy.specific.versions if str(v) not in found]
+        missing = [str(v) for v in specific if str(v) not in found]
         if missing:
             report.error(f"{model.folder}/config.pbtxt", f"version_policy names version(s) {', '.join(missing)}, "
                          f"but the folder holds {', '.join(found) or 'no version folders'}; Triton fails to load it")
-        return [str(v) for v in policy.specific.versions if str(v) in found]
+        return [str(v) for v in specific if str(v) in found]
     if not found:
         report.error(f"{model.folder}/", "has no version folder (1/); Triton loads nothing from it")
         return []
     if which == "all":
         return found
-    latest = policy.latest.num_versions if which == "latest" else 1
     return found[-max(latest, 1):]
+
+
+def _version_policy(config: ReadConfig) -> tuple[str | None, tuple[int, ...], int]:
+    """(which policy, its specific versions, its latest count) from the typed policy, or, for a policy conch
+    cannot declare (e.g. versions other than 1), from the config's carried part."""
+    typed = config.version_policy
+    if typed is not None:
+        which = "all" if typed.all else "specific" if typed.specific else "latest"
+        return which, typed.specific, typed.latest or 1
+    policy = config.carried.version_policy
+    which = policy.WhichOneof("policy_choice")
+    return which, tuple(policy.specific.versions), policy.latest.num_versions if which == "latest" else 1
 
 
 def _check_model(model: Model, root: Path, report: CheckReport) -> None:
     config, file = model.config, f"{model.folder}/config.pbtxt"
     served = versions_served(model, report)
-    if config.model_transaction_policy.decoupled:
+    if config.carried.model_transaction_policy.decoupled:
         report.error(file, "is a decoupled model, which SageMaker's front end refuses to serve")
-    if config.platform == "ensemble":
+    if config.is_ensemble:
         return
     kind = model.kind
     if not kind:
         report.error(file, "names neither platform nor backend; Triton cannot tell how to run it")
-    wanted = (config.default_model_filename,) if config.default_model_filename else MODEL_FILES.get(kind, ())
+    default = config.carried.default_model_filename
+    wanted = (default,) if default else MODEL_FILES.get(kind, ())
     if not wanted and kind:
         report.warning(file, f"conch does not know which model file backend {kind!r} needs; not checked")
     for version in served if wanted else []:
         if not any((model.path / version / name).exists() for name in wanted):
             report.error(f"{model.folder}/{version}/", f"lacks {' or '.join(wanted)}, the model file {kind} loads")
-    for output in config.output:
-        if output.label_filename:
-            _check_labels(model, output, report)
+    for output in config.io("output"):
+        labels = config.label_filename(output.name)
+        if labels:
+            _check_labels(model, output, labels, report)
     env = config.parameters.get("EXECUTION_ENV_PATH")
     if env is not None:
-        _check_env(model, env.string_value, root, report)
+        _check_env(model, env, root, report)
 
 
-def _check_labels(model: Model, output: model_config_pb2.ModelOutput, report: CheckReport) -> None:
-    file = f"{model.folder}/{output.label_filename}"
-    path = (model.path / output.label_filename).resolve()
+def _check_labels(model: Model, output: WrittenTensor, label_filename: str, report: CheckReport) -> None:
+    file = f"{model.folder}/{label_filename}"
+    path = (model.path / label_filename).resolve()
     if not path.is_relative_to(model.path.resolve()):
         report.error(f"{model.folder}/config.pbtxt", f"output {output.name!r}: label_filename "
-                     f"{output.label_filename!r} points outside the model folder; put the labels file in it")
+                     f"{label_filename!r} points outside the model folder; put the labels file in it")
         return
     if not path.is_file():
         report.error(file, f"is missing: output {output.name!r} names it as its label_filename")

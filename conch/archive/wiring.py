@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TypeAlias
-
-from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport, Model
+from conch.compiler.config_reader import WrittenTensor
+from conch.ensembles.layout import EnsembleStepSpec
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
-# A tensor in the ensemble's scope: data type, full shape (batch dimension included as -1), who writes it.
-Produced = tuple[int, list[int], str]
-
-Spec: TypeAlias = model_config_pb2.ModelInput | model_config_pb2.ModelOutput
+# A tensor in the ensemble's scope: data type (Triton's name), full shape (batch dimension included as -1), who
+# writes it.
+Produced = tuple[str, list[int], str]
 
 
 def _full(dims: Sequence[int], max_batch_size: int) -> list[int]:
@@ -25,21 +23,18 @@ def _compatible(a: Sequence[int], b: Sequence[int]) -> bool:
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=True))
 
 
-def _dtype(value: int) -> str:
-    return str(model_config_pb2.DataType.Name(value))
-
-
 def check_wiring(ensemble: Model, models: dict[str, Model], report: CheckReport) -> None:
     """Every step's model present, inputs mapped, each tensor written once, dtypes/dims/batching agreeing."""
     file, config = f"{ensemble.folder}/config.pbtxt", ensemble.config
-    present = {f.name for f, _ in config.ListFields()}
+    # conch's typed settings do not model these on an ensemble: the reader carries them
+    present = {f.name for f, _ in config.carried.ListFields()}
     for name in _NOT_ON_ENSEMBLES:
         if name in present:
             report.error(file, f"sets {name}, which Triton refuses on an ensemble; set it on the steps' models")
     batch = config.max_batch_size
     produced: dict[str, Produced] = {t.name: (t.data_type, _full(t.dims, batch), f"ensemble input {t.name!r}")
-                                     for t in config.input}
-    steps = [(s, models.get(s.model_name)) for s in config.ensemble_scheduling.step]
+                                     for t in config.io("input")}
+    steps = [(s, models.get(s.model_name)) for s in config.ensemble_steps]
     if not steps:
         report.error(file, "has no ensemble_scheduling steps")
     for step, model in steps:
@@ -54,7 +49,7 @@ def check_wiring(ensemble: Model, models: dict[str, Model], report: CheckReport)
     for step, model in steps:
         if model is not None and model is not ensemble:
             _inputs(step, model, produced, report, file)
-    for out in config.output:
+    for out in config.io("output"):
         src = produced.get(out.name)
         if src is None:
             report.error(file, f"ensemble output {out.name!r} is written by no step's output_map")
@@ -62,9 +57,10 @@ def check_wiring(ensemble: Model, models: dict[str, Model], report: CheckReport)
         _agree(f"ensemble output {out.name!r}", out.data_type, _full(out.dims, batch), src, report, file)
 
 
-def _outputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
-             report: CheckReport, file: str) -> None:
-    for key, value, spec in _mapped("output", step.output_map, model.config.output, model, report, file):
+def _outputs(step: EnsembleStepSpec, model: Model, produced: dict[str, Produced], report: CheckReport,
+             file: str) -> None:
+    for key, value, spec in _mapped("output", dict(step.output_map), model.config.io("output"), model, report,
+                                    file):
         if value in produced:
             report.error(file, f"tensor {value!r} is written by both {produced[value][2]} and output {key!r} of "
                          f"step {model.folder!r}; each tensor is written once")
@@ -73,9 +69,10 @@ def _outputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced
             produced[value] = (spec.data_type, full, f"output {key!r} of step {model.folder!r}")
 
 
-def _inputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced: dict[str, Produced],
-            report: CheckReport, file: str) -> None:
-    for key, value, spec in _mapped("input", step.input_map, model.config.input, model, report, file):
+def _inputs(step: EnsembleStepSpec, model: Model, produced: dict[str, Produced], report: CheckReport,
+            file: str) -> None:
+    input_map = dict(step.input_map)
+    for key, value, spec in _mapped("input", input_map, model.config.io("input"), model, report, file):
         src = produced.get(value)
         if src is None:
             report.error(file, f"step {model.folder!r} input {key!r} reads tensor {value!r}, which is neither an "
@@ -83,16 +80,16 @@ def _inputs(step: model_config_pb2.ModelEnsembling.Step, model: Model, produced:
             continue
         full = _full(spec.dims, model.config.max_batch_size)
         _agree(f"step {model.folder!r} input {key!r}", spec.data_type, full, src, report, file)
-    for spec in model.config.input:
-        if spec.name not in step.input_map and not spec.optional:
+    for spec in model.config.io("input"):
+        if spec.name not in input_map and not spec.optional:
             report.error(file, f"step {model.folder!r}: required input {spec.name!r} is not in its input_map")
 
 
-def _mapped(kind: str, mapping: Mapping[str, str], declared: Iterable[Spec], model: Model, report: CheckReport,
-            file: str) -> Iterator[tuple[str, str, Spec]]:
+def _mapped(kind: str, mapping: Mapping[str, str], declared: Iterable[WrittenTensor], model: Model,
+            report: CheckReport, file: str) -> Iterator[tuple[str, str, WrittenTensor]]:
     """``(key, tensor, spec)`` for each entry of a step's input_map or output_map whose key the model
     declares as one of its ``kind``s; the other keys are reported."""
-    specs: dict[str, Spec] = {s.name: s for s in declared}
+    specs: dict[str, WrittenTensor] = {s.name: s for s in declared}
     for key, value in mapping.items():
         spec = specs.get(key)
         if spec is None:
@@ -102,9 +99,9 @@ def _mapped(kind: str, mapping: Mapping[str, str], declared: Iterable[Spec], mod
             yield key, value, spec
 
 
-def _agree(what: str, dtype: int, shape: list[int], src: Produced, report: CheckReport, file: str) -> None:
+def _agree(what: str, dtype: str, shape: list[int], src: Produced, report: CheckReport, file: str) -> None:
     if dtype != src[0]:
-        report.error(file, f"{what} is {_dtype(dtype)} but {src[2]} is {_dtype(src[0])}")
+        report.error(file, f"{what} is {dtype} but {src[2]} is {src[0]}")
     elif not _compatible(shape, src[1]):
         report.error(file, f"{what} has shape {shape} but {src[2]} has shape {src[1]} (batch included; -1 matches "
                      "any size)")

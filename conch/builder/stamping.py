@@ -28,7 +28,7 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, StampRecord, dumps, parse_manifest, sha256
 from conch.archive.verify import ENV_PREFIX, SHELL_SAFE, check_folder
 from conch.builder.archive import atomic_output, write_tar
-from conch.compiler.pbtxt import parse_config
+from conch.compiler.config_reader import ReadConfig, read_config
 from conch.ensembles.layout import FileSource
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
@@ -53,30 +53,30 @@ def target_model_of(name: str) -> str:
     return name if name.endswith(ARCHIVE_SUFFIX) else f"{name}{ARCHIVE_SUFFIX}"
 
 
-def read_configs(folder: Path) -> dict[str, model_config_pb2.ModelConfig]:
-    """Every model folder's parsed config under an unpacked archive (already through ``check_folder``)."""
+def read_configs(folder: Path) -> dict[str, ReadConfig]:
+    """Every model folder's config under an unpacked archive (already through ``check_folder``), read by the
+    typed reader."""
     configs = {}
     for path in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()):
-        configs[path.name] = parse_config((path / "config.pbtxt").read_text(encoding="utf-8"),
-                                            f"{path.name}/config.pbtxt")
+        configs[path.name] = read_config((path / "config.pbtxt").read_text(encoding="utf-8"),
+                                         where=f"{path.name}/config.pbtxt")
     return configs
 
 
-def step_models(configs: Mapping[str, model_config_pb2.ModelConfig]) -> list[str]:
+def step_models(configs: Mapping[str, ReadConfig]) -> list[str]:
     """The model folders some ensemble of the archive calls as a step."""
-    called = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
+    called = {s.model_name for c in configs.values() for s in c.ensemble_steps}
     return sorted(called & set(configs))
 
 
-def restamp_configs(configs: Mapping[str, model_config_pb2.ModelConfig],
+def restamp_configs(configs: Mapping[str, ReadConfig],
                     renames: Mapping[str, str]) -> dict[str, model_config_pb2.ModelConfig]:
     """The configs that ``renames`` ({folder: new name}) changes, keyed by their old folder, rewritten: the
     renamed models' ``name``, the ensembles' ``model_name`` for them, and an EXECUTION_ENV_PATH that climbs
     into a renamed folder (``$$TRITON_MODEL_DIRECTORY/../<step>/...``). ``configs`` is left as it was."""
     changed = {}
     for model, original in configs.items():
-        config = model_config_pb2.ModelConfig()
-        config.CopyFrom(original)
+        config = original.message()  # the whole config, rewritten as Triton's message
         touched = model in renames
         if touched:
             config.name = renames[model]
@@ -99,8 +99,7 @@ def config_text(config: model_config_pb2.ModelConfig) -> bytes:
     return text_format.MessageToString(config).encode()
 
 
-def stamp_folder(folder: Path, renames: Mapping[str, str],
-                 configs: Mapping[str, model_config_pb2.ModelConfig]) -> None:
+def stamp_folder(folder: Path, renames: Mapping[str, str], configs: Mapping[str, ReadConfig]) -> None:
     """Apply ``renames`` ({step folder: new name}) to the archive unpacked at ``folder`` in place: configs
     rewritten (atomically) through :func:`restamp_configs`, then folders renamed. The manifest is not touched
     (the local endpoint stages archives this way; :func:`stamp_archive` writes a stamped archive)."""
@@ -128,7 +127,7 @@ class Stamped:
     manifest: bool  # False for a hand-made archive without conch's manifest (the originals are not recorded)
 
 
-def plan_renames(configs: Mapping[str, model_config_pb2.ModelConfig], target_model: str,
+def plan_renames(configs: Mapping[str, ReadConfig], target_model: str,
                  previous: StampRecord | None) -> tuple[dict[str, str], dict[str, str]]:
     """({folder now: folder stamped}, {original step: stamped}) for stamping as ``target_model``; a stamped
     archive's steps are named from their originals (``previous``)."""

@@ -1,6 +1,6 @@
 """config.pbtxt text, both ways: render a ModelSpec into it (checked by parsing it back into Triton's ModelConfig
 proto), and parse_config, the one function conch parses any config text with (the typed reader,
-conch.archive.config_reader, builds on it)."""
+conch.compiler.config_reader, builds on it)."""
 
 from __future__ import annotations
 
@@ -115,15 +115,6 @@ def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
 
 _PARSED_KEPT = 64  # the configs of the last few ensembles built or run
 _parsed: dict[str, model_config_pb2.ModelConfig] = {}
-
-
-def config_json(text: str, expected_name: str) -> dict[str, Any]:
-    """The config as the JSON Triton hands a Python model's ``initialize`` (``args["model_config"]``)."""
-    from google.protobuf import json_format
-
-    data: dict[str, Any] = json_format.MessageToDict(check_config(text, expected_name),
-                                                     preserving_proto_field_name=True)
-    return data
 
 
 def _tensor(t: Tensor) -> dict[str, Any]:

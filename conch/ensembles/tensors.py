@@ -113,6 +113,17 @@ class Tensor:
         object.__setattr__(self, "reshape", _reshape(reshape, self.dims, what))
         object.__setattr__(self, "labels", _labels(labels, self.dims, what))
 
+    @classmethod
+    def as_written(cls, name: str, dtype: DType, dims: Sequence[int], *, optional: bool = False,
+                   reshape: Sequence[int] | None = None) -> Tensor:
+        """A tensor as a config file writes it, unchecked: a config read back (`conch check`) may hold what
+        Triton accepts and conch would not declare (a name, dims or reshape conch's rules refuse)."""
+        tensor = object.__new__(cls)
+        for key, value in (("name", name), ("dtype", dtype), ("dims", tuple(dims)), ("optional", bool(optional)),
+                           ("reshape", None if reshape is None else tuple(reshape)), ("labels", None)):
+            object.__setattr__(tensor, key, value)
+        return tensor
+
     @property
     def label_filename(self) -> str | None:
         """The file name config.pbtxt refers to for this output's labels."""

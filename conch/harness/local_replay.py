@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import check_folder
+from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.samples import OutputCheck
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
@@ -40,7 +40,7 @@ def staged_manifest(archive: Path, folder: Path) -> Manifest:
     return _checked(archive, folder)[0]
 
 
-def _checked(archive: Path, folder: Path) -> tuple[Manifest, dict[str, model_config_pb2.ModelConfig]]:
+def _checked(archive: Path, folder: Path) -> tuple[Manifest, dict[str, ReadConfig]]:
     """:func:`staged_manifest`, and each model folder's config as the check parsed it."""
     report = check_folder(folder, archive.name)
     if not report.ok:
@@ -147,11 +147,11 @@ def _replay_one(
                 progress(_short(row))
 
 
-def _sequence_batched(configs: Mapping[str, model_config_pb2.ModelConfig]) -> list[str]:
+def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
     """The models of a staged archive (``configs``: as its check parsed them) whose config has a sequence
     batcher, in the order of their config files' paths."""
     return [name for name, config in sorted(configs.items(), key=lambda item: f"{item[0]}/")
-            if config.HasField("sequence_batching")]
+            if config.carried.HasField("sequence_batching")]  # not modelled: carried
 
 
 def _short(row: ReplayRow) -> str:

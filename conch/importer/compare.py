@@ -7,8 +7,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from conch.archive.config_reader import config_field
 from conch.archive.manifest import MANIFEST_NAME
+from conch.compiler.config_reader import config_field
 from conch.compiler.pbtxt import parse_config
 from conch.ensembles.layout import FileSource
 from conch.importer.repository import ModelFolder, Repository

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.archive.config_reader import ReadConfig, read_config
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, parse_manifest
+from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import parse_config
 from conch.ensembles.layout import Platform
 from conch.errors import BuildError, ConchError
@@ -95,7 +95,7 @@ def read_repository(source: Path, root: Path) -> Repository:
             repo.messages.append(f"{where}: input/output: not declared (Triton completes them from the model "
                                  "file); conch declares them, read from the model file where it can")
         try:
-            read = read_config(config, entry, where)
+            read = read_config(config, entry, where, strict=True)
         except ConchError as exc:
             repo.messages.append(str(exc))
             continue

@@ -164,3 +164,35 @@ def test_more_than_five_model_folders_warns_but_passes(tmp_path: Path) -> None:
     report = check_repo(tmp_path, repo)
     assert report.ok
     assert any("past 5, SageMaker's Triton front end warns" in line for line in report.lines())
+
+
+def test_a_config_conch_cannot_declare_is_checked_as_triton_reads_it(tmp_path: Path) -> None:
+    """The check reads each config through the typed reader, which refuses nothing Triton accepts: a backend
+    conch has no step for, a tensor name conch would not declare and a data type conch has no dtype for (BF16,
+    carried as Triton's message) are checked like any other."""
+    repo = edit(bert_repo(), "bert-trt/config.pbtxt", 'platform: "tensorrt_plan"', 'backend: "openvino"')
+    repo = edit(repo, "bert-trt/config.pbtxt", 'name: "input_ids" data_type: TYPE_INT32',
+                'name: "input ids" data_type: TYPE_BF16')
+    repo = edit(repo, "ensemble/config.pbtxt", 'input_map { key: "input_ids"', 'input_map { key: "input ids"')
+    assert only_error(check_repo(tmp_path, repo)).splitlines() == [
+        "hand.tar.gz/bert-trt/config.pbtxt: warning: conch does not know which model file backend 'openvino' "
+        "needs; not checked",
+        "hand.tar.gz/ensemble/config.pbtxt: error: step 'bert-trt' input 'input ids' is TYPE_BF16 but output "
+        "'input_ids' of step 'preprocess' is TYPE_INT32"]
+    for file in ("ensemble/config.pbtxt", "preprocess/config.pbtxt"):
+        repo = edit(repo, file, 'name: "INPUT0" data_type: TYPE_STRING', 'name: "INPUT0" data_type: TYPE_BF16')
+    repo = edit(repo, "preprocess/config.pbtxt", "TYPE_INT32", "TYPE_BF16")
+    report = check_repo(tmp_path, repo, "bf16.tar.gz")
+    assert report.ok, report.lines()
+    assert any(line.startswith("bf16.tar.gz/ensemble/config.pbtxt: warning: needs binary bodies: input 'INPUT0' is "
+                               "BF16: Triton's JSON bodies cannot carry FP16 or BF16") for line in report.lines())
+
+
+@pytest.mark.parametrize("policy", ["all: {}", "latest: { num_versions: 2 }", "specific: { versions: [ 1 ] }"])
+def test_a_version_policy_conch_declares_is_read_typed_and_serves_version_1(tmp_path: Path, policy: str) -> None:
+    """The typed reader types these policies (others are carried): either way the check finds version 1."""
+    repo = edit(bert_repo(), "bert-trt/config.pbtxt", "max_batch_size: 0",
+                f"max_batch_size: 0\nversion_policy: {{ {policy} }}")
+    repo = {**{k: v for k, v in repo.items() if k != "bert-trt/1/model.plan"}, "bert-trt/1": None}
+    assert only_error(check_repo(tmp_path, repo)).splitlines() == [
+        "hand.tar.gz/bert-trt/1/: error: lacks model.plan, the model file tensorrt_plan loads"]

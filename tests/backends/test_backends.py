@@ -13,8 +13,8 @@ from round_trip import ensemble_config, step_config
 from tritonclient.grpc import model_config_pb2
 
 from conch import ConchError, DynamicBatching, Ensemble, InstanceGroup, Release, Target, VersionPolicy, Warmup
-from conch.archive.config_reader import read_config
 from conch.builder.repository_build import build_ensemble, render_repository
+from conch.compiler.config_reader import read_config
 from conch.ensembles.config import StepSettings
 from conch.ensembles.step import Step
 from conch.harness.local_replay import replay_archives

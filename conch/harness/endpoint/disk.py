@@ -12,15 +12,14 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2
-
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_folder
+from conch.compiler.config_reader import ReadConfig
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource
 
-Configs = dict[str, model_config_pb2.ModelConfig]  # {model folder: its parsed config.pbtxt}
+Configs = dict[str, ReadConfig]  # {model folder: its config.pbtxt as the check read it (the typed reader)}
 
 
 def folder_bytes(folder: Path) -> int:

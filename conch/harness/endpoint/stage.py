@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonclient.grpc import model_config_pb2
-
 from conch.builder.stamping import read_configs as read_configs  # the stamp's readers, as callers found them here
 from conch.builder.stamping import stamp_folder, stamped_name
 from conch.builder.stamping import step_models as step_models
+from conch.compiler.config_reader import ReadConfig
 from conch.errors import ArchiveError
 from conch.harness.endpoint.protocol import ValidationError
 
@@ -68,7 +67,7 @@ class StepClaims:
 
 
 def rename_steps(folder: Path, target_model: str, renames: dict[str, str],
-                 configs: dict[str, model_config_pb2.ModelConfig]) -> None:
+                 configs: dict[str, ReadConfig]) -> None:
     """Rename step folders under ``folder`` and every reference to them (``configs``: its ``read_configs``),
     as `conch stamp` does (conch.builder.stamping.stamp_folder)."""
     try:

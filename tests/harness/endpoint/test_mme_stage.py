@@ -63,7 +63,7 @@ def test_renamed_steps_keep_the_archive_valid(unpacked: Path, tmp_path: Path) ->
     rename_steps(folder, "copy.tar.gz", renames, configs)
     configs = read_configs(folder)
     assert sorted(configs) == sorted([*renames.values(), "stage"])
-    assert [s.model_name for s in configs["stage"].ensemble_scheduling.step] == [
+    assert [s.model_name for s in configs["stage"].ensemble_steps] == [
         renames["stage__double"], renames["stage__add_one"]]
     report = check_folder(folder, "copy.tar.gz")
     assert report.ok, report.lines()

@@ -12,9 +12,19 @@ from google.protobuf import text_format
 from seed_archives import bert_repo, inception_repo
 from tritonclient.grpc import model_config_pb2
 
-from conch import DeclarationError, DynamicBatching, Ensemble, InstanceGroup, PythonStep, Tensor, Warmup
-from conch.archive.config_reader import read_config
+from conch import (
+    BuildError,
+    DeclarationError,
+    DynamicBatching,
+    Ensemble,
+    InstanceGroup,
+    PythonStep,
+    Tensor,
+    VersionPolicy,
+    Warmup,
+)
 from conch.archive.inspection import summarize_config
+from conch.compiler.config_reader import read_config
 from conch.compiler.pbtxt import parse_config, render_config
 from conch.ensembles.config_fields import TYPED_ONLY, TYPED_OR_CARRIED
 
@@ -184,7 +194,7 @@ def test_a_backend_conch_has_no_step_for_is_named() -> None:
     from conch.errors import BuildError
 
     with pytest.raises(BuildError, match="m/config.pbtxt: backend 'openvino' has no conch step"):
-        read_config('name: "m" backend: "openvino"', where="m/config.pbtxt")
+        read_config('name: "m" backend: "openvino"', where="m/config.pbtxt", strict=True)
 
 
 def _escaped(text: str) -> str:
@@ -223,4 +233,46 @@ def test_a_config_conch_cannot_read_is_named_with_its_file(text: str, said: str)
     from conch.errors import BuildError
 
     with pytest.raises(BuildError, match=_escaped(said)):
-        read_config(text, where="m/config.pbtxt")
+        read_config(text, where="m/config.pbtxt", strict=True)
+
+
+def test_the_reader_refuses_nothing_triton_accepts_and_carries_what_it_does_not_model(tmp_path: Path) -> None:
+    """`conch check` reads through the reader: a backend conch has no step for, a tensor name or data type
+    conch would not declare, labels whose count differs and a version conch never lays out are read, not
+    refused; what is not modelled is carried as Triton's message; ``spec`` (and ``strict``) still refuse."""
+    (tmp_path / "labels.txt").write_text("a\nb\n")
+    text = ('name: "m" backend: "openvino" max_batch_size: 4 '
+            'input { name: "x y" data_type: TYPE_FP32 dims: [ 3 ] } '
+            'input { name: "h" data_type: TYPE_BF16 dims: [ -1 ] optional: true } '
+            'output { name: "z" data_type: TYPE_STRING dims: [ 3 ] label_filename: "labels.txt" } '
+            'version_policy { specific { versions: [ 2 ] } } model_transaction_policy { decoupled: true } '
+            'default_model_filename: "model.xml" parameters { key: "k" value { string_value: "v" } }')
+    read = read_config(text, tmp_path, "m/config.pbtxt")
+    assert (read.name, read.served, read.max_batch_size, read.is_ensemble) == ("m", "openvino", 4, False)
+    assert [(t.name, t.dtype.wire, t.dims) for t in (*read.inputs, *read.outputs)] == [
+        ("x y", "FP32", (3,)), ("z", "BYTES", (3,))]
+    assert [tuple(t) for t in read.io("input")] == [("x y", "TYPE_FP32", (3,), False),
+                                                    ("h", "TYPE_BF16", (-1,), True)]
+    assert read.parameters == {"k": "v"} and read.version_policy is None
+    assert read.label_filename("z") == "labels.txt" and read.label_filename("x y") == ""
+    carried = read.carried
+    assert carried.model_transaction_policy.decoupled and carried.default_model_filename == "model.xml"
+    assert list(carried.version_policy.specific.versions) == [2]
+    assert read.triton_json()["backend"] == "openvino" and read.message().name == "m"
+    said = ["m/config.pbtxt: backend 'openvino' has no conch step (conch has python",
+            "m/config.pbtxt: input 'x y': tensor: tensor name 'x y' contains ' '",
+            "m/config.pbtxt: output 'z': tensor 'z': label file ",
+            "m/config.pbtxt: tensor 'h': data_type TYPE_BF16 has no"]
+    assert len(read.refusals) == len(said) and all(r.startswith(s) for r, s in zip(read.refusals, said, strict=True))
+    assert "has 2 lines, but dims [3] make 3 classes" in read.refusals[2]
+    with pytest.raises(BuildError, match="m/config.pbtxt: backend 'openvino' has no conch step"):
+        read.spec  # noqa: B018
+    with pytest.raises(BuildError, match="m/config.pbtxt: backend 'openvino' has no conch step"):
+        read_config(text, tmp_path, "m/config.pbtxt", strict=True)
+
+
+def test_a_version_policy_conch_declares_is_typed_and_not_carried() -> None:
+    read = read_config('name: "m" backend: "python" version_policy { latest { num_versions: 2 } } '
+                       'output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }')
+    assert read.version_policy == VersionPolicy(latest=2) and not read.carried.HasField("version_policy")
+    assert read.refusals == () and read.spec.settings.version_policy == VersionPolicy(latest=2)
