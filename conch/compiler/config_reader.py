@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
-from conch.compiler.pbtxt import check_config, parse_config, render_config
+from conch.compiler.pbtxt import check_config, model_config_proto, parse_config, render_config
 from conch.ensembles.config import (
     DynamicBatching,
     InstanceGroup,
@@ -34,6 +33,10 @@ from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError
+
+# Triton's ModelConfig proto without tritonclient.grpc's __init__ (gRPC and asyncio): `import conch` loads this
+# module (the executor reads configs through it), and every command imports conch
+model_config_pb2 = model_config_proto()
 
 # Backends whose config names a backend, not a platform, with the platform conch writes for them.
 _BACKEND_PLATFORMS = {"onnxruntime": Platform.ONNXRUNTIME_ONNX, "pytorch": Platform.PYTORCH_LIBTORCH,

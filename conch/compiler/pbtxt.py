@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
 
 
-def _model_config_pb2() -> ModuleType:
+def model_config_proto() -> ModuleType:
     """tritonclient.grpc.model_config_pb2 without running tritonclient.grpc's __init__, which imports gRPC
     and asyncio (about a third of an unchanged rebuild's imports); later imports of the package find it."""
     name = "tritonclient.grpc.model_config_pb2"
@@ -82,7 +82,7 @@ class ConfigParseError(BuildError):
 def parse_config(text: str | bytes, where: str) -> model_config_pb2.ModelConfig:
     """config.pbtxt text (or its UTF-8 bytes) as a ModelConfig: the one place conch parses a config's text;
     ``where`` names the file in the error (ConfigParseError)."""
-    config = _model_config_pb2().ModelConfig()
+    config = model_config_proto().ModelConfig()
     try:
         text_format.Parse(text.decode("utf-8") if isinstance(text, bytes) else text, config)
     except (UnicodeDecodeError, text_format.ParseError) as exc:
@@ -108,7 +108,7 @@ def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
         _parsed[text] = parsed
     if parsed.name != expected_name:
         raise BuildError(f"config.pbtxt names model {parsed.name!r}, but its folder is {expected_name!r}")
-    config = _model_config_pb2().ModelConfig()
+    config = model_config_proto().ModelConfig()
     config.CopyFrom(parsed)
     return config
 

@@ -276,3 +276,14 @@ def test_a_version_policy_conch_declares_is_typed_and_not_carried() -> None:
                        'output { name: "y" data_type: TYPE_FP32 dims: [ 1 ] }')
     assert read.version_policy == VersionPolicy(latest=2) and not read.carried.HasField("version_policy")
     assert read.refusals == () and read.spec.settings.version_policy == VersionPolicy(latest=2)
+
+
+def test_importing_conch_loads_the_config_proto_without_grpc() -> None:
+    """Every command imports conch, and conch imports the reader (through the executor): Triton's
+    ModelConfig proto comes without tritonclient.grpc's package, which imports gRPC and asyncio."""
+    import subprocess
+    import sys
+
+    probe = "import sys, conch; print(sorted(m for m in ('grpc', 'tritonclient.grpc') if m in sys.modules))"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert shown.stdout.strip() == "[]", shown.stdout + shown.stderr
