@@ -27,7 +27,7 @@ TABULATE = PythonEnv(requirements=("tabulate==0.9.0",))
 
 
 def test_the_server_python_lacks_the_package() -> None:
-    with pytest.raises(ImportError):
+    with pytest.raises(ImportError, match="No module named 'tabulate'"):
         __import__("tabulate")
 
 

@@ -79,7 +79,7 @@ def test_nothing_reaches_a_listener_either(archives: list[Path], capsys: pytest.
         listener.settimeout(0.5)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         assert main(deploy_args(archives[0].parent, url, "--dry-run")) == 0
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match="timed out"):
             listener.accept()
     assert "CreateEndpoint" in capsys.readouterr().out
 
