@@ -78,34 +78,24 @@ def test_config_not_utf8_is_an_error(tmp_path: Path) -> None:
             "UTF-8") in text
 
 
-def test_non_ensemble_whose_comment_matches_the_regex_is_an_error(tmp_path: Path) -> None:
-    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n',
-                'backend: "dali"\n# was platform: "ensemble" once\n')
-    text = checked(tmp_path, repo)
-    assert ('hand.tar.gz/dali/config.pbtxt: error: is not an ensemble, but its text matches SageMaker\'s ensemble '
-            'regex platform:(\\s)*"ensemble" (in a comment?), so SageMaker may serve it; remove that text') in text
-
-
-def test_decoupled_model_is_an_error(tmp_path: Path) -> None:
-    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n',
-                'backend: "dali"\nmodel_transaction_policy { decoupled: true }\n')
-    text = checked(tmp_path, repo)
-    assert ("hand.tar.gz/dali/config.pbtxt: error: is a decoupled model, which SageMaker's front end refuses to "
-            "serve") in text
-
-
-def test_model_without_platform_or_backend_is_an_error(tmp_path: Path) -> None:
-    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"\n', "")
-    text = checked(tmp_path, repo)
-    assert ("hand.tar.gz/dali/config.pbtxt: error: names neither platform nor backend; Triton cannot tell how to "
-            "run it") in text
-
-
-def test_unknown_backend_warns_unchecked(tmp_path: Path) -> None:
-    repo = edit(inception_repo(), "dali/config.pbtxt", 'backend: "dali"', 'backend: "mystery"')
-    text = checked(tmp_path, repo)
-    assert ("hand.tar.gz/dali/config.pbtxt: warning: conch does not know which model file backend 'mystery' "
-            "needs; not checked") in text
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    pytest.param('backend: "dali"\n', 'backend: "dali"\n# was platform: "ensemble" once\n',
+                 'hand.tar.gz/dali/config.pbtxt: error: is not an ensemble, but its text matches SageMaker\'s '
+                 'ensemble regex platform:(\\s)*"ensemble" (in a comment?), so SageMaker may serve it; remove that '
+                 'text', id="non-ensemble-whose-comment-matches-the-regex"),
+    pytest.param('backend: "dali"\n', 'backend: "dali"\nmodel_transaction_policy { decoupled: true }\n',
+                 "hand.tar.gz/dali/config.pbtxt: error: is a decoupled model, which SageMaker's front end refuses "
+                 "to serve", id="decoupled-model"),
+    pytest.param('backend: "dali"\n', "",
+                 "hand.tar.gz/dali/config.pbtxt: error: names neither platform nor backend; Triton cannot tell how "
+                 "to run it", id="neither-platform-nor-backend"),
+    pytest.param('backend: "dali"', 'backend: "mystery"',
+                 "hand.tar.gz/dali/config.pbtxt: warning: conch does not know which model file backend 'mystery' "
+                 "needs; not checked", id="unknown-backend-warns-unchecked"),
+])
+def test_an_edited_dali_config_is_named_in_the_report(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    text = checked(tmp_path, edit(inception_repo(), "dali/config.pbtxt", old, new))
+    assert expected in text
 
 
 def test_missing_model_file_is_an_error(tmp_path: Path) -> None:
