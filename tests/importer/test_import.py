@@ -162,27 +162,28 @@ def test_a_model_no_ensemble_runs_is_named(tmp_path: Path) -> None:
     assert imported.messages == ["spare/config.pbtxt: not imported: no ensemble of repo runs it"]
 
 
-def test_warmup_data_files_are_kept(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("files", "warmup", "declared"), [
+    pytest.param({"affine/warmup/x.bin": bytes(16)},
+                 'model_warmup { name: "ones" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
+                 'dims: [ 4 ] input_data_file: "x.bin" } } }\n',
+                 'warmup_files={"x.bin": MODELS / "affine/warmup/x.bin"}', id="data-files-are-kept"),
+    pytest.param({},
+                 'model_warmup { name: "zeros" batch_size: 8 count: 2 inputs { key: "x" value { data_type: '
+                 'TYPE_FP32 dims: [ 4 ] zero_data: true } } }\n',
+                 'warmup=[Warmup("zeros", batch_size=8, count=2)]', id="typed-warmups-are-declared-typed"),
+])
+def test_warmups_are_declared_and_rebuild_the_same(
+    tmp_path: Path, files: dict[str, bytes], warmup: str, declared: str
+) -> None:
     repo = handmade.write(tmp_path / "repo")
-    (repo / "affine/warmup").mkdir()
-    (repo / "affine/warmup/x.bin").write_bytes(bytes(16))
+    for name, data in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(data)
     with (repo / "affine/config.pbtxt").open("a") as fh:
-        fh.write('model_warmup { name: "ones" batch_size: 1 inputs { key: "x" value { data_type: TYPE_FP32 '
-                 'dims: [ 4 ] input_data_file: "x.bin" } } }\n')
+        fh.write(warmup)
     (imported,) = import_sources([repo], tmp_path / "out", samples=False)
     assert imported.messages == []
-    assert 'warmup_files={"x.bin": MODELS / "affine/warmup/x.bin"}' in imported.module.read_text()
-    assert_same(repo, build_module(imported.module, tmp_path / "built"))
-
-
-def test_typed_warmups_are_declared_typed(tmp_path: Path) -> None:
-    repo = handmade.write(tmp_path / "repo")
-    with (repo / "affine/config.pbtxt").open("a") as fh:
-        fh.write('model_warmup { name: "zeros" batch_size: 8 count: 2 inputs { key: "x" value { data_type: '
-                 'TYPE_FP32 dims: [ 4 ] zero_data: true } } }\n')
-    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
-    assert imported.messages == []
-    assert 'warmup=[Warmup("zeros", batch_size=8, count=2)]' in imported.module.read_text()
+    assert declared in imported.module.read_text()
     assert_same(repo, build_module(imported.module, tmp_path / "built"))
 
 
