@@ -127,30 +127,25 @@ def test_config_fields_text_that_is_not_a_model_config() -> None:
 
 # What the generated model.py says when the step's code returns the wrong thing (run in this process).
 
-X = {"X": np.ones((2, 4), np.float32)}
 
-
-def test_model_py_names_the_outputs_the_code_did_not_return() -> None:
-    ens = one_step(basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("z", "FP32", [4])])
-    with pytest.raises(RunError, match=re.escape(
-            "step 's' of ensemble 'e' returned no value for output(s) ['z'] (it returned ['y'])")):
-        conch.run(ens, X)
-
-
-def test_model_py_refuses_a_tuple_of_the_wrong_length() -> None:
-    ens = one_step(basic_steps.split_sum, [Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])],
-                   [Tensor("y", "FP32", [4])])
-    with pytest.raises(RunError, match=re.escape(
-            "step 's' of ensemble 'e' must return a dict {output name: array}, or a tuple of 1 arrays in the "
-            "order ['y']; got tuple")):
-        conch.run(ens, {"A": np.ones((2, 4), np.float32), "B": np.ones((2, 4), np.float32)})
-
-
-def test_model_py_refuses_numbers_for_a_bytes_output() -> None:
-    ens = one_step(basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "BYTES", [4])])
-    with pytest.raises(RunError, match=re.escape(
-            "step 's' of ensemble 'e': output 'y' must be BYTES (str/bytes), got dtype float32")):
-        conch.run(ens, X)
+@pytest.mark.parametrize(("code", "inputs", "outputs", "message"), [
+    pytest.param(basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("z", "FP32", [4])],
+                 "step 's' of ensemble 'e' returned no value for output(s) ['z'] (it returned ['y'])",
+                 id="outputs-the-code-did-not-return"),
+    pytest.param(basic_steps.split_sum, [Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])],
+                 [Tensor("y", "FP32", [4])],
+                 "step 's' of ensemble 'e' must return a dict {output name: array}, or a tuple of 1 arrays in the "
+                 "order ['y']; got tuple", id="a-tuple-of-the-wrong-length"),
+    pytest.param(basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "BYTES", [4])],
+                 "step 's' of ensemble 'e': output 'y' must be BYTES (str/bytes), got dtype float32",
+                 id="numbers-for-a-bytes-output"),
+])
+def test_model_py_refuses_what_the_code_returned(
+    code: object, inputs: list[Tensor], outputs: list[Tensor], message: str
+) -> None:
+    ens = one_step(code, inputs, outputs)
+    with pytest.raises(RunError, match=re.escape(message)):
+        conch.run(ens, {t.name.upper(): np.ones((2, 4), np.float32) for t in inputs})
 
 
 def test_model_py_names_the_file_a_class_step_misses() -> None:
