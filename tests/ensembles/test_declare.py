@@ -158,6 +158,7 @@ def test_one_step_may_serve_two_ensembles() -> None:
         ens = ensemble(name)
         ens.output("Y", s(ens.input("X", "FP32", [4])))
         ens.validate()
+        assert ens.model_name(s) == f"{name}__s"  # each ensemble gets a step model of its own
 
 
 def test_single_output_handle_cannot_be_unpacked() -> None:
