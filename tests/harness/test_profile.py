@@ -121,7 +121,7 @@ def test_json_holds_every_figure(profiles: dict[str, Profile]) -> None:
     assert doc["critical_path"]["steps"][0].endswith("slow40")
     assert doc["scheduler_overhead_ms"] == pytest.approx(doc["end_to_end_ms"] - doc["critical_path"]["length_ms"],
                                                          abs=0.01)
-    assert all("text" in f for f in doc["findings"])
+    assert doc["findings"] and all("text" in f for f in doc["findings"])
 
 
 def test_url_profiles_a_server_of_the_users_and_the_cli_draws_the_pictures(
