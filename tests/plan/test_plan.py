@@ -22,7 +22,8 @@ def test_shipped_instance_data_states_date_and_source_and_covers_mme_families() 
     assert {"g4dn", "g5", "p3", "c5", "m5"} <= families
     g5 = data.pick(["ml.g5.xlarge"])[0]
     assert g5.gpu_memory_bytes == 24 * GIB and g5.price_per_hour > 0
-    assert all(t.gpu is None for t in data.pick(gpu=False))
+    cpu_only = data.pick(gpu=False)
+    assert cpu_only and all(t.gpu is None for t in cpu_only)
     with pytest.raises(BenchError, match="ml.nope.xlarge"):
         data.pick(["ml.nope.xlarge"])
 
