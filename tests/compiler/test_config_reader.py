@@ -172,7 +172,9 @@ def test_seed_002_configs_read_back_to_the_same_modelconfig(repo: dict[str, byte
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-    for config in sorted(tmp_path.glob("*/config.pbtxt")):
+    configs = sorted(tmp_path.glob("*/config.pbtxt"))
+    assert len(configs) == sum(path.endswith("/config.pbtxt") for path in repo) >= 3
+    for config in configs:
         text = config.read_text()
         read = read_config(text, config.parent, f"{config.parent.name}/config.pbtxt")
         assert read.unexpressed == ()
