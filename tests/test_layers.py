@@ -126,3 +126,14 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
                         break
                 found.append(sorted(component))
     return found
+
+
+def test_the_checks_see_imports_and_circles() -> None:
+    """The checks above can fail: the import reader finds a module's imports of conch, and the circle finder
+    finds a circle and none in a chain."""
+    build = {module for _, module in imports(CONCH / "cli" / "build.py")}
+    assert {"conch.builder.parallel", "conch.cli.console", "conch.ensembles.target"} <= build
+    assert RANK[part_of("conch.builder.parallel")] < RANK[part_of("conch.cli.build")]
+    assert sorted(map(sorted, _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}))) == [
+        ["a", "b", "c"], ["d"]]
+    assert all(len(c) == 1 for c in _strongly_connected({"a": {"b"}, "b": {"c"}, "c": set()}))
