@@ -33,6 +33,7 @@ def assert_same(original: Path, rebuilt: Path) -> int:
     """Assert the two hold the same models; returns how many files were compared."""
     before = {k: v for k, v in contents(original).items() if k != MANIFEST}
     after = {k: v for k, v in contents(rebuilt).items() if k != MANIFEST}
+    assert before, f"{original} holds no files: nothing to compare"
     assert sorted(after) == sorted(before)
     for name, data in before.items():
         if name.endswith("config.pbtxt"):
