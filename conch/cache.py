@@ -43,6 +43,22 @@ def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], No
     return path
 
 
+def read_json(path: Path) -> Any:
+    """The JSON value kept at ``path``; None when it is missing or damaged."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: object) -> None:
+    """Publish atomically (parallel builds share the cache); a lost race only repeats work."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
 def key_of(material: object) -> str:
     """sha256 of ``material`` as sorted JSON (what is not JSON by its str)."""
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
@@ -76,16 +92,11 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     A failure is not remembered; a lost race between processes only repeats the work."""
     key = key_of(material)[:32]
     where = cache_dir() / kind / f"{key}.json"
-    if not _refresh:
-        try:
-            return json.loads(where.read_text())
-        except (OSError, ValueError):
-            pass
+    known = None if _refresh else read_json(where)
+    if known is not None:
+        return known
     value = compute()
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = where.with_name(f".{where.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(value, sort_keys=True))
-    os.replace(tmp, where)
+    write_json(where, value)
     return value
 
 
