@@ -100,21 +100,42 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     return value
 
 
-def code_digest(fn: Callable[..., Any]) -> str:
+def code_digest(fn: Callable[..., Any]) -> str | None:
     """Digest of the user code a function can reach (a sample's expected outputs, a step's code, a DALI
     pipeline): the source of the file defining it and of the Python files beside it that it imports, read
-    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings):
-    the key must not depend on which other ensembles this process happened to load first."""
+    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings),
+    and the arguments a ``functools.partial`` binds: the key must not depend on which other ensembles this
+    process happened to load first. None when the code cannot be told by content (a function without a
+    source file, e.g. defined in a notebook, or a partial binding values whose repr is not their content):
+    what it computes must then not be remembered."""
+    bound: list[object] = []
     while isinstance(fn, functools.partial):
+        bound.append([fn.args, sorted(fn.keywords.items())])
         fn = fn.func
+    if not plain(bound):
+        return None
     fn = getattr(fn, "__wrapped__", fn)  # a decorated function (DALI's @pipeline_def): the user's own
     code = getattr(fn, "__code__", None)
     origin = _real_file(code.co_filename if code is not None else
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
     if origin is None:
-        return "unknown"
+        return None
     files = _imported_siblings(Path(origin))
-    return key_of(sorted((os.path.basename(f), _file_sha256(f)) for f in files))
+    return key_of([sorted((os.path.basename(f), _file_sha256(f)) for f in files), repr(bound)])
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def plain(value: object) -> bool:
+    """A value whose repr is its content (no object identity in it), so it can be part of a cache key."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, tuple | list):
+        return all(plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(plain(k) and plain(v) for k, v in value.items())
+    return False
 
 
 def _imported_siblings(origin: Path) -> set[str]:
