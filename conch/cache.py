@@ -139,35 +139,53 @@ def plain(value: object) -> bool:
 
 
 def _imported_siblings(origin: Path) -> set[str]:
-    """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
+    """``origin`` and the Python files of its folder that it imports, directly or through each other: a module
+    ``x.py`` beside it, or every file of a package ``x/`` beside it; a relative import (``from . import x``,
+    ``from .x import y``) is followed from the importing file's own folder."""
     found, todo = {str(origin)}, [origin]
     while todo:
-        for name in _top_level_imports(todo.pop()):
-            sibling = origin.parent / f"{name}.py"
-            if str(sibling) not in found and sibling.is_file():
-                found.add(str(sibling))
-                todo.append(sibling)
+        path = todo.pop()
+        for level, name in _imports(path):
+            base = origin.parent if level == 0 else path.parents[level - 1] if level <= len(path.parents) else None
+            for file in _module_files(base, name) if base is not None else ():
+                if str(file) not in found:
+                    found.add(str(file))
+                    todo.append(file)
     return found
 
 
-_parsed: dict[tuple[str, int, int], tuple[str, ...]] = {}
+def _module_files(base: Path, name: str) -> list[Path]:
+    """The files of module ``name`` in folder ``base``: ``name.py``, or every ``.py`` of package ``name/``."""
+    module = base / f"{name}.py"
+    if module.is_file():
+        return [module]
+    package = base / name
+    if (package / "__init__.py").is_file():
+        return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
+    return []
 
 
-def _top_level_imports(path: Path) -> tuple[str, ...]:
-    """The first names of the absolute imports anywhere in a Python file; parsed once per process for a
-    file of the same size and mtime (a build asks for each file once per ensemble and step)."""
+_parsed: dict[tuple[str, int, int], tuple[tuple[int, str], ...]] = {}
+
+
+def _imports(path: Path) -> tuple[tuple[int, str], ...]:
+    """(level, first name) of the imports anywhere in a Python file (level 0: absolute; ``from . import x``
+    gives (1, x)); parsed once per process for a file of the same size and mtime (a build asks for each file
+    once per ensemble and step)."""
     try:
         st = path.stat()
         identity = (str(path), st.st_size, st.st_mtime_ns)
         if identity not in _parsed:
             tree = ast.parse(path.read_bytes())
-            names: list[str] = []
+            names: list[tuple[int, str]] = []
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
-                    names.extend(a.name for a in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names.append(node.module)
-            _parsed[identity] = tuple(dict.fromkeys(n.partition(".")[0] for n in names))
+                    names.extend((0, a.name) for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names.append((node.level, node.module))
+                elif isinstance(node, ast.ImportFrom):
+                    names.extend((node.level, a.name) for a in node.names)
+            _parsed[identity] = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
     except (OSError, SyntaxError, ValueError):
         return ()
     return _parsed[identity]
