@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conch.builder.buildcache import code_digest
+from conch.cache import code_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "tests" / "fixtures" / "anywhere"

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import sha256
-from conch.cache import cache_dir, code_digest, key_of, read_json, write_json
+from conch.cache import cache_dir, key_of, read_json, write_json
 from conch.ensembles.layout import FileSource
 from conch.version import __version__
 
-__all__ = ["BuildRecord", "cached_expected", "code_digest", "digest", "entry_mode", "key_of", "passed_before",
-           "read_json", "remember_passed", "write_json"]
+__all__ = ["BuildRecord", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
 _known: dict[tuple[str, int, int, int], str] = {}
