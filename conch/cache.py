@@ -43,6 +43,22 @@ def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], No
     return path
 
 
+def read_json(path: Path) -> Any:
+    """The JSON value kept at ``path``; None when it is missing or damaged."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: object) -> None:
+    """Publish atomically (parallel builds share the cache); a lost race only repeats work."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
 def key_of(material: object) -> str:
     """sha256 of ``material`` as sorted JSON (what is not JSON by its str)."""
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
@@ -76,66 +92,100 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     A failure is not remembered; a lost race between processes only repeats the work."""
     key = key_of(material)[:32]
     where = cache_dir() / kind / f"{key}.json"
-    if not _refresh:
-        try:
-            return json.loads(where.read_text())
-        except (OSError, ValueError):
-            pass
+    known = None if _refresh else read_json(where)
+    if known is not None:
+        return known
     value = compute()
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = where.with_name(f".{where.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(value, sort_keys=True))
-    os.replace(tmp, where)
+    write_json(where, value)
     return value
 
 
-def code_digest(fn: Callable[..., Any]) -> str:
+def code_digest(fn: Callable[..., Any]) -> str | None:
     """Digest of the user code a function can reach (a sample's expected outputs, a step's code, a DALI
     pipeline): the source of the file defining it and of the Python files beside it that it imports, read
-    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings):
-    the key must not depend on which other ensembles this process happened to load first."""
+    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings),
+    and the arguments a ``functools.partial`` binds: the key must not depend on which other ensembles this
+    process happened to load first. None when the code cannot be told by content (a function without a
+    source file, e.g. defined in a notebook, or a partial binding values whose repr is not their content):
+    what it computes must then not be remembered."""
+    bound: list[object] = []
     while isinstance(fn, functools.partial):
+        bound.append([fn.args, sorted(fn.keywords.items())])
         fn = fn.func
+    if not plain(bound):
+        return None
     fn = getattr(fn, "__wrapped__", fn)  # a decorated function (DALI's @pipeline_def): the user's own
     code = getattr(fn, "__code__", None)
     origin = _real_file(code.co_filename if code is not None else
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
     if origin is None:
-        return "unknown"
+        return None
     files = _imported_siblings(Path(origin))
-    return key_of(sorted((os.path.basename(f), _file_sha256(f)) for f in files))
+    return key_of([sorted((os.path.basename(f), _file_sha256(f)) for f in files), repr(bound)])
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def plain(value: object) -> bool:
+    """A value whose repr is its content (no object identity in it), so it can be part of a cache key."""
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, tuple | list):
+        return all(plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(plain(k) and plain(v) for k, v in value.items())
+    return False
 
 
 def _imported_siblings(origin: Path) -> set[str]:
-    """``origin`` and the ``.py`` files of its folder that it imports, directly or through each other."""
+    """``origin`` and the Python files of its folder that it imports, directly or through each other: a module
+    ``x.py`` beside it, or every file of a package ``x/`` beside it; a relative import (``from . import x``,
+    ``from .x import y``) is followed from the importing file's own folder."""
     found, todo = {str(origin)}, [origin]
     while todo:
-        for name in _top_level_imports(todo.pop()):
-            sibling = origin.parent / f"{name}.py"
-            if str(sibling) not in found and sibling.is_file():
-                found.add(str(sibling))
-                todo.append(sibling)
+        path = todo.pop()
+        for level, name in _imports(path):
+            base = origin.parent if level == 0 else path.parents[level - 1] if level <= len(path.parents) else None
+            for file in _module_files(base, name) if base is not None else ():
+                if str(file) not in found:
+                    found.add(str(file))
+                    todo.append(file)
     return found
 
 
-_parsed: dict[tuple[str, int, int], tuple[str, ...]] = {}
+def _module_files(base: Path, name: str) -> list[Path]:
+    """The files of module ``name`` in folder ``base``: ``name.py``, or every ``.py`` of package ``name/``."""
+    module = base / f"{name}.py"
+    if module.is_file():
+        return [module]
+    package = base / name
+    if (package / "__init__.py").is_file():
+        return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts and p.is_file())
+    return []
 
 
-def _top_level_imports(path: Path) -> tuple[str, ...]:
-    """The first names of the absolute imports anywhere in a Python file; parsed once per process for a
-    file of the same size and mtime (a build asks for each file once per ensemble and step)."""
+_parsed: dict[tuple[str, int, int], tuple[tuple[int, str], ...]] = {}
+
+
+def _imports(path: Path) -> tuple[tuple[int, str], ...]:
+    """(level, first name) of the imports anywhere in a Python file (level 0: absolute; ``from . import x``
+    gives (1, x)); parsed once per process for a file of the same size and mtime (a build asks for each file
+    once per ensemble and step)."""
     try:
         st = path.stat()
         identity = (str(path), st.st_size, st.st_mtime_ns)
         if identity not in _parsed:
             tree = ast.parse(path.read_bytes())
-            names: list[str] = []
+            names: list[tuple[int, str]] = []
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
-                    names.extend(a.name for a in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names.append(node.module)
-            _parsed[identity] = tuple(dict.fromkeys(n.partition(".")[0] for n in names))
+                    names.extend((0, a.name) for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names.append((node.level, node.module))
+                elif isinstance(node, ast.ImportFrom):
+                    names.extend((node.level, a.name) for a in node.names)
+            _parsed[identity] = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
     except (OSError, SyntaxError, ValueError):
         return ()
     return _parsed[identity]

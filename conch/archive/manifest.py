@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tarfile
 import zlib
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ from conch.ensembles.tensors import Tensor
 from conch.errors import ArchiveError
 
 MANIFEST_NAME = "conch-manifest.json"
+# a model folder name Triton can start a Python stub under (it goes through a shell)
+SHELL_SAFE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 # 1: one tolerance per sample; 2: one check per expected output (``checks``).
 FORMAT = 2
 
@@ -197,6 +200,13 @@ class SampleRecord:
         return cls(str(data["name"]), dict(data["inputs"]), expected, checks)
 
 
+def _folder_name(name: object) -> str:
+    text = str(name)
+    if not SHELL_SAFE.fullmatch(text) or text in (".", ".."):
+        raise ValueError(f"stamped step name {text!r} is not a model folder name")
+    return text
+
+
 @dataclass(frozen=True)
 class StampRecord:
     """The stamp an archive was given (conch.builder.stamping): the TargetModel it was stamped for, and each step's
@@ -210,7 +220,8 @@ class StampRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StampRecord:
-        return cls(str(data["target_model"]), {str(k): str(v) for k, v in data["steps"].items()})
+        """Refuses (ValueError) a step name that is not a model folder's: stamping again makes folders of them."""
+        return cls(str(data["target_model"]), {_folder_name(k): _folder_name(v) for k, v in data["steps"].items()})
 
     @property
     def originals(self) -> dict[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
+from conch.archive.manifest import SHELL_SAFE
 from conch.archive.wiring import check_wiring
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
@@ -27,7 +28,6 @@ MANY_MODELS = 5  # past this many folders the front end warns about memory manag
 ENV_PREFIX = "$$TRITON_MODEL_DIRECTORY/"
 ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
 # Folder and file names reach `bash -c` when Triton starts a Python stub: letters, digits and _ . - only.
-SHELL_SAFE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_.$/-]+")
 MODEL_FILES = {
     "tensorrt_plan": ("model.plan",), "tensorrt": ("model.plan",),

@@ -27,7 +27,7 @@ from conch.backends import dali_serialized
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
-from conch.cache import cached_file, code_digest, key_of, refreshed_key, remembered
+from conch.cache import cached_file, code_digest, key_of, plain, refreshed_key, remembered
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -41,7 +41,6 @@ FILENAME = "model.dali"
 _PROBE_SIZE = 8  # each -1 of a probe input
 _REMEMBERED_FORMAT = 1  # bump when what serialize_pipeline or the CPU check does changes
 _DALI_WHEELS = ("nvidia-dali-cuda120", "nvidia-dali-cuda130", "nvidia-dali-cuda110", "nvidia-dali")
-_PLAIN = (str, int, float, bool, type(None))
 
 
 def _cause(exc: Exception) -> str:
@@ -107,17 +106,6 @@ def dali_identity() -> list[object] | None:
     return [version, spec.origin, st.st_size, st.st_mtime_ns]
 
 
-def _plain(value: object) -> bool:
-    """A value whose repr is its content (no object identity in it), so it can be part of a cache key."""
-    if isinstance(value, _PLAIN):
-        return True
-    if isinstance(value, tuple | list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(_plain(k) and _plain(v) for k, v in value.items())
-    return False
-
-
 def definition_material(definition: Callable[..., Any]) -> list[object] | None:
     """What a pipeline function's serialization depends on besides DALI and the pipeline's arguments: the
     code of its module and of the modules beside it that it imports (``code_digest``), its name, and its
@@ -130,7 +118,7 @@ def definition_material(definition: Callable[..., Any]) -> list[object] | None:
     digest = code_digest(target)
     cells = [cell.cell_contents for cell in getattr(target, "__closure__", None) or ()]
     extra = [getattr(target, "__defaults__", None), getattr(target, "__kwdefaults__", None), cells]
-    if digest == "unknown" or not _plain(extra):
+    if digest is None or not plain(extra):
         return None
     return [digest, getattr(target, "__module__", None), getattr(target, "__qualname__", None), repr(extra)]
 

@@ -3,7 +3,6 @@ cached by content key, and a record per archive of the key it was built from."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable
@@ -11,27 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import sha256
-from conch.cache import cache_dir, code_digest, key_of
+from conch.cache import cache_dir, key_of, read_json, write_json
 from conch.ensembles.layout import FileSource
 from conch.version import __version__
 
-__all__ = ["BuildRecord", "cached_expected", "code_digest", "digest", "entry_mode", "key_of", "passed_before",
-           "read_json", "remember_passed", "write_json"]
-
-
-def write_json(path: Path, data: object) -> None:
-    """Publish atomically (parallel builds share the cache); a lost race only repeats work."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+__all__ = ["BuildRecord", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
 _known: dict[tuple[str, int, int, int], str] = {}

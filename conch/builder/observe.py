@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from conch.builder.archive import expand
-from conch.builder.buildcache import code_digest, digest, key_of, read_json, write_json
+from conch.builder.buildcache import digest
 from conch.builder.shm_sizing import RowBytes, needs_samples, observe_row_bytes
 from conch.builder.warmup_inputs import DerivedWarmup, StepWarmup, derive_warmup
-from conch.cache import cache_dir
+from conch.cache import cache_dir, code_digest, key_of, read_json, write_json
 from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType

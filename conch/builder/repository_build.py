@@ -9,22 +9,13 @@ from typing import Any
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.buildcache import (
-    BuildRecord,
-    cached_expected,
-    code_digest,
-    digest,
-    entry_mode,
-    key_of,
-    passed_before,
-    remember_passed,
-)
+from conch.builder.buildcache import BuildRecord, cached_expected, digest, entry_mode, passed_before, remember_passed
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
-from conch.cache import refreshing
+from conch.cache import code_digest, key_of, refreshing
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -179,9 +170,9 @@ class RepositoryBuild:
                     raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
                 return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
 
-            if callable(sample.expected):
-                material = [models_key, sample.name, encoded_inputs, code_digest(sample.expected)]
-                expected = cached_expected(material, compute, self.refresh)
+            code = code_digest(sample.expected) if callable(sample.expected) else None
+            if code is not None:  # a function told by content: its outputs are remembered
+                expected = cached_expected([models_key, sample.name, encoded_inputs, code], compute, self.refresh)
             else:
                 expected = compute()
             checks = {k: sample.check_for(k, outputs[k]) for k in expected}

@@ -25,8 +25,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from conch.archive.extract import safe_extract
-from conch.archive.manifest import MANIFEST_NAME, Manifest, StampRecord, dumps, parse_manifest, sha256
-from conch.archive.verify import ENV_PREFIX, SHELL_SAFE, check_folder
+from conch.archive.manifest import MANIFEST_NAME, SHELL_SAFE, Manifest, StampRecord, dumps, parse_manifest, sha256
+from conch.archive.verify import ENV_PREFIX, check_folder
 from conch.builder.archive import atomic_output, write_tar
 from conch.compiler.config_reader import ReadConfig, read_config
 from conch.ensembles.layout import FileSource

@@ -37,8 +37,7 @@ class CompiledStep:
     in and how the ensemble wires it."""
 
     call: StepCall
-    model_name: str
-    layout: StepLayout
+    layout: StepLayout  # its spec's name is the step's model name (checked when compiled)
     env: PythonEnv | None
     inputs: tuple[tuple[str, str], ...]  # (step input, ensemble tensor) in wiring order
     outputs: tuple[tuple[str, str], ...]  # (step output, ensemble tensor), discarded ones too
@@ -46,6 +45,10 @@ class CompiledStep:
     @property
     def step(self) -> Step:
         return self.call.step
+
+    @property
+    def model_name(self) -> str:
+        return self.layout.spec.name
 
     @property
     def spec(self) -> ModelSpec:
@@ -168,6 +171,6 @@ def _compiled(ensemble: Ensemble, target: Target, release: Release, checker: Lay
             raise BuildError(f"step {call.step.name!r} laid out model {layout.spec.name!r}, expected {model!r}")
         inputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.inputs.items())
         outputs = tuple((name, ensemble.tensor_name(h)) for name, h in call.outputs.items())
-        steps.append(CompiledStep(call, model, layout, ensemble.env_of(call.step), inputs, outputs))
+        steps.append(CompiledStep(call, layout, ensemble.env_of(call.step), inputs, outputs))
     return CompiledEnsemble(ensemble, target, release, tuple(steps), ensemble.spec(), tuple(ensemble.samples),
                              ensemble.warmup_request, checker)

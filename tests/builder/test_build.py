@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -187,3 +188,32 @@ def test_discovery_refuses_what_it_cannot_import_as_ensembles(tmp_path: Path) ->
     with pytest.raises(ConchError, match=r"json.py: a different module named 'json' is already imported .*rename "
                                          r"the file"):
         discover([tmp_path / "json.py"])
+
+
+def _filled(value: float) -> dict[str, np.ndarray]:
+    return {"Z": np.full((2, 4), value, np.float32)}
+
+
+def _expected_of(ens: Ensemble, sample: str) -> np.ndarray:
+    record = next(s for s in render_repository(ens, "production", "24.10").record.samples if s.name == sample)
+    return decode_array(record.expected["Z"])
+
+
+def test_expected_outputs_of_code_without_a_source_file_follow_every_edit() -> None:
+    """A function defined where conch cannot read its source (a notebook cell, `python -c`) is computed on
+    every build: a remembered value would outlive an edit of the function."""
+    for value in (2.0, 3.0):  # the same name, the same sample, an edited body
+        namespace: dict[str, object] = {"np": np}
+        exec(compile(f"def expected():\n    return {{'Z': np.full((2, 4), {value}, np.float32)}}\n",
+                     "<notebook cell>", "exec"), namespace)
+        ens = linear_ensemble("notebook_expected")
+        ens.sample("edited", {"X": np.zeros((2, 4), np.float32)}, namespace["expected"])
+        np.testing.assert_array_equal(_expected_of(ens, "edited"), np.full((2, 4), value, np.float32))
+
+
+def test_expected_outputs_of_a_partial_follow_its_bound_arguments() -> None:
+    """functools.partial(f, 3.0): the bound value is part of what the expected outputs are remembered by."""
+    for value in (2.0, 3.0, np.float32(4.0)):  # plain values are keyed; a numpy scalar is computed each time
+        ens = linear_ensemble("partial_expected")
+        ens.sample("bound", {"X": np.zeros((2, 4), np.float32)}, functools.partial(_filled, value))
+        np.testing.assert_array_equal(_expected_of(ens, "bound"), np.full((2, 4), value, np.float32))

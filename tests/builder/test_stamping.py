@@ -16,7 +16,7 @@ from seed_archives import bert_repo, pack_repo
 
 import conch
 from conch.archive.inspection import inspect_archive
-from conch.archive.manifest import read_manifest
+from conch.archive.manifest import MANIFEST_NAME, read_manifest
 from conch.archive.verify import check_archive
 from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
@@ -151,3 +151,32 @@ def test_stamping_under_two_names_parses_each_config_once(built: Path, tmp_path:
         stamped = stamp_archives(built, ["p-a", "p-b"], tmp_path)
     assert [s.target_model for s in stamped] == ["p-a.tar.gz", "p-b.tar.gz"]
     assert parses == once_each(built)
+
+
+def _with_manifest_stamp(archive: Path, dest: Path, steps: dict[str, str]) -> Path:
+    """``archive`` repacked with a stamp record in its manifest naming ``steps`` (original -> name in it)."""
+    import io
+    import json
+
+    out = dest / "forged.tar.gz"
+    with tarfile.open(archive) as src, tarfile.open(out, "w:gz") as tar:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
+            if member.name == MANIFEST_NAME and data is not None:
+                manifest = json.loads(data)
+                manifest["stamp"] = {"target_model": "forged.tar.gz", "steps": steps}
+                data = json.dumps(manifest).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def test_a_stamp_record_naming_a_path_is_refused_before_anything_is_renamed(built: Path, tmp_path: Path) -> None:
+    """The manifest's original step names become folder names: one that is not a model folder name (``../x``)
+    would put the stamped step outside the archive."""
+    forged = _with_manifest_stamp(built, tmp_path, {"../escaped": "stampme__double"})
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ArchiveError, match=r"manifest is not one conch wrote .*stamped step name '\.\./escaped'"):
+        stamp_archive(forged, "y-v1", out)
+    assert list(out.iterdir()) == []
