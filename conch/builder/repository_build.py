@@ -56,8 +56,7 @@ def render_repository(
 
     Environment pins and sample expected outputs come from the cache when their inputs are unchanged;
     ``refresh`` asks the package index and recomputes the expected outputs."""
-    with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
-        return repository_build(ensemble, target, release, progress, refresh).render()
+    return repository_build(ensemble, target, release, progress, refresh).render()
 
 
 def repository_build(
@@ -70,7 +69,9 @@ def repository_build(
     """The build of a declaration, compiled once here: validated, every step laid out and checked (what a
     step's export says is kept in the build's output)."""
     output: list[CapturedOutput] = []
-    return RepositoryBuild(compile_ensemble(ensemble, target, release, _checker(output)), progress, refresh, output)
+    with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
+        plan = compile_ensemble(ensemble, target, release, _checker(output))
+    return RepositoryBuild(plan, progress, refresh, output)
 
 
 @dataclass
@@ -84,7 +85,12 @@ class RepositoryBuild:
     output: list[CapturedOutput] = field(default_factory=list)
 
     def render(self) -> Repository:
-        """The repository of the plan (see render_repository)."""
+        """The repository of the plan (see render_repository); ``refresh`` covers what backends remember of
+        steps too, for the local plan the in-process run lays out."""
+        with refreshing(self.refresh):
+            return self._render()
+
+    def _render(self) -> Repository:
         plan, progress, output = self.plan, self.progress, self.output
         target, release = plan.target, plan.release
         files: dict[str, FileSource] = {}

@@ -236,3 +236,31 @@ def test_a_refreshing_build_binds_and_probes_again(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(TorchScriptStep, "_load", no_load)
     with refreshing(), pytest.raises(AssertionError, match="loaded the TorchScript file again"):
         difference_step(["b", "a"]).binding()
+
+
+def test_a_refreshing_repository_build_binds_again_whichever_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`repository_build(..., refresh=True)` (what render_repository calls) derives a step's binding again,
+    not only a build entered through render_repository."""
+    from conch.builder.repository_build import repository_build
+
+    def declared() -> Ensemble:  # a new declaration each time, as each `conch build` imports the file anew
+        ens = Ensemble("refreshed", max_batch_size=4)
+        outputs = difference_step(["a", "b"])(ens.input("a", "FP32", [3]), ens.input("b", "FP32", [3]))
+        ens.output("OUTPUT__0", outputs[0])  # type: ignore[index]
+        ens.discard(outputs[1])  # type: ignore[index]
+        return ens
+
+    repository_build(declared(), "local", RELEASE)  # remembered
+
+    loads = []
+    original = TorchScriptStep._load
+
+    def counted(self: TorchScriptStep) -> object:
+        loads.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(TorchScriptStep, "_load", counted)
+    repository_build(declared(), "local", RELEASE)
+    assert loads == []
+    repository_build(declared(), "local", RELEASE, refresh=True)
+    assert loads == ["difference"]
