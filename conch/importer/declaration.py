@@ -221,7 +221,8 @@ def _beside(model: ModelFolder) -> list[str]:
     if not env.startswith(prefix):
         return []
     rel = env[len(prefix):]
-    return [rel] if (model.folder.parent / rel).exists() and ".." not in Path(rel).parts else []
+    inside = not Path(rel).is_absolute() and ".." not in Path(rel).parts  # else the parameter is kept as written
+    return [rel] if inside and (model.folder.parent / rel).exists() else []
 
 
 def _settings(s: StepSettings, platform: Platform) -> list[str]:

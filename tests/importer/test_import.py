@@ -231,3 +231,13 @@ def test_a_folder_name_of_the_source_does_not_run_as_code_when_the_module_is_imp
     docstring = imported.module.read_text().splitlines()[0]
     assert docstring.startswith("'Ensemble ") and "__import__" in docstring
 
+
+def test_an_environment_path_outside_the_repository_is_not_declared_beside_it(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.tar.gz"
+    outside.write_bytes(b"not in the repository")
+    repo = _bert_folder(tmp_path / "repo", ("preprocess/config.pbtxt", "$$TRITON_MODEL_DIRECTORY/processing_env.tar.gz",
+                                            f"$$TRITON_MODEL_DIRECTORY/../{outside}"))
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    text = imported.module.read_text()
+    assert "beside=" not in text.split("preprocess = ", 1)[1].split("postprocess = ", 1)[0]
+    assert f"../{outside}" in text  # the parameter, kept as written
