@@ -106,6 +106,12 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
 
 @contextmanager
 def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
+    taken: dict[str, Path] = {}
+    for archive in archives:  # the file name is the TargetModel: a second one of that name would replace the first
+        first = taken.setdefault(archive.name, archive.resolve())
+        if first != archive.resolve():
+            raise ServeError(f"{archive} and {first} are both named {archive.name!r}, and on the MME an archive's name "
+                             "is its TargetModel; rename one")
     with scratch_temp("conch-profile-") as tmp:  # swept by the next run if this one is killed
         folder = Path(tmp)
         for archive in archives:
