@@ -210,6 +210,6 @@ def test_two_archives_of_one_name_are_refused_on_the_mme_before_either_is_profil
         (tmp_path / folder).mkdir()
         archives.append(tmp_path / folder / "shop.tar.gz")
         archives[-1].write_bytes(folder.encode())
-    with pytest.raises(ServeError, match=r"b/shop.tar.gz and .*a/shop.tar.gz are both named 'shop.tar.gz', and on the "
-                       r"MME an archive's name is its TargetModel; rename one"):
+    with pytest.raises(ServeError, match=r"b/shop.tar.gz and .*a/shop.tar.gz are both named 'shop.tar.gz', and an "
+                       r"archive's name is its TargetModel; rename one"):
         profile_archives(archives, lambda _: pytest.fail("no archive is profiled"), mode="mme")
