@@ -178,8 +178,8 @@ def test_replay_checks_each_output_its_own_way() -> None:
 
 def test_the_parser_loads_no_http_client_or_server_stack() -> None:
     """`conch --help` and every argument error stay quick: tritonclient (gevent), starlette, uvicorn,
-    boto3 and locust are loaded by the commands that use them, not by the parser."""
-    heavy = ("tritonclient.http", "gevent", "starlette", "uvicorn", "boto3", "locust")
+    boto3 and locust are loaded by the commands that use them, not by the parser; nor is the parallel build."""
+    heavy = ("tritonclient.http", "gevent", "starlette", "uvicorn", "boto3", "locust", "conch.builder.parallel")
     code = f"import sys, conch.cli; conch.cli.parser(); print([m for m in {heavy!r} if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

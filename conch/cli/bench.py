@@ -67,10 +67,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from conch.harness.load.bench_run import copy_names
     from conch.harness.load.runner import locust_command
     from conch.harness.load.stages import parse_stages, seed_ramp
+    from conch.harness.server import die_with_parent
 
     if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
         code = subprocess.call(locust_command("worker", "--master-host", args.master_host,
-                                              "--port", str(args.master_port), "--stop-timeout", str(args.timeout)))
+                                              "--port", str(args.master_port), "--stop-timeout", str(args.timeout)),
+                               preexec_fn=die_with_parent)  # not outliving this command, also on SIGKILL
         document({"worker": True, "master_host": args.master_host, "master_port": args.master_port,
                   "exit_code": code})
         return code

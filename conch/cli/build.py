@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.builder.parallel import default_jobs
 from conch.cli.console import document, error, progress_bar, quiet_mode, say
 from conch.cli.discovery import skipping
 from conch.cli.flags import add_ensemble_flags
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.discover import Shard, locate
-    from conch.builder.parallel import BuildJob, build_all
+    from conch.builder.parallel import BuildJob, build_all, default_jobs
 
     shard = Shard.parse(args.shard) if args.shard else None  # a bad K/N stops before anything is imported
     failed: list[str] = []
@@ -51,7 +50,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             _say_output(outcome, args.verbose)
 
         # under --quiet no progress at all, so parallel workers print none either
-        outcomes = build_all(jobs, args.jobs, done, progress=None if quiet_mode() else bar.note) if jobs else []
+        workers = default_jobs() if args.jobs is None else args.jobs
+        outcomes = build_all(jobs, workers, done, progress=None if quiet_mode() else bar.note) if jobs else []
     failed += [o.ensemble for o in outcomes if o.error is not None]
     document({
         "target": args.target, "release": args.release, "out": str(args.out), "ok": not failed, "failed": failed,
@@ -88,8 +88,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="production (default): the archives SageMaker serves; local: every step with a CPU "
                         "stand-in, for `conch replay` and `conch serve` on this machine")
     b.add_argument("--repo-dir", type=Path, help="also write each repository unpacked here")
-    b.add_argument("-j", "--jobs", type=int, default=default_jobs(),
-                   help=f"ensembles built at once, one process each (default: every core, here {default_jobs()})")
+    b.add_argument("-j", "--jobs", type=int,  # the default is counted when building, not at every start
+                   help="ensembles built at once, one process each (default: every core this process may run on)")
     b.add_argument("--shard", metavar="K/N", help="build only shard K of N (1 <= K <= N), split by ensemble name: "
                    "N jobs with the same sources build every ensemble once (docs/ci-matrix.md)")
     b.add_argument("--refresh", action="store_true",

@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import logging
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -28,18 +27,13 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
     from conch.errors import ServeError
+    from conch.harness.profile.local_servers import gather
 
     given = sort_paths(args.paths, must_exist=True)
     archives, sources = given.archives, given.sources
     folder = tmp / "archives"
     folder.mkdir()
-    taken: dict[str, Path] = {}
-    for archive in archives:  # the file name is the TargetModel: a second one of that name would replace the first
-        first = taken.setdefault(archive.name, archive.resolve())
-        if first != archive.resolve():
-            raise ServeError(f"{archive} and {first} are both named {archive.name!r}, and an archive's name is its "
-                             "TargetModel; rename one")
-        shutil.copyfile(archive, folder / archive.name)
+    gather(archives, folder)
     for ensemble in discover(sources) if sources else []:
         if not args.only or ensemble.name in args.only:
             say(f"building {ensemble.name} (local target, release {args.release})")

@@ -61,6 +61,11 @@ def import_sources(
     if twice:
         raise BuildError(f"the sources hold more than one ensemble written as {', '.join(twice)}; import them "
                          "into different --out folders")
+    kept = [p for t in targets for p in (t, t.with_suffix(".samples.json")) if p.exists()]
+    if kept:
+        _remove_made(repos)
+        raise BuildError(f"{kept[0]} exists already (a module of yours, or an earlier import); conch import does not "
+                         "replace it: remove it or give another --out")
     done: list[Imported] = []
     for (repo, ensemble), target in zip(ensembles, targets, strict=True):
         if say:
@@ -76,12 +81,16 @@ def import_sources(
         for i in done:
             i.module.unlink(missing_ok=True)
             i.module.with_suffix(".samples.json").unlink(missing_ok=True)
-        for repo in repos:  # unpacked archives and copied folders: this import made them
-            if repo.root.resolve() != repo.source.resolve():
-                shutil.rmtree(repo.root, ignore_errors=True)
+        _remove_made(repos)
         listed = "; ".join(m for i in done for m in i.messages)
         raise BuildError(f"--strict: the import cannot say everything the sources hold: {listed}")
     return done
+
+
+def _remove_made(repos: list[Repository]) -> None:
+    for repo in repos:  # unpacked archives and copied folders: this import made them
+        if repo.root.resolve() != repo.source.resolve():
+            shutil.rmtree(repo.root, ignore_errors=True)
 
 
 def _repository(source: Path, folder: Path, copy_files: bool) -> Repository:

@@ -92,8 +92,9 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     used = sorted({m.platform for _, m in steps}, key=lambda p: STEP_KINDS[p][0])
     classes = sorted({"Ensemble", "Tensor", *(STEP_KINDS[p][0] for p in used), *_setting_classes(steps, spec)})
     lines = [
-        f'"""Ensemble {ensemble.name!r}, imported by `conch import` from {repo.source.name}: its models keep their',
-        "names, files and settings; `conch build` turns this file back into the same archive. Edit freely.\"\"\"",
+        _docstring(f"Ensemble {ensemble.name!r}, imported by `conch import` from {repo.source.name}: its models keep "
+                   "their\nnames, files and settings; `conch build` turns this file back into the same archive. "
+                   "Edit freely."),
         "",
         "from pathlib import Path",
         "",
@@ -117,6 +118,15 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
         ]
     decl.text = "\n".join(lines) + "\n"
     return decl
+
+
+def _docstring(text: str) -> str:
+    """``text`` as a triple-quoted docstring when it reads back as itself, else as a plain string literal: a
+    name of the source (a folder, an archive) must not end the string and run as code when the module is
+    imported."""
+    if '"' in text or "\\" in text or not text.replace("\n", "").isprintable():
+        return repr(text)
+    return f'"""{text}"""'
 
 
 def _relative(path: Path, start: Path) -> str:
@@ -211,7 +221,8 @@ def _beside(model: ModelFolder) -> list[str]:
     if not env.startswith(prefix):
         return []
     rel = env[len(prefix):]
-    return [rel] if (model.folder.parent / rel).exists() and ".." not in Path(rel).parts else []
+    inside = not Path(rel).is_absolute() and ".." not in Path(rel).parts  # else the parameter is kept as written
+    return [rel] if inside and (model.folder.parent / rel).exists() else []
 
 
 def _settings(s: StepSettings, platform: Platform) -> list[str]:

@@ -200,3 +200,16 @@ def test_a_trace_file_becomes_one_request_per_ensemble_call_with_its_steps() -> 
     (traced,) = parse_traces(entries, "e")
     assert traced.end_to_end_ms == pytest.approx(0.008)
     assert [(s.model, s.ms["COMPUTE_START"]) for s in traced.steps] == [("a", pytest.approx(0.002))]
+
+
+def test_two_archives_of_one_name_are_refused_on_the_mme_before_either_is_profiled(tmp_path: Path) -> None:
+    from conch.harness.profile.local_servers import profile_archives
+
+    archives = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        archives.append(tmp_path / folder / "shop.tar.gz")
+        archives[-1].write_bytes(folder.encode())
+    with pytest.raises(ServeError, match=r"b/shop.tar.gz and .*a/shop.tar.gz are both named 'shop.tar.gz', and an "
+                       r"archive's name is its TargetModel; rename one"):
+        profile_archives(archives, lambda _: pytest.fail("no archive is profiled"), mode="mme")

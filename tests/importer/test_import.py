@@ -218,3 +218,28 @@ def test_as_is_takes_a_serialized_pipeline_only() -> None:
     with pytest.raises(DeclarationError, match="as_is=True lays out a serialized pipeline byte for byte, so pass"):
         DaliStep("d", lambda: None, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=1,
                  as_is=True)
+
+
+def test_a_folder_name_of_the_source_does_not_run_as_code_when_the_module_is_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = handmade.write(tmp_path / "repo")
+    name = 'x"""+__import__("pathlib").Path("RAN").touch()+"""'
+    (repo / "shop/config.pbtxt").write_text(handmade.ENSEMBLE.replace('name: "shop"\n', ""))
+    (repo / "shop").rename(repo / name)
+    monkeypatch.chdir(tmp_path)
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    assert not (tmp_path / "RAN").exists()
+    assert f"ensemble: name {name!r} contains" in " ".join(imported.messages)
+    docstring = imported.module.read_text().splitlines()[0]
+    assert docstring.startswith("'Ensemble ") and "__import__" in docstring
+
+
+def test_an_environment_path_outside_the_repository_is_not_declared_beside_it(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.tar.gz"
+    outside.write_bytes(b"not in the repository")
+    repo = _bert_folder(tmp_path / "repo", ("preprocess/config.pbtxt", "$$TRITON_MODEL_DIRECTORY/processing_env.tar.gz",
+                                            f"$$TRITON_MODEL_DIRECTORY/../{outside}"))
+    (imported,) = import_sources([repo], tmp_path / "out", samples=False)
+    text = imported.module.read_text()
+    assert "beside=" not in text.split("preprocess = ", 1)[1].split("postprocess = ", 1)[0]
+    assert f"../{outside}" in text  # the parameter, kept as written

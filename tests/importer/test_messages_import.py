@@ -8,6 +8,7 @@ from pathlib import Path
 
 import handmade
 import pytest
+from seed_archives import bert_repo, pack_repo
 
 from conch.cli import main
 from conch.errors import BuildError
@@ -74,3 +75,15 @@ def test_strict_lists_what_the_import_cannot_say(tmp_path: Path) -> None:
             "--strict: the import cannot say everything the sources hold: scale/config.pbtxt: name: not given")):
         import_sources([repo], tmp_path / "out", strict=True, samples=False)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_existing_module_is_not_replaced_and_nothing_is_unpacked(tmp_path: Path) -> None:
+    archive = pack_repo(bert_repo(), tmp_path / "hand.tar.gz")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ensemble.py").write_text("# written by hand\n")
+    with pytest.raises(BuildError, match=r"out/ensemble.py exists already \(a module of yours, or an earlier "
+                       r"import\); conch import does not replace it: remove it or give another --out"):
+        import_sources([archive], out, samples=False)
+    assert (out / "ensemble.py").read_text() == "# written by hand\n"
+    assert sorted(p.name for p in out.iterdir()) == ["ensemble.py"]

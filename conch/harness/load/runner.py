@@ -16,6 +16,7 @@ from typing import Any
 
 from conch.errors import BenchError
 from conch.harness.load.spec import LoadSpec
+from conch.harness.server import die_with_parent
 from conch.scratch import scratch_temp
 
 MODULE = "conch.harness.load.locust_proc"
@@ -79,8 +80,9 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
 
 def _spawn(command: list[str], log: Any, *, stdout: bool) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Killed with this thread, also when conch is SIGKILLed: a Locust master or worker must not outlive the run.
     return subprocess.Popen(command, stdout=subprocess.PIPE if stdout else log, stderr=log, stdin=subprocess.DEVNULL,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=env, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def _events(process: subprocess.Popen[str], progress: Progress | None) -> Iterator[dict[str, Any] | None]:

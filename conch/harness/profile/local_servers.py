@@ -104,13 +104,24 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                 yield archive, exc
 
 
+def gather(archives: Sequence[Path], folder: Path) -> None:
+    """Copy ``archives`` into ``folder`` for a local MME, where an archive's file name is its TargetModel: two
+    different archives of one name are refused (the second would replace the first)."""
+    taken: dict[str, Path] = {}
+    for archive in archives:
+        first = taken.setdefault(archive.name, archive.resolve())
+        if first != archive.resolve():
+            raise ServeError(f"{archive} and {first} are both named {archive.name!r}, and an archive's name is its "
+                             "TargetModel; rename one")
+    for archive in archives:
+        shutil.copyfile(archive, folder / archive.name)
+
+
 @contextmanager
 def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
     with scratch_temp("conch-profile-") as tmp:  # swept by the next run if this one is killed
-        folder = Path(tmp)
-        for archive in archives:
-            shutil.copyfile(archive, folder / archive.name)
-        yield folder
+        gather(archives, Path(tmp))
+        yield Path(tmp)
 
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
