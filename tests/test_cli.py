@@ -184,3 +184,11 @@ def test_the_parser_loads_no_http_client_or_server_stack() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_python_dash_m_conch_is_the_conch_command() -> None:
+    """`python -m conch` works as the installed `conch` does (helpers and scripts reach for it)."""
+    shown = subprocess.run([sys.executable, "-m", "conch", "build", "--help"], capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: conch build")

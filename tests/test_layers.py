@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "plan"),
     ("importer",),
     ("cli",),
+    ("__main__",),  # `python -m conch`
 )
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
