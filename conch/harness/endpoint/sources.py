@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from conch.aws import AwsTarget
+from conch.aws import AwsTarget, endpoint_url_problem
 from conch.errors import ServeError
 from conch.harness.endpoint.protocol import ValidationError
 
@@ -99,6 +99,9 @@ def open_source(spec: str | Path, s3_endpoint_url: str | None = None) -> ModelSo
         if not bucket:
             raise ServeError(f"{text}: name a bucket, e.g. s3://my-bucket/models/")
         prefix = prefix.strip("/")
+        problem = endpoint_url_problem(s3_endpoint_url)
+        if problem:
+            raise ServeError(f"--s3-endpoint-url: {problem}")
         return S3Source(bucket, f"{prefix}/" if prefix else "", s3_endpoint_url)
     folder = Path(spec)
     if not folder.is_dir():

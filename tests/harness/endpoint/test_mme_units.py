@@ -43,6 +43,12 @@ def test_sources_from_a_folder_or_an_s3_prefix(tmp_path: Path) -> None:
         open_source(tmp_path / "missing")
 
 
+def test_an_s3_source_with_an_endpoint_url_boto3_would_refuse_is_refused_at_start() -> None:
+    with pytest.raises(ServeError, match=r"--s3-endpoint-url: endpoint URL 'localhost:9000': give it with its "
+                                         r"scheme and host, e\.g\. http://127\.0\.0\.1:5000"):
+        open_source("s3://bucket/models/", "localhost:9000")
+
+
 def test_an_s3_source_downloads_every_archive_with_one_client(
         moto_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
