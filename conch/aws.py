@@ -29,6 +29,17 @@ def is_loopback(url: str | None) -> bool:
         return False
 
 
+def endpoint_url_problem(url: str | None) -> str | None:
+    """Why boto3 would refuse ``url`` as an endpoint (it raises a bare ValueError when the client is made), or
+    None when it is a URL it takes (or no URL)."""
+    if not url:
+        return None
+    parts = urlparse(url)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return None
+    return f"endpoint URL {url!r}: give it with its scheme and host, e.g. http://127.0.0.1:5000"
+
+
 @dataclass(frozen=True)
 class AwsTarget:
     """Where the deploy calls go: a region and, for S3/SageMaker-compatible servers (moto), one URL for
@@ -36,6 +47,11 @@ class AwsTarget:
 
     region: str
     endpoint_url: str | None = None
+
+    def __post_init__(self) -> None:
+        problem = endpoint_url_problem(self.endpoint_url)
+        if problem:
+            raise DeployError(problem)
 
     @classmethod
     def resolve(cls, region: str | None = None, endpoint_url: str | None = None) -> AwsTarget:

@@ -42,6 +42,12 @@ class ReplayReport:
         """Archives (or ensembles) that failed before reaching the server."""
         return [r for r in self.rows if r.endpoint in BEFORE_LOAD and not r.passed]
 
+    def tally(self) -> tuple[int, int, int]:
+        """(passed, failed, not applicable) rows: a not-applicable row counts as neither passed nor failed."""
+        skipped = sum(not r.applicable for r in self.rows)
+        passed = sum(r.passed for r in self.rows) - skipped
+        return passed, len(self.rows) - passed - skipped, skipped
+
     def table(self) -> str:
         header = ("ensemble", "sample", "endpoint", "result", "ms", "detail")
         body = [
@@ -55,10 +61,8 @@ class ReplayReport:
             detail = str(row[5]).splitlines() or [""]
             lines.append(f"{first}  {detail[0]}")
             lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
-        skipped = sum(not r.applicable for r in self.rows)
-        passed = sum(r.passed for r in self.rows) - skipped
-        lines.append(f"{passed} passed, {len(self.rows) - passed - skipped} failed"
-                     + (f", {skipped} not applicable" if skipped else ""))
+        passed, failed, skipped = self.tally()
+        lines.append(f"{passed} passed, {failed} failed" + (f", {skipped} not applicable" if skipped else ""))
         return "\n".join(lines)
 
 
@@ -97,10 +101,8 @@ def judge(
 
 def replay_document(report: ReplayReport) -> dict[str, Any]:
     """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
-    skipped = sum(not r.applicable for r in report.rows)
-    passed = sum(r.passed for r in report.rows) - skipped
-    return {"passed": report.passed, "passed_rows": passed, "failed_rows": len(report.rows) - passed - skipped,
-            "not_applicable_rows": skipped,
+    passed, failed, skipped = report.tally()
+    return {"passed": report.passed, "passed_rows": passed, "failed_rows": failed, "not_applicable_rows": skipped,
             "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
                       "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
                      for r in report.rows]}

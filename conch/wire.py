@@ -64,18 +64,24 @@ def check_json_request(body: bytes) -> bytes:
     return body
 
 
-def json_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
-    """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it."""
-    body = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
+def json_request(inputs: Mapping[str, np.ndarray],
+                 parameters: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
+    """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it;
+    ``parameters``: the request's (e.g. its sequence's, conch.harness.mme_contract.sequence_parameters)."""
+    body: dict[str, Any] = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
+    if parameters:
+        body["parameters"] = dict(parameters)
     return json.dumps(body).encode(), "application/json"
 
 
-def binary_request(inputs: Mapping[str, np.ndarray]) -> tuple[bytes, str]:
-    """(body, content type) of a binary+json request: the JSON header, then the raw tensors."""
+def binary_request(inputs: Mapping[str, np.ndarray],
+                   parameters: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
+    """(body, content type) of a binary+json request: the JSON header, then the raw tensors; ``parameters``
+    as for :func:`json_request` (tritonclient's names: sequence_id, sequence_start, sequence_end, priority...)."""
     import tritonclient.http as httpclient
 
     infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-    body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs)
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs, **(parameters or {}))
     content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
     return body, content_type
 

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from conch.errors import ServeError
-from conch.wire import check_json_request, encode_request, json_request, parse_binary_response, parse_json_response
+from conch.harness.mme_contract import sequence_parameters
+from conch.wire import (
+    binary_request,
+    check_json_request,
+    encode_request,
+    json_request,
+    parse_binary_response,
+    parse_json_response,
+)
 
 
 def test_json_bodies_are_kserve_v2_requests() -> None:
@@ -22,6 +30,19 @@ def test_json_bodies_are_kserve_v2_requests() -> None:
         {"name": "X", "shape": [2, 3], "datatype": "FP32", "data": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]},
         {"name": "T", "shape": [1, 1], "datatype": "BYTES", "data": ["caf\u00e9"]},
     ]}
+
+
+def test_a_request_of_a_sequence_carries_its_parameters_in_both_bodies() -> None:
+    """What a model with a sequence batcher needs of each request, in the JSON body and in the binary body's
+    JSON header (the local replay on the real tritonserver sends them, tests/importer)."""
+    inputs = {"X": np.arange(4, dtype=np.float32).reshape(1, 4)}
+    wanted = {"sequence_id": 7, "sequence_start": True, "sequence_end": True}
+    body, _ = json_request(inputs, sequence_parameters(7))
+    assert json.loads(body)["parameters"] == wanted
+    binary, content_type = binary_request(inputs, sequence_parameters(7))
+    header_size = int(content_type.rsplit("=", 1)[1])
+    assert json.loads(binary[:header_size])["parameters"] == {**wanted, "binary_data_output": True}
+    assert "parameters" not in json.loads(json_request(inputs)[0])
 
 
 def test_json_responses_as_triton_writes_them_become_arrays() -> None:

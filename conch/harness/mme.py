@@ -4,7 +4,6 @@ KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+jso
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from conch.harness.mme_contract import (
     target_headers,
 )
 from conch.wire import (
-    BINARY_CONTENT_TYPE,
     binary_request,
     infer_input,
     json_request,
@@ -100,25 +98,13 @@ class MultiModelClient:
                     sequence_id: int = 0) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a KServe v2 JSON body; ``sequence_id``: send the request as a
         sequence of one with that correlation ID (a model with a sequence batcher refuses requests without)."""
-        body, content_type = json_request(inputs)
-        if sequence_id:
-            request = json.loads(body)
-            request["parameters"] = sequence_parameters(sequence_id)
-            body = json.dumps(request).encode()
-        response = self._invoke(target_model, body, content_type)
+        response = self._invoke(target_model, *json_request(inputs, _sequence(sequence_id)))
         return parse_json_response(response.content)
 
     def invoke_binary(self, target_model: str, inputs: Mapping[str, np.ndarray], *,
                       sequence_id: int = 0) -> dict[str, np.ndarray]:
         """``POST /models/<hash>/invoke`` with a binary+json body (JSON header, then raw tensors)."""
-        if sequence_id:
-            infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-            body, header = httpclient.InferenceServerClient.generate_request_body(
-                infer_inputs, **sequence_parameters(sequence_id))
-            request = (body, "application/json" if header is None else f"{BINARY_CONTENT_TYPE}{header}")
-        else:
-            request = binary_request(inputs)
-        response = self._invoke(target_model, *request)
+        response = self._invoke(target_model, *binary_request(inputs, _sequence(sequence_id)))
         return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
@@ -143,13 +129,17 @@ class MultiModelClient:
                                                   connection_timeout=self.request_timeout)
         try:
             infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-            sequence = sequence_parameters(sequence_id) if sequence_id else {}
-            result = client.infer(model, infer_inputs, **sequence)
+            result = client.infer(model, infer_inputs, **(_sequence(sequence_id) or {}))
         except Exception as exc:  # tritonclient raises its own InferenceServerException
             raise InvokeError(str(exc)) from exc
         finally:
             client.close()
         return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+
+
+def _sequence(sequence_id: int) -> dict[str, Any] | None:
+    """A request's parameters as a sequence of one with correlation ID ``sequence_id`` (0: none)."""
+    return sequence_parameters(sequence_id) if sequence_id else None
 
 
 def _error_text(response: requests.Response) -> str:

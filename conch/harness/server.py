@@ -25,7 +25,7 @@ from types import TracebackType
 
 import requests
 
-from conch.cache import cache_dir
+from conch.cache import cached_file
 from conch.errors import ServeError
 from conch.harness import shm_regions
 from conch.scratch import scratch_dir
@@ -49,19 +49,16 @@ def python_backend_dir(python_version: str | None = None) -> Path:
     backend = server_dir / "backends" / "python"
     sources = [backend / n for n in ("libtriton_python.so", "triton_python_backend_utils.py")]
     key = hashlib.sha256(b"".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode() for p in [stub, *sources]))
-    root = cache_dir() / "triton-backends" / f"py{version}-{key.hexdigest()[:12]}"
-    python_dir = root / "python"
-    if not (python_dir / "triton_python_backend_stub").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix="backends.", dir=root.parent if root.parent.exists() else None))
-        (tmp / "python").mkdir(parents=True)
+
+    def copy_backend(stub_path: Path) -> None:
+        stub_path.parent.mkdir(parents=True)
         for src in [*sources, stub]:
-            shutil.copy2(src, tmp / "python" / src.name)
-        root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process won the race
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root
+            shutil.copy2(src, stub_path.parent / src.name)
+
+    # built in a temp folder beside it in the cache and published whole (conch.cache.cached_file)
+    published = cached_file("triton-backends", f"py{version}-{key.hexdigest()[:12]}",
+                            "python/triton_python_backend_stub", copy_backend)
+    return published.parent.parent
 
 
 def free_port() -> int:

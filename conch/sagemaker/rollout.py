@@ -132,7 +132,8 @@ def deploy(
         plan = plan_uploads(archives, location, aws, Path(tmp), names=names, copies=copies, progress=progress)
         warnings += plan.warnings
         uploads = upload_archives([p.file for p in plan.uploads], location, aws, progress=progress, sent=sent,
-                                  bucket_checked=True, **threshold)
+                                  bucket_checked=True, read={p.file: p.models for p in plan.uploads},
+                                  **threshold)
     uploads = [replace(u, archive=p.source, stamped=p.stamped, steps=p.steps)
                for u, p in zip(uploads, plan.uploads, strict=True)]
     served = set(plan.already) | {u.target_model for u in uploads}

@@ -82,10 +82,12 @@ def upload_archives(
     progress: Callable[[str], None] | None = None,
     sent: Callable[[int], None] | None = None,
     bucket_checked: bool = False,
+    read: Mapping[Path, ArchiveModels] | None = None,
 ) -> list[Upload]:
     """Upload each archive to ``location`` unless the same bytes are there already; ``sent`` hears how many
     bytes of the archives went up (or were found there already), for a progress bar. ``bucket_checked``: the
-    caller already ran :func:`check_bucket` (reading what is under the prefix)."""
+    caller already ran :func:`check_bucket` (reading what is under the prefix); ``read``: what the caller's
+    fleet check read of archives (their S3 metadata; the others are read here)."""
     names = [a.name for a in archives]
     for archive in archives:
         if not archive.name.endswith(".tar.gz"):
@@ -100,8 +102,9 @@ def upload_archives(
     s3 = aws.client("s3", read_timeout=300)
     if not bucket_checked:
         check_bucket(s3, location, aws)
-    return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress, sent)
-            for archive in archives]
+    read = read or {}
+    return [_upload_one(s3, archive, location, multipart_threshold, multipart_chunk, progress, sent,
+                        read.get(archive)) for archive in archives]
 
 
 def check_bucket(s3: Any, location: ModelLocation, aws: AwsTarget) -> None:
@@ -144,6 +147,7 @@ def _upload_one(
     multipart_chunk: int,
     progress: Callable[[str], None] | None,
     sent: Callable[[int], None] | None = None,
+    models: ArchiveModels | None = None,
 ) -> Upload:
     from boto3.exceptions import S3UploadFailedError
     from boto3.s3.transfer import TransferConfig
@@ -160,7 +164,7 @@ def _upload_one(
         return Upload(archive, archive.name, url, digest, "unchanged")
     config = TransferConfig(multipart_threshold=multipart_threshold, multipart_chunksize=multipart_chunk)
     metadata = {SHA256_METADATA: digest}
-    summary = archive_models(archive).summary()
+    summary = (models or archive_models(archive)).summary()
     if len(summary) <= FLEET_METADATA_MAX:
         metadata[FLEET_METADATA] = summary
     if progress:

@@ -24,11 +24,12 @@ from conch.sagemaker.s3 import ModelLocation, remote_archives
 @dataclass(frozen=True)
 class PlannedUpload:
     """One upload: the user's archive, the file that goes up (the archive itself, or its stamped copy, named
-    as the TargetModel), and why it was stamped (None: uploaded as built)."""
+    as the TargetModel), what the fleet check read of that file, and why it was stamped (None: as built)."""
 
     source: Path
     target_model: str
     file: Path
+    models: ArchiveModels  # what the fleet check read of ``file`` (its S3 metadata on upload)
     stamped: str | None = None
     steps: dict[str, str] = field(default_factory=dict)  # original step -> stamped step
 
@@ -90,12 +91,12 @@ def plan_uploads(
     with ExitStack() as unpacking:
         unpacked: dict[Path, Unpacked] = {}  # each archive unpacked once, however many names it goes up under
         for source, target, forced in wanted:
-            upload, models = _plan_one(source, target, forced, taken, workdir, unpacked, unpacking)
+            upload = _plan_one(source, target, forced, taken, workdir, unpacked, unpacking)
             if progress and upload.stamped:
                 progress(f"stamping {source.name} as {target} ({upload.stamped})")
             uploads.append(upload)
-            fleet.append(models)
-            taken.update({m: target for m in models.models})
+            fleet.append(upload.models)
+            taken.update({m: target for m in upload.models.models})
     report = check_fleet(fleet)
     mine = set(targets)
     refused = [f for f in report.errors if mine & set(f.archives)]
@@ -110,16 +111,17 @@ def plan_uploads(
 
 
 def _plan_one(source: Path, target: str, forced: str, taken: dict[str, str], workdir: Path,
-              unpacked: dict[Path, Unpacked], unpacking: ExitStack) -> tuple[PlannedUpload, ArchiveModels]:
+              unpacked: dict[Path, Unpacked], unpacking: ExitStack) -> PlannedUpload:
     """One upload, stamped into ``workdir`` when ``forced`` or when its step names are ``taken`` by others."""
-    models = replace(archive_models(source), target_model=target)
-    clash = sorted(m for m in models.models if m in taken and taken[m] != target)
-    why = forced or (f"step model{'s' if len(clash) > 1 else ''} {', '.join(clash)} already used by "
-                     f"{taken[clash[0]]}" if clash else "")
-    if not why:
-        return PlannedUpload(source, target, source), models
+    why = forced
+    if not forced:  # a forced stamp needs nothing of the archive as built
+        models = replace(archive_models(source), target_model=target)
+        clash = sorted(m for m in models.models if m in taken and taken[m] != target)
+        if not clash:
+            return PlannedUpload(source, target, source, models)
+        why = f"step model{'s' if len(clash) > 1 else ''} {', '.join(clash)} already used by {taken[clash[0]]}"
     if source not in unpacked:
         unpacked[source] = unpacking.enter_context(Unpacked(source))
     stamped = unpacked[source].stamp(target, workdir)
-    return (PlannedUpload(source, target, stamped.archive, why, dict(stamped.steps)),
-            archive_models(stamped.archive, target))
+    return PlannedUpload(source, target, stamped.archive, archive_models(stamped.archive, target), why,
+                         dict(stamped.steps))

@@ -34,6 +34,22 @@ def test_backend_folder_is_built_outside_the_wheel() -> None:
     assert "site-packages" not in str(folder)
 
 
+def test_backend_folder_is_built_in_a_fresh_cache_without_the_system_temp_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first run on a machine: built beside its place in the cache and moved in whole, never through the
+    # system temp folder (another file system there made the move fail and the folder never appear)
+    import tempfile
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-temp-folder"))
+    folder = python_backend_dir()
+    assert folder.parent == tmp_path / "cache" / "triton-backends"
+    assert (folder / "python" / "triton_python_backend_stub").is_file()
+    assert (folder / "python" / "libtriton_python.so").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temp folder left beside it
+    assert python_backend_dir() == folder
+
+
 def test_start_answers_on_both_endpoints_then_stop_kills_the_group(tmp_path: Path) -> None:
     server = LocalTriton(tmp_path / "w")
     with server:

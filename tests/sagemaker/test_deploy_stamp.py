@@ -13,11 +13,11 @@ import pytest
 from conftest import ROLE, Moto, linear_ensemble, spec
 
 from conch import DeployError
-from conch.archive.fleet_check import read_archive_models
+from conch.archive.fleet_check import ArchiveModels, read_archive_models
 from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamped_name
 from conch.sagemaker.rollout import deploy
-from conch.sagemaker.s3 import ModelLocation, remote_archives
+from conch.sagemaker.s3 import FLEET_METADATA, ModelLocation, remote_archives
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +123,30 @@ def test_names_and_prefixes_are_checked_before_anything_is_read(built: Path, tmp
     with pytest.raises(DeployError, match=r"'bucket/mme': give an S3 prefix as s3://bucket/prefix"):
         ModelLocation.parse("bucket/mme")
     assert ModelLocation.parse("s3://bucket/mme/") == ModelLocation("bucket", "mme")
+
+
+def test_a_deploy_reads_each_file_it_uploads_once_for_the_fleet_check_and_its_metadata(
+        moto: Moto, bucket: str, built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import conch.sagemaker.s3 as s3_module
+    import conch.sagemaker.upload_plan as plan_module
+    from conch.archive.fleet_check import archive_models
+
+    read: list[str] = []
+
+    def counted(path: Path, target_model: str | None = None) -> ArchiveModels:
+        read.append(Path(path).name)
+        return archive_models(path, target_model)
+
+    for module in (plan_module, s3_module):
+        monkeypatch.setattr(module, "archive_models", counted)
+    location = ModelLocation(bucket, "read-once")
+    done = deploy([built], location, spec(model_data_url=location.model_data_url), moto.aws, poll=0.01, copies=2)
+    assert [u.action for u in done.uploads] == ["uploaded", "uploaded"]
+    # each stamped copy once; the archive as built not at all (every copy of it is stamped)
+    assert sorted(read) == ["x-1.tar.gz", "x-2.tar.gz"]
+    s3 = moto.client("s3")
+    for upload in done.uploads:
+        key = f"read-once/{upload.target_model}"
+        recorded = s3.head_object(Bucket=bucket, Key=key)["Metadata"][FLEET_METADATA]
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert recorded == read_archive_models(io.BytesIO(body), key).summary()

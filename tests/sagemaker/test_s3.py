@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +198,18 @@ def test_a_prefix_with_an_empty_folder_and_missing_archives_are_refused(tmp_path
         ModelLocation("conch-models", "/a//b/")
     with pytest.raises(DeployError, match=r"absent.tar.gz: no such archive"):
         upload_archives([tmp_path / "absent.tar.gz"], ModelLocation("conch-models", "mme"), AwsTarget(REGION))
+
+
+@pytest.mark.parametrize("url", ["localhost:9000", "127.0.0.1:5000", "ftp://127.0.0.1:21", "http://"])
+def test_an_endpoint_url_boto3_would_refuse_is_one_line_naming_it(
+        url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from conch.cli import main
+
+    with pytest.raises(DeployError, match=re.escape(f"endpoint URL {url!r}: give it with its scheme and host, e.g. "
+                                                    "http://127.0.0.1:5000")):
+        AwsTarget(REGION, url)
+    # what the command line printed before was boto3's bare ValueError as "a conch bug"
+    assert main(["check", "s3://conch-models/mme", "--s3-endpoint-url", url, "--region", REGION]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"conch: error: endpoint URL {url!r}: give it with its scheme and host, e.g. "
+                           "http://127.0.0.1:5000")

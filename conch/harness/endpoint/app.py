@@ -113,24 +113,43 @@ class Disconnected(Exception):
     """The caller went away before its request's body arrived (nobody to answer; not counted)."""
 
 
+class TooLarge(Exception):
+    """The request's body passed the limit; ``size``: its length (read to its end, not kept)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
 GONE = "the caller went away before its request's body ended"
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The request's body: the one message's bytes as they are (no copy) when it came in one."""
+async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body: the one message's bytes as they are (no copy) when it came in one. TooLarge past
+    ``limit`` bytes: the rest is read and counted, not kept (a caller's 1 GB body is not held in memory)."""
     message = await receive()
     if message["type"] == "http.disconnect":
         raise Disconnected(GONE)
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
+        if len(body) > limit:
+            raise TooLarge(len(body))
         return body
     chunks = [body]
+    size = len(body)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise Disconnected(GONE)
-        chunks.append(message.get("body", b""))
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+        elif chunks:
+            chunks = []
         if not message.get("more_body", False):
+            if size > limit:
+                raise TooLarge(size)
             return b"".join(chunks)
 
 
@@ -153,10 +172,11 @@ async def invoke(fleet: Fleet, endpoint_name: str, name: str, headers: Iterable[
     if not target:
         raise ValidationError(f"Request is missing a target model header ({TARGET_HEADER}): endpoint "
                               f"{endpoint_name!r} is a multi-model endpoint; pass TargetModel='<archive>.tar.gz'")
-    body = await read_body(receive)
-    if len(body) > MAX_BODY_BYTES:
-        raise ValidationError(f"TargetModel {target!r}: the request body is {len(body)} bytes; SageMaker takes at "
-                              f"most {MAX_BODY_BYTES} bytes per invocation")
+    try:
+        body = await read_body(receive)
+    except TooLarge as exc:
+        raise ValidationError(f"TargetModel {target!r}: the request body is {exc.size} bytes; SageMaker takes at "
+                              f"most {MAX_BODY_BYTES} bytes per invocation") from None
     content_type = content_type or "application/json"
     budgets = fleet.budgets
     deadline = arrived + budgets.invocation_timeout

@@ -24,13 +24,14 @@ from pathlib import Path
 
 import httpx
 
+from conch.builder.stamping import step_models
 from conch.errors import ConchError
 from conch.harness.endpoint.disk import Configs, DiskCache
 from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import EndpointError, ModelError
 from conch.harness.endpoint.sources import ModelSource
-from conch.harness.endpoint.stage import StepClaims, rename_steps, step_models
+from conch.harness.endpoint.stage import StepClaims, rename_steps
 from conch.harness.endpoint.step_names import StepNames
 
 log = logging.getLogger("conch.endpoint")

@@ -15,17 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conch.builder.stamping import read_configs as read_configs  # the stamp's readers, as callers found them here
 from conch.builder.stamping import stamp_folder, stamped_name
-from conch.builder.stamping import step_models as step_models
 from conch.compiler.config_reader import ReadConfig
 from conch.errors import ArchiveError
 from conch.harness.endpoint.protocol import ValidationError
-
-
-def isolated_name(step: str, target_model: str, attempt: int = 0) -> str:
-    """A step's name of its own for ``target_model``: the name `conch stamp` gives it (conch.builder.stamping)."""
-    return stamped_name(step, target_model, attempt)
 
 
 @dataclass
@@ -53,7 +46,8 @@ class StepClaims:
         for step in steps:
             name, attempt = step, 0
             while self.owners.get(name, target_model) != target_model:
-                name, attempt = isolated_name(step, target_model, attempt), attempt + 1
+                # the name `conch stamp` gives it, further ones when that is taken too
+                name, attempt = stamped_name(step, target_model, attempt), attempt + 1
             self.owners[name] = target_model
             if name != step:
                 renames[step] = name

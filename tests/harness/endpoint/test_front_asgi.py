@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from conch.harness.endpoint.app import Disconnected, create_app, read_body
+from conch.harness.endpoint.app import Disconnected, TooLarge, create_app, read_body
 from conch.harness.endpoint.metrics import Metrics
 from conch.wire import TARGET_HEADER
 
@@ -82,3 +82,19 @@ def test_a_body_in_several_messages_is_joined_and_one_message_is_passed_as_it_is
 def test_a_caller_gone_before_its_body_ends_is_not_answered(first: list[dict[str, Any]]) -> None:
     with pytest.raises(Disconnected, match="the caller went away before its request's body ended"):
         asyncio.run(read_body(messages(*first, {"type": "http.disconnect"})))
+
+
+def test_a_body_past_the_limit_is_read_to_its_end_and_refused_with_its_size() -> None:
+    parts = [b"x" * 3, b"y" * 3, b"z" * 3]
+
+    async def receive() -> dict[str, Any]:
+        chunk = parts.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
+
+    with pytest.raises(TooLarge, match="^9 bytes$") as refused:
+        asyncio.run(read_body(receive, limit=4))
+    assert refused.value.size == 9 and not parts  # the whole body was read (the caller gets its answer)
+    with pytest.raises(TooLarge, match="^5 bytes$"):
+        asyncio.run(read_body(messages({"type": "http.request", "body": b"12345"}), limit=4))
+    assert asyncio.run(read_body(messages({"type": "http.request", "body": b"ab", "more_body": True},
+                                          {"type": "http.request", "body": b"cd"}), limit=4)) == b"abcd"

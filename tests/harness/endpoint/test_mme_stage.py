@@ -14,13 +14,14 @@ from conftest import REFUSED_URL, linear_ensemble
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_folder
 from conch.builder.repository_build import build_ensemble
+from conch.builder.stamping import read_configs, stamped_name, step_models
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet, Model
 from conch.harness.endpoint.hop import TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import ValidationError
 from conch.harness.endpoint.sources import open_source
-from conch.harness.endpoint.stage import StepClaims, isolated_name, read_configs, rename_steps, step_models
+from conch.harness.endpoint.stage import StepClaims, rename_steps
 from conch.harness.endpoint.step_names import StepNames
 
 
@@ -40,7 +41,7 @@ def test_the_first_target_model_keeps_its_step_names_and_the_next_gets_its_own()
     claims = StepClaims()
     assert claims.plan("a.tar.gz", ["s__x", "s__y"]) == {}
     renamed = claims.plan("b.tar.gz", ["s__x", "s__y"])
-    assert renamed == {"s__x": isolated_name("s__x", "b.tar.gz"), "s__y": isolated_name("s__y", "b.tar.gz")}
+    assert renamed == {"s__x": stamped_name("s__x", "b.tar.gz"), "s__y": stamped_name("s__y", "b.tar.gz")}
     assert claims.plan("b.tar.gz", ["s__x"]) == {"s__x": renamed["s__x"]}  # stable for the same TargetModel
     claims.release("a.tar.gz")
     assert claims.plan("c.tar.gz", ["s__x"]) == {}  # names of deleted files are free again
@@ -49,8 +50,8 @@ def test_the_first_target_model_keeps_its_step_names_and_the_next_gets_its_own()
 def test_a_taken_isolated_name_is_not_handed_out_twice() -> None:
     claims = StepClaims()
     claims.plan("a", ["s"])
-    claims.owners[isolated_name("s", "b")] = "squatter"
-    assert claims.plan("b", ["s"]) == {"s": isolated_name("s", "b", 1)}
+    claims.owners[stamped_name("s", "b")] = "squatter"
+    assert claims.plan("b", ["s"]) == {"s": stamped_name("s", "b", 1)}
 
 
 def test_renamed_steps_keep_the_archive_valid(unpacked: Path, tmp_path: Path) -> None:
@@ -59,7 +60,7 @@ def test_renamed_steps_keep_the_archive_valid(unpacked: Path, tmp_path: Path) ->
     configs = read_configs(folder)
     steps = step_models(configs)
     assert steps == ["stage__add_one", "stage__double"]
-    renames = {s: isolated_name(s, "copy.tar.gz") for s in steps}
+    renames = {s: stamped_name(s, "copy.tar.gz") for s in steps}
     rename_steps(folder, "copy.tar.gz", renames, configs)
     configs = read_configs(folder)
     assert sorted(configs) == sorted([*renames.values(), "stage"])
@@ -106,6 +107,6 @@ def test_a_fetch_parses_each_config_once_and_stages_with_the_checks_configs(
     assert first.folder is not None and second.folder is not None
     assert sorted(p.name for p in first.folder.iterdir() if p.is_dir()) == ["stage", "stage__add_one", "stage__double"]
     renamed = sorted(p.name for p in second.folder.iterdir() if p.is_dir())
-    assert renamed == sorted(["stage", isolated_name("stage__add_one", "b.tar.gz"),
-                              isolated_name("stage__double", "b.tar.gz")])
+    assert renamed == sorted(["stage", stamped_name("stage__add_one", "b.tar.gz"),
+                              stamped_name("stage__double", "b.tar.gz")])
     assert check_folder(second.folder, "b.tar.gz").ok

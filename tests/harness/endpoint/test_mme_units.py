@@ -43,6 +43,39 @@ def test_sources_from_a_folder_or_an_s3_prefix(tmp_path: Path) -> None:
         open_source(tmp_path / "missing")
 
 
+def test_an_s3_source_with_an_endpoint_url_boto3_would_refuse_is_refused_at_start() -> None:
+    with pytest.raises(ServeError, match=r"--s3-endpoint-url: endpoint URL 'localhost:9000': give it with its "
+                                         r"scheme and host, e\.g\. http://127\.0\.0\.1:5000"):
+        open_source("s3://bucket/models/", "localhost:9000")
+
+
+def test_an_s3_source_downloads_every_archive_with_one_client(
+        moto_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    from conch.aws import AwsTarget
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    s3 = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
+    s3.create_bucket(Bucket="conch-one-client")
+    for name in ("a.tar.gz", "b.tar.gz"):
+        s3.put_object(Bucket="conch-one-client", Key=f"models/{name}", Body=name.encode())
+    made: list[str] = []
+    client = AwsTarget.client
+
+    def counted(self: AwsTarget, service: str, **kwargs: float) -> object:
+        made.append(service)
+        return client(self, service, **kwargs)
+
+    monkeypatch.setattr(AwsTarget, "client", counted)
+    source = open_source("s3://conch-one-client/models/", s3_endpoint_url=moto_server)
+    for name in ("a.tar.gz", "b.tar.gz"):
+        source.fetch(name, tmp_path / name)
+        assert (tmp_path / name).read_bytes() == name.encode()
+    assert made == ["s3"]  # a boto3 client costs ~0.1 s of CPU: not one per cold load
+
+
 def test_a_missing_archive_in_a_folder_names_the_target_model(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="TargetModel 'x.tar.gz'"):
         FolderSource(tmp_path).fetch("x.tar.gz", tmp_path / "dest")
