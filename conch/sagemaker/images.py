@@ -66,18 +66,15 @@ LIST_GUARD_SOURCE = ("triton-inference-server/server PRs #8563, #8571 (r25.12: #
                      "src/sagemaker_server.cc")
 LOOKUP_RACE_SOURCE = ("triton-inference-server/core src/model_repository_manager/model_repository_manager.cc "
                       "FindModelIdentifier, unlocked from r24.10 through r26.06")
-# Measured here (Triton 2.51, 200 TargetModels of one archive behind 40 slots, Zipf traffic of 5 to 50 boto3
-# clients for 150 s): 21 'unknown model' answers in 1110 calls, 8 of them again when asked once more
-LOOKUP_RACE_MEASURED = (21, 1110)
 
 
 def churn_note(release: Release | str) -> str:
     """One line on what Triton's races mean for an MME whose models load and unload while it serves (churn),
     on ``release``; ``conch plan`` and ``conch deploy`` print it."""
     release = Release.of(release)
-    misses, calls = LOOKUP_RACE_MEASURED
-    lookup = (f"calls that overlap another model's load or unload can get 'unknown model' (ModelError 400) on every "
-              f"release so far ({misses} of {calls} calls, {misses / calls:.1%}, under churn here)")
+    # no rate: benchmarks/local_mme.py --churn counts these misses (TritonLookupMisses) on this machine's run
+    lookup = ("calls that overlap another model's load or unload can get 'unknown model' (ModelError 400) on every "
+              "release so far")
     if release < LIST_GUARD_RELEASE:
         return (f"release {release}: its SageMaker front end reads the TargetModel list unlocked during loads and "
                 f"unloads (fixed in {LIST_GUARD_RELEASE}, server 2.64.0); and {lookup}: clients should retry "

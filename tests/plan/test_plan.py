@@ -99,6 +99,7 @@ def test_the_churn_note_names_the_release_that_guards_the_list_and_the_race_no_r
     assert "unlocked" not in churn_note("25.12")
     for release in ("24.10", "25.12"):
         assert "can get 'unknown model' (ModelError 400) on every release so far" in churn_note(release)
+        assert "%" not in churn_note(release)  # no rate that no benchmark in benchmarks/ printed
 
 
 def test_the_churn_line_counts_the_cheapest_plans_loads_and_says_what_the_release_means() -> None:
