@@ -102,13 +102,7 @@ def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool =
             try:
                 if not sequence:
                     return client.invoke_binary(ensemble.name, inputs)
-                from conch.wire import json_request, parse_json_response
-
-                body, content_type = json_request(inputs)
-                request = json.loads(body)
-                request["parameters"] = {"sequence_id": 1, "sequence_start": True, "sequence_end": True}
-                response = client._invoke(ensemble.name, json.dumps(request).encode(), content_type)
-                return parse_json_response(response.content)
+                return client.invoke_json(ensemble.name, inputs, sequence_id=1)
             finally:
                 with contextlib.suppress(ConchError):
                     client.unload(ensemble.name)
