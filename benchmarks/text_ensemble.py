@@ -1,9 +1,10 @@
 """The text_embeddings ensemble on the local Triton vs the same work in one process, batch 1 (one
-sentence per request, one request at a time), for the shipped settings and the alternatives tried: A
-and B alternate, the table shows medians of requests/s and of CPU time per request (server and stubs
-vs this process; steadier than requests/s on a shared machine) and their ratios.
+sentence per request): the ensemble over N connections (wrk, each one request at a time) against N
+caller threads in one process, for the shipped settings and the alternatives tried: A and B alternate,
+the table shows medians of requests/s and of CPU time per request (server and stubs vs this process;
+steadier than requests/s on a shared machine) and their ratios.
 
-    python benchmarks/text_ensemble.py [--seconds 2] [--rounds 5] [--variants shipped ...]
+    python benchmarks/text_ensemble.py [--seconds 2] [--rounds 5] [--variants shipped ...] [--connections 1 8]
     python benchmarks/text_ensemble.py --breakdown [--connections 1 8]   # where the CPU of a request goes
 
 --breakdown serves the shipped ensemble only and splits its CPU per request by process (tritonserver:
@@ -45,9 +46,9 @@ def variants() -> dict[str, dict[str, Any]]:
         "no dyn. batching, 1 ORT thread": {"parameters": {"intra_op_thread_count": "1"}},
         "dyn. batching no delay, 2 ORT threads": {"dynamic_batching": DynamicBatching(),
                                                   "parameters": {"intra_op_thread_count": "2"}},
-        "2 instances x 1 ORT thread": {"dynamic_batching": DynamicBatching(),
-                                       "instance_group": InstanceGroup("KIND_CPU", count=2),
-                                       "parameters": {"intra_op_thread_count": "1"}},
+        "1 instance x 1 ORT thread (shipped before issue 23)": {
+            "dynamic_batching": DynamicBatching(preferred_batch_size=(8, 16)),
+            "instance_group": InstanceGroup("KIND_CPU", count=1), "parameters": {"intra_op_thread_count": "1"}},
     }
 
 
@@ -120,11 +121,11 @@ class InProcess:
         return count / (time.perf_counter() - start)
 
 
-def served(url: str, body: bytes, seconds: int, server_pid: int, cpu_ms: list[float]) -> float:
-    """Requests/s of the ensemble one request at a time; appends the CPU milliseconds per request of
-    the server and its stubs."""
+def served(url: str, body: bytes, seconds: int, server_pid: int, cpu_ms: list[float], connections: int = 1) -> float:
+    """Requests/s of the ensemble over ``connections`` (each one request at a time); appends the CPU
+    milliseconds per request of the server and its stubs."""
     before = tree_cpu_seconds(server_pid)
-    rps, count = wrk_run(url, body, "application/json", 1, seconds)
+    rps, count = wrk_run(url, body, "application/json", connections, seconds)
     cpu_ms.append((tree_cpu_seconds(server_pid) - before) / max(1, count) * 1e3)
     return rps
 
@@ -178,8 +179,8 @@ def breakdown(url: str, body: bytes, seconds: int, server_pid: int, models: list
     return finish("text_ensemble_breakdown", header, rows, {"seconds": seconds, "rounds": rounds, "rows": rows})
 
 
-HEADER = ["variant (encoder settings)", "ensemble req/s", "in-process req/s", "ensemble/in-process",
-          "ensemble CPU ms/req", "in-process CPU ms/req", "in-process/ensemble CPU"]
+HEADER = ["variant (encoder settings)", "connections / callers", "ensemble req/s", "in-process req/s",
+          "ensemble/in-process", "ensemble CPU ms/req", "in-process CPU ms/req", "in-process/ensemble CPU"]
 
 
 def main() -> int:
@@ -212,26 +213,27 @@ def main() -> int:
             encoder = next(c.step for c in repo_ensemble.calls if c.step.name == "encoder")
             local = InProcess(dict(encoder.settings.parameters))  # the same ONNX Runtime threads
             local.rate(1)
-            cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
             assert server.process is not None
             if args.breakdown:
                 models = [repo_ensemble.model_name(c.step) for c in repo_ensemble.calls]
                 return breakdown(url, body, args.seconds, server.process.pid, models, local, args.connections,
                                  args.rounds)
-            samples = alternate({
-                "ensemble": partial(served, url, body, args.seconds, server.process.pid, cpu["ensemble"]),
-                "in-process": partial(local.rate, args.seconds, cpu["in-process"]),
-            }, args.rounds)
+            for conns in args.connections:  # ensemble over N connections against N caller threads
+                cpu: dict[str, list[float]] = {"ensemble": [], "in-process": []}
+                samples = alternate({
+                    "ensemble": partial(served, url, body, args.seconds, server.process.pid, cpu["ensemble"], conns),
+                    "in-process": partial(local.rate, args.seconds, cpu["in-process"], conns),
+                }, args.rounds)
+                ens, inp = median(samples["ensemble"]), median(samples["in-process"])
+                ens_cpu, inp_cpu = median(cpu["ensemble"]), median(cpu["in-process"])
+                rows.append([variant, conns, round(ens, 1), round(inp, 1), round(ens / inp, 2), round(ens_cpu, 2),
+                             round(inp_cpu, 2), round(inp_cpu / ens_cpu, 2)])
+                records.append({"variant": variant, "connections": conns, "ensemble_rps": samples["ensemble"],
+                                "in_process_rps": samples["in-process"], "ratio_of_medians": ens / inp,
+                                "ensemble_cpu_ms": cpu["ensemble"], "in_process_cpu_ms": cpu["in-process"],
+                                "cpu_ratio": inp_cpu / ens_cpu})
+                print(table(HEADER, rows[-1:]), flush=True)
             client.unload(name)  # one variant's stubs at a time on the two cores
-            ens, inp = median(samples["ensemble"]), median(samples["in-process"])
-            ens_cpu, inp_cpu = median(cpu["ensemble"]), median(cpu["in-process"])
-            rows.append([variant, round(ens, 1), round(inp, 1), round(ens / inp, 2), round(ens_cpu, 2),
-                         round(inp_cpu, 2), round(inp_cpu / ens_cpu, 2)])
-            records.append({"variant": variant, "ensemble_rps": samples["ensemble"],
-                            "in_process_rps": samples["in-process"], "ratio_of_medians": ens / inp,
-                            "ensemble_cpu_ms": cpu["ensemble"], "in_process_cpu_ms": cpu["in-process"],
-                            "cpu_ratio": inp_cpu / ens_cpu})
-            print(table(HEADER, rows[-1:]), flush=True)
     return finish("text_ensemble", HEADER, rows, {"seconds": args.seconds, "rounds": args.rounds, "rows": records})
 
 
