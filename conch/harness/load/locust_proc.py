@@ -18,7 +18,6 @@ from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import gevent
 import locust  # patches sockets, ssl and threads with gevent before requests, urllib3 or boto3 are imported
@@ -28,6 +27,7 @@ from locust.env import Environment
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from conch.ensembles.samples import check_from_json, check_of, compare, decode_array
+from conch.harness.kserve_routes import infer_path
 from conch.harness.load.spec import LoadSpec, Request
 from conch.harness.load.stages import Stage, stage_index
 from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, parse_binary_response, parse_json_response
@@ -70,7 +70,7 @@ def http_transport(spec: LoadSpec) -> Send:
             if content_type.startswith(BINARY_CONTENT_TYPE):
                 headers = {"Content-Type": "application/octet-stream",
                            "Inference-Header-Content-Length": content_type[len(BINARY_CONTENT_TYPE):]}
-            response = client.post(f"/v2/models/{quote(target, safe='')}/infer", body=body, headers=headers)
+            response = client.post(infer_path(target), body=body, headers=headers)
             content = response.read()
             header = response.get("inference-header-content-length")
             return response.status_code, content, f"{BINARY_CONTENT_TYPE}{header}" if header else "application/json"

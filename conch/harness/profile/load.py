@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import requests
 
+from conch.harness.kserve_routes import infer_path
 from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, binary_request
 
 TIMEOUT_S = 120.0
@@ -40,7 +41,7 @@ class Target:
 
     @staticmethod
     def kserve(http_url: str, model: str) -> Target:
-        return Target(f"{http_url.rstrip('/')}/v2/models/{model}/infer", {}, False)
+        return Target(f"{http_url.rstrip('/')}{infer_path(model)}", {}, False)
 
     @staticmethod
     def front(url: str, endpoint: str, target_model: str) -> Target:
