@@ -65,3 +65,17 @@ def test_profile_and_load_run_reach_a_model_whose_name_quote_escapes(tmp_path: P
         spec = LoadSpec("kserve", url, archive_targets([archive], [ESCAPED_BY_QUOTE]), [Stage(2, 1, 1)])
         summary = summarise(run_load(spec))
     assert summary["requests"] > 0 and summary["failures"] == 0, summary["errors"]
+
+
+@pytest.mark.integration
+def test_replay_over_kserve_reaches_a_target_model_whose_name_quote_escapes(tmp_path: Path, triton: object) -> None:
+    import shutil
+
+    from conch.harness.local_replay import replay_archives
+
+    archive = build_ensemble(linear_ensemble("routes_replay"), tmp_path / "dist", "local")
+    renamed = tmp_path / "team+a@v1.tar.gz"
+    shutil.copyfile(archive, renamed)
+    report = replay_archives([renamed], server=triton, endpoints=["kserve"])  # type: ignore[arg-type]
+    rows = [r for r in report.rows if r.endpoint == "kserve"]
+    assert rows and all(r.passed for r in rows), report.table()
