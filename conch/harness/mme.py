@@ -108,18 +108,8 @@ class MultiModelClient:
         return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
-        try:
-            response = requests.post(
-                f"{self.sagemaker_url}{invoke_path(target_model)}",
-                data=body,
-                headers=target_headers(target_model, content_type),
-                timeout=self.request_timeout,
-            )
-        except requests.Timeout:
-            raise InvokeError(f"{target_model!r} did not answer within {self.request_timeout:.0f} s") from None
-        if response.status_code != 200:
-            raise InvokeError(_error_text(response), response.status_code)
-        return response
+        return self._post(target_model, f"{self.sagemaker_url}{invoke_path(target_model)}", body,
+                          target_headers(target_model, content_type))
 
     def invoke_kserve(self, model: str, inputs: Mapping[str, np.ndarray], *,
                       sequence_id: int = 0) -> dict[str, np.ndarray]:
@@ -128,14 +118,18 @@ class MultiModelClient:
         escaped name up)."""
         path = infer_path(model)
         body, content_type = binary_request(inputs, _sequence(sequence_id))
+        response = self._post(model, f"{self.http_url}{path}", body, request_headers(content_type))
+        return parse_binary_response(response.content, response_content_type(response.headers.get(HEADER_LENGTH)))
+
+    def _post(self, model: str, url: str, body: bytes, headers: Mapping[str, str]) -> requests.Response:
+        """One inference request; InvokeError with Triton's message (and status) when it is not answered 200."""
         try:
-            response = requests.post(f"{self.http_url}{path}", data=body, headers=request_headers(content_type),
-                                     timeout=self.request_timeout)
+            response = requests.post(url, data=body, headers=headers, timeout=self.request_timeout)
         except requests.Timeout:
             raise InvokeError(f"{model!r} did not answer within {self.request_timeout:.0f} s") from None
         if response.status_code != 200:
-            raise InvokeError(f"[{response.status_code}] {_error_text(response)}", response.status_code)
-        return parse_binary_response(response.content, response_content_type(response.headers.get(HEADER_LENGTH)))
+            raise InvokeError(_error_text(response), response.status_code)
+        return response
 
 
 def _sequence(sequence_id: int) -> dict[str, Any] | None:
