@@ -3,8 +3,6 @@ environments, the manifest's warmup and shared-memory sections, and the `conch c
 
 from __future__ import annotations
 
-import tarfile
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +13,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.archive.check_report import CheckReport
 from conch.archive.extract import safe_extract
-from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest, unreadable
+from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest
 from conch.archive.verify import ENV_DIR, check_folder
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, config_field, read_config
 from conch.compiler.pbtxt import ConfigParseError
@@ -206,22 +204,18 @@ def tree_lines(entries: list[Entry], depth: int = 4) -> list[str]:
 
 def inspect_archive(archive: Path) -> Inspection:
     """Unpack the archive once (through the one safe extraction) for its tree, manifest, configs and
-    `conch check`; an archive the extraction refuses is listed without unpacking, and its check says why.
-    ArchiveError naming the archive when it is missing, unreadable, or has no manifest conch can read."""
+    `conch check`. ArchiveError naming the archive when it is missing, unreadable, has no manifest conch can
+    read, or is one the safe extraction refuses (its refusal, word for word, as the local MME and deploy give
+    it: an archive no server would unpack is not read past its first offence, so a gzip bomb stops at its
+    budget)."""
     archive = Path(archive)
     if not archive.is_file():
         raise ArchiveError(f"{archive}: no such archive; give the path of a .tar.gz built by `conch build`")
     with scratch_temp("conch-inspect-") as tmp:
         folder = Path(tmp) / "archive"
-        try:
-            safe_extract(archive, folder)
-        except ArchiveError as exc:
-            entries, manifest, configs = _listed(archive)
-            check = CheckReport(archive.name)
-            check.error("", str(exc))
-        else:
-            entries, manifest, configs = _unpacked(folder, archive)
-            check = check_folder(folder, archive.name)
+        safe_extract(archive, folder)
+        entries, manifest, configs = _unpacked(folder, archive)
+        check = check_folder(folder, archive.name)
     if manifest is None:
         raise no_manifest(archive)
     entries.sort(key=lambda e: e.path)
@@ -255,41 +249,6 @@ def _unpacked(folder: Path, archive: Path) -> Found:
     configs = {p.parent.name: p.read_bytes() for p in folder.glob("*/config.pbtxt")
                if p.is_file() and not p.is_symlink() and p.stat().st_size <= CONFIG_LIMIT}
     return entries, manifest, configs
-
-
-def _listed(archive: Path) -> Found:
-    """Tree, manifest and configs read from the archive's stream without unpacking it (for an archive
-    the safe extraction refuses)."""
-    entries: list[Entry] = []
-    configs: dict[str, bytes] = {}
-    manifest: Manifest | None = None
-    try:
-        with tarfile.open(archive, "r|*") as tar:
-            for member, data in _members(tar):
-                name = member.name.removeprefix("./")
-                kind = "dir" if member.isdir() else "file" if member.isreg() else "link"
-                entries.append(Entry(name + ("/" if kind == "dir" and not name.endswith("/") else ""), kind,
-                                     member.size if kind == "file" else 0))
-                if name == MANIFEST_NAME and data is not None:
-                    manifest = parse_manifest(data, archive)
-                elif name.count("/") == 1 and name.endswith("/config.pbtxt") and data is not None:
-                    configs[name.split("/")[0]] = data
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-        raise unreadable(archive, exc) from None
-    return entries, manifest, configs
-
-
-def _members(tar: tarfile.TarFile) -> Iterator[tuple[tarfile.TarInfo, bytes | None]]:
-    """Each member, with the content of the small files the summary reads (manifest and configs)."""
-    for member in tar:
-        name = member.name.removeprefix("./")
-        wanted = member.isreg() and member.size <= CONFIG_LIMIT and (
-            name == MANIFEST_NAME or (name.count("/") == 1 and name.endswith("/config.pbtxt")))
-        data = None
-        if wanted:
-            fh = tar.extractfile(member)
-            data = fh.read() if fh is not None else None
-        yield member, data
 
 
 def summarize_config(folder: str, source: bytes | ReadConfig) -> ModelSummary:

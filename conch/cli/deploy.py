@@ -28,7 +28,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.sagemaker.shm_environment import shm_environment
 
     archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
-    check_archives(archives)
+    checked = check_archives(archives)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     if args.dry_run:
@@ -48,7 +48,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     total = sum(a.stat().st_size for a in archives) * per_archive
     with progress_bar("uploading", None if args.dry_run else total, bytes_=True) as bar:
         done = deploy(archives, location, spec, aws, scaling=scaling, wait=not args.no_wait,
-                      timeout=args.wait_timeout, progress=None if args.dry_run else say, checked=True,
+                      timeout=args.wait_timeout, progress=None if args.dry_run else say, checked=checked,
                       sent=None if args.dry_run else bar.advance, names=args.names or (), copies=args.copies)
     if args.dry_run:
         result("\n".join([*(f"shared memory: {line}" for line in said), *_stamp_lines(done.uploads, "would stamp")]))

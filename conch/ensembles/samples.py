@@ -5,8 +5,10 @@ archive can be replayed on its own."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -279,3 +281,19 @@ def decode_array(data: Mapping[str, Any]) -> np.ndarray:
         return flat.reshape(shape)
     raw = base64.b64decode(data["b64"])
     return np.frombuffer(raw, dtype=dtype.numpy.newbyteorder("<")).astype(dtype.numpy).reshape(shape)
+
+
+def read_samples(path: str | Path) -> list[tuple[str, Arrays, Arrays, dict[str, OutputCheck]]]:
+    """The samples of a file ``conch import`` writes beside the module it generates, each as ``(name, inputs,
+    expected, checks)`` for ``Ensemble.sample``: JSON ``{"samples": [{"name", "inputs", "expected", "checks"}]}``,
+    arrays in :func:`encode_array`'s exact encoding, checks as ``check_to_json`` writes them. Public: the
+    generated modules call it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return [(str(s["name"]), {k: decode_array(v) for k, v in s["inputs"].items()},
+                 {k: decode_array(v) for k, v in s["expected"].items()},
+                 {k: check_from_json(v) for k, v in s["checks"].items()}) for s in data["samples"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DeclarationError(f"{path}: not a samples file conch can read ({type(exc).__name__}: {exc}); it is the "
+                               "file `conch import` wrote beside the module: import again, or remove the lines that "
+                               "read it") from None

@@ -1,6 +1,7 @@
 """A client of SageMaker's multi-model-endpoint contract as Triton's SageMaker front end serves it (routes,
 headers and error answers from conch.harness.mme_contract, which the local MME's async hop shares), and of the
-KServe HTTP endpoint: load and unload by archive, invoke with JSON or binary+json bodies (encoded by conch.wire)."""
+KServe HTTP endpoint (its route from conch.harness.kserve_routes): load and unload by archive, invoke with JSON
+or binary+json bodies (encoded by conch.wire)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import requests
-import tritonclient.http as httpclient
 
 from conch.errors import ServeError
+from conch.harness.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
 from conch.harness.mme_contract import (
     MODELS,
     error_text,
@@ -24,7 +25,6 @@ from conch.harness.mme_contract import (
 )
 from conch.wire import (
     binary_request,
-    infer_input,
     json_request,
     parse_binary_response,
     parse_json_response,
@@ -108,33 +108,28 @@ class MultiModelClient:
         return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
     def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
-        try:
-            response = requests.post(
-                f"{self.sagemaker_url}{invoke_path(target_model)}",
-                data=body,
-                headers=target_headers(target_model, content_type),
-                timeout=self.request_timeout,
-            )
-        except requests.Timeout:
-            raise InvokeError(f"{target_model!r} did not answer within {self.request_timeout:.0f} s") from None
-        if response.status_code != 200:
-            raise InvokeError(_error_text(response), response.status_code)
-        return response
+        return self._post(target_model, f"{self.sagemaker_url}{invoke_path(target_model)}", body,
+                          target_headers(target_model, content_type))
 
     def invoke_kserve(self, model: str, inputs: Mapping[str, np.ndarray], *,
                       sequence_id: int = 0) -> dict[str, np.ndarray]:
-        """The same model through the KServe v2 HTTP endpoint, with tritonclient (binary tensors)."""
-        address = self.http_url.split("://", 1)[-1]
-        client = httpclient.InferenceServerClient(address, network_timeout=self.request_timeout,
-                                                  connection_timeout=self.request_timeout)
+        """The same model through the KServe v2 HTTP endpoint (binary tensors), at the route Triton's HTTP front
+        matches (conch.harness.kserve_routes: the name as it is; tritonclient escapes it, and Triton looks the
+        escaped name up)."""
+        path = infer_path(model)
+        body, content_type = binary_request(inputs, _sequence(sequence_id))
+        response = self._post(model, f"{self.http_url}{path}", body, request_headers(content_type))
+        return parse_binary_response(response.content, response_content_type(response.headers.get(HEADER_LENGTH)))
+
+    def _post(self, model: str, url: str, body: bytes, headers: Mapping[str, str]) -> requests.Response:
+        """One inference request; InvokeError with Triton's message (and status) when it is not answered 200."""
         try:
-            infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
-            result = client.infer(model, infer_inputs, **(_sequence(sequence_id) or {}))
-        except Exception as exc:  # tritonclient raises its own InferenceServerException
-            raise InvokeError(str(exc)) from exc
-        finally:
-            client.close()
-        return {o["name"]: result.as_numpy(o["name"]) for o in result.get_response()["outputs"]}
+            response = requests.post(url, data=body, headers=headers, timeout=self.request_timeout)
+        except requests.Timeout:
+            raise InvokeError(f"{model!r} did not answer within {self.request_timeout:.0f} s") from None
+        if response.status_code != 200:
+            raise InvokeError(_error_text(response), response.status_code)
+        return response
 
 
 def _sequence(sequence_id: int) -> dict[str, Any] | None:

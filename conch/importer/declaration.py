@@ -52,7 +52,7 @@ class _Names:
     """Python variable names, unique within the module."""
 
     def __init__(self) -> None:
-        self.taken = {"Path", "HERE", "MODELS", "captured_samples"}
+        self.taken = {"Path", "HERE", "MODELS", "read_samples"}
 
     def __call__(self, wanted: str) -> str:
         name = re.sub(r"\W", "_", wanted).strip("_") or "tensor"
@@ -101,7 +101,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
         f"from conch import {', '.join(classes)}",
     ]
     if samples:
-        lines.append("from conch.importer.generated_samples import captured_samples")
+        lines.append("from conch.ensembles.samples import read_samples")
     lines += ["", f"MODELS = Path(__file__).parent / {_q(_relative(repo.root.resolve(), folder))}", ""]
     for step_var, model in steps:
         lines += _step(step_var, model, decl.messages)
@@ -113,7 +113,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
             *(["# Captured by `conch import`: generated inputs and the outputs the models gave for them. Replace",
                "# them with payloads and expected outputs you trust."] if captured else
               ["# The samples of the imported archive's manifest, with their checks."]),
-            f"for name, inputs, expected, checks in captured_samples(Path(__file__).parent / {_q(samples)}):",
+            f"for name, inputs, expected, checks in read_samples(Path(__file__).parent / {_q(samples)}):",
             f"    {var}.sample(name, inputs, expected, checks)",
         ]
     decl.text = "\n".join(lines) + "\n"

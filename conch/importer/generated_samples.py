@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.samples import encode_array
+from conch.ensembles.samples import encode_array, read_samples
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.ensembles.tensors import Tensor
 from conch.errors import ConchError
@@ -24,16 +24,13 @@ SAMPLE_NAME = "captured by conch import"
 
 
 def captured_samples(path: Path) -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]]:
-    """``(name, inputs, expected, checks)`` of each sample in a file ``conch import`` wrote."""
-    from conch.archive.manifest import SampleRecord
-
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    records = [SampleRecord.from_json(s) for s in data["samples"]]
-    return [(r.name, r.input_arrays(), r.expected_arrays(), dict(r.checks)) for r in records]
+    """What modules generated before ``conch.ensembles.samples.read_samples`` existed call: the same."""
+    return [(name, inputs, expected, dict(checks)) for name, inputs, expected, checks in read_samples(path)]
 
 
 def write_samples(path: Path, records: list[Any], note: str) -> None:
-    """Samples (manifest ``SampleRecord``s) as the JSON file a module reads with ``captured_samples``."""
+    """Samples (manifest ``SampleRecord``s) as the JSON file a generated module reads with
+    ``conch.ensembles.samples.read_samples``."""
     from conch.builder.archive import write_bytes_atomic
 
     body = {"note": note, "samples": [r.to_json() for r in records]}

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import ArchiveModels, check_archive_models
 from conch.aws import AwsTarget
 from conch.ensembles.target import Release
 from conch.errors import DeployError
@@ -38,13 +38,17 @@ class Deployment:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_archives(archives: Sequence[Path]) -> None:
-    """Refuse the deploy if any archive fails `conch check` (each failing archive on its own line)."""
-    failing = [report for report in map(check_archive, archives) if not report.ok]
+def check_archives(archives: Sequence[Path]) -> dict[Path, ArchiveModels]:
+    """Refuse the deploy if any archive fails `conch check` (each failing archive on its own line); else what
+    the fleet check needs of each archive, read from the check's own parse of its configs (the upload plan
+    and the upload's S3 metadata go on with it: each config is parsed once)."""
+    checked = {archive: check_archive_models(archive) for archive in archives}
+    failing = [report for report, _ in checked.values() if not report.ok]
     if failing:
         lines = "\n".join(f"  {report.summary()}" for report in failing)
         raise DeployError(f"refusing to deploy: {len(failing)} of {len(archives)} archives fail `conch check` "
                           f"(run it for every finding; fix or rebuild them):\n{lines}")
+    return {archive: models for archive, (_, models) in checked.items() if models is not None}
 
 
 def archives_release(archives: Sequence[Path], release: Release | str | None = None) -> Release:
@@ -102,7 +106,7 @@ def deploy(
     poll: float = DEFAULT_POLL_S,
     multipart_threshold: int | None = None,
     progress: Callable[[str], None] | None = None,
-    checked: bool = False,
+    checked: Mapping[Path, ArchiveModels] | None = None,
     sent: Callable[[int], None] | None = None,
     names: Sequence[str] = (),
     copies: int = 0,
@@ -112,10 +116,11 @@ def deploy(
     ``names`` (``--as``) uploads the one archive under each name, ``copies`` (``--copies``) each archive as
     ``<name>-1`` … ``<name>-N``; those, and any archive whose step names another TargetModel under the prefix
     already uses, go up stamped (conch.sagemaker.upload_plan), after the fleet check of the prefix plus uploads.
-    Every archive must pass `conch check` first (``checked``: the caller already ran ``check_archives``).
+    Every archive must pass `conch check` first (``checked``: what ``check_archives`` returned, when the caller
+    already ran it).
     ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
-    if not checked:
-        check_archives(archives)
+    if checked is None:
+        checked = check_archives(archives)
     if spec.model_data_url != location.model_data_url:
         raise DeployError(f"the endpoint would serve {spec.model_data_url} but the archives go to "
                           f"{location.model_data_url}")
@@ -129,7 +134,8 @@ def deploy(
     warnings: list[str] = []
     threshold = {"multipart_threshold": multipart_threshold} if multipart_threshold else {}
     with scratch_temp("conch-deploy-") as tmp:
-        plan = plan_uploads(archives, location, aws, Path(tmp), names=names, copies=copies, progress=progress)
+        plan = plan_uploads(archives, location, aws, Path(tmp), names=names, copies=copies, progress=progress,
+                            read=checked)
         warnings += plan.warnings
         uploads = upload_archives([p.file for p in plan.uploads], location, aws, progress=progress, sent=sent,
                                   bucket_checked=True, read={p.file: p.models for p in plan.uploads},

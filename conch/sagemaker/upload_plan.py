@@ -9,7 +9,7 @@ among archives already there is a warning (conch does not touch archives it is n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -74,9 +74,11 @@ def plan_uploads(
     names: Sequence[str] = (),
     copies: int = 0,
     progress: Callable[[str], None] | None = None,
+    read: Mapping[Path, ArchiveModels] | None = None,
 ) -> UploadPlan:
     """Read what is under the prefix, decide each upload's name and stamp (stamped copies written to
-    ``workdir``), and run the fleet check over the result; DeployError when an upload would still break it."""
+    ``workdir``), and run the fleet check over the result; DeployError when an upload would still break it.
+    ``read``: what the fleet check needs of the archives, as their check read it (else each is read here)."""
     wanted = requested(archives, names, copies)
     targets = [t for _, t, _ in wanted]
     twice = sorted({t for t in targets if targets.count(t) > 1})
@@ -91,7 +93,7 @@ def plan_uploads(
     with ExitStack() as unpacking:
         unpacked: dict[Path, Unpacked] = {}  # each archive unpacked once, however many names it goes up under
         for source, target, forced in wanted:
-            upload = _plan_one(source, target, forced, taken, workdir, unpacked, unpacking)
+            upload = _plan_one(source, target, forced, taken, workdir, unpacked, unpacking, read or {})
             if progress and upload.stamped:
                 progress(f"stamping {source.name} as {target} ({upload.stamped})")
             uploads.append(upload)
@@ -111,11 +113,12 @@ def plan_uploads(
 
 
 def _plan_one(source: Path, target: str, forced: str, taken: dict[str, str], workdir: Path,
-              unpacked: dict[Path, Unpacked], unpacking: ExitStack) -> PlannedUpload:
+              unpacked: dict[Path, Unpacked], unpacking: ExitStack,
+              read: Mapping[Path, ArchiveModels]) -> PlannedUpload:
     """One upload, stamped into ``workdir`` when ``forced`` or when its step names are ``taken`` by others."""
     why = forced
     if not forced:  # a forced stamp needs nothing of the archive as built
-        models = replace(archive_models(source), target_model=target)
+        models = replace(read.get(source) or archive_models(source), target_model=target)
         clash = sorted(m for m in models.models if m in taken and taken[m] != target)
         if not clash:
             return PlannedUpload(source, target, source, models)

@@ -13,11 +13,14 @@ from pathlib import Path
 import basic_steps
 import numpy as np
 import pytest
-from hostile_archives import write_archive
+from hostile_archives import Entry, gzip_bomb, write_archive
 
 from conch import DynamicBatching, Ensemble, InstanceGroup, PythonEnv, PythonStep, Tensor
+from conch.archive.extract import safe_extract
+from conch.archive.inspection import inspect_archive
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
+from conch.errors import ArchiveError
 
 
 def _env_archive(path: Path) -> Path:
@@ -116,3 +119,42 @@ def test_a_config_that_does_not_parse_is_summarized_with_the_parsers_words() -> 
     assert (bad.served_as, bad.max_batch_size) == ("?", 0)
     latin = summarize_config("m", b'name: "caf\xe9"')
     assert latin.problem is not None and "'utf-8' codec can't decode byte 0xe9" in latin.problem
+
+
+def _manifest(built: Path) -> Entry:
+    with tarfile.open(built) as tar:
+        member = tar.extractfile("conch-manifest.json")
+        assert member is not None
+        return ("conch-manifest.json", "file", member.read())
+
+
+HOSTILE: dict[str, list[Entry]] = {
+    "absolute path": [("/abs/escape.py", "file", b"x")],
+    "dotdot path": [("m/../../escape.py", "file", b"x")],
+    "absolute symlink": [("m/1/model.py", "symlink", "/etc/passwd")],
+    "symlink leaving": [("m/1/model.py", "symlink", "../../../etc/passwd")],
+    "hard link outside": [("m/1/model.py", "hardlink", "/etc/passwd")],
+    "device": [("m/1/dev", "chr", b"")],
+    "fifo": [("m/1/fifo", "fifo", b"")],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_inspect_refuses_a_hostile_archive_as_safe_extraction_does(built: Path, tmp_path: Path, kind: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The same refusal, word for word, as the local MME, `conch check` and deploy give: no tree is listed."""
+    archive = write_archive(tmp_path / "hostile.tar.gz", [_manifest(built), *HOSTILE[kind]])
+    with pytest.raises(ArchiveError, match=r"archive .*hostile\.tar\.gz: entry '.*'.*; refusing to unpack it") as ex:
+        safe_extract(archive, tmp_path / "stage")
+    with pytest.raises(ArchiveError, match=re.escape(str(ex.value))):
+        inspect_archive(archive)
+    assert main(["inspect", str(archive)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [f"conch: error: {ex.value}"]
+
+
+def test_inspect_refuses_a_gzip_bomb_before_inflating_it_whole(built: Path, tmp_path: Path) -> None:
+    archive = gzip_bomb(tmp_path / "bomb.tar.gz", 300 * 2**20, [_manifest(built)])  # 300 MB of zeros in ~300 KB
+    with pytest.raises(ArchiveError, match=r"entry 'model/1/zeros.bin' takes the unpacked size past \d+ bytes, the "
+                       "most an archive of its size may unpack to \\(a possible gzip bomb\\); refusing to unpack it"):
+        inspect_archive(archive)

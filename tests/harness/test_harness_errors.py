@@ -56,6 +56,8 @@ def test_an_answer_slower_than_the_request_timeout_names_the_target_model(tmp_pa
     client.load(archive.name, stage(archive, triton), timeout=120)
     with pytest.raises(InvokeError, match=r"'slow_answer.tar.gz' did not answer within 2 s"):
         client.invoke_json(archive.name, {"X": np.ones((1, 4), np.float32)})
+    with pytest.raises(InvokeError, match=r"'slow_answer.tar.gz' did not answer within 2 s"):  # over KServe too
+        client.invoke_kserve(archive.name, {"X": np.ones((1, 4), np.float32)})
 
 
 def test_an_answer_that_is_not_kserve_shows_what_came_instead() -> None:

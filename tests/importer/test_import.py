@@ -243,3 +243,49 @@ def test_an_environment_path_outside_the_repository_is_not_declared_beside_it(tm
     text = imported.module.read_text()
     assert "beside=" not in text.split("preprocess = ", 1)[1].split("postprocess = ", 1)[0]
     assert f"../{outside}" in text  # the parameter, kept as written
+
+
+# What a generated module may import from conch: the package's exports, and the documented reader of the
+# samples file `conch import` writes beside it (docs/import.md).
+PUBLIC_MODULES = {"conch", "conch.ensembles.samples"}
+
+
+def test_a_generated_module_imports_only_conchs_public_api_and_runs_on_its_own(tmp_path: Path) -> None:
+    import ast
+    import subprocess
+
+    from conftest import linear_ensemble
+
+    from conch.archive.manifest import read_manifest
+
+    archive = build_ensemble(linear_ensemble("public_api"), tmp_path / "dist", "production")
+    (imported,) = import_sources([archive], tmp_path / "out", samples=True)
+    tree = ast.parse(imported.module.read_text())
+    used = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in used if m.split(".")[0] == "conch"} <= PUBLIC_MODULES, sorted(used)
+    ran = subprocess.run([sys.executable, str(imported.module)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    (ensemble,) = load_module_ensembles(imported.module)
+    sys.modules.pop(imported.module.stem, None)
+    (kept,) = read_manifest(archive).samples
+    (sample,) = ensemble.samples
+    assert sample.name == kept.name
+    assert all((sample.inputs[k] == v).all() for k, v in kept.input_arrays().items())
+    from conch.importer.generated_samples import captured_samples  # what modules generated before call
+
+    samples_file = imported.module.with_suffix(".samples.json")
+    assert [s[0] for s in captured_samples(samples_file)] == [kept.name]
+
+
+def test_a_samples_file_that_is_not_one_is_named_with_the_fix(tmp_path: Path) -> None:
+    from conch.ensembles.samples import read_samples
+    from conch.errors import DeclarationError
+
+    broken = tmp_path / "shop.samples.json"
+    broken.write_text('{"samples": [{"name": "x"}]}')
+    with pytest.raises(DeclarationError, match=r"shop.samples.json: not a samples file conch can read \(KeyError: "
+                       "'inputs'\\); it is the file `conch import` wrote beside the module: import again"):
+        read_samples(broken)
+    with pytest.raises(DeclarationError, match="gone.samples.json: not a samples file conch can read .FileNotFound"):
+        read_samples(tmp_path / "gone.samples.json")

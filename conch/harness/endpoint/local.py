@@ -208,9 +208,11 @@ class LocalMME:
             metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
-        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime
+        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime.
+        # log_config=None: uvicorn's default runs logging.config.dictConfig, which closes every logging handler
+        # of the process (absl's closes the stream it holds); its loggers go to the process's logging instead
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=30, proxy_headers=False)
+                                lifespan="on", timeout_keep_alive=30, proxy_headers=False, log_config=None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import gevent
 import locust  # patches sockets, ssl and threads with gevent before requests, urllib3 or boto3 are imported
@@ -28,9 +27,10 @@ from locust.env import Environment
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from conch.ensembles.samples import check_from_json, check_of, compare, decode_array
+from conch.harness.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
 from conch.harness.load.spec import LoadSpec, Request
 from conch.harness.load.stages import Stage, stage_index
-from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, parse_binary_response, parse_json_response
+from conch.wire import TARGET_HEADER, parse_binary_response, parse_json_response
 
 WAIT_FOR_WORKERS_S = 60.0
 FLUSH_TIMEOUT_S = 30.0
@@ -66,14 +66,9 @@ def http_transport(spec: LoadSpec) -> Send:
 
     def send(target: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
         if spec.kind == "kserve":
-            headers = {"Content-Type": "application/json"}
-            if content_type.startswith(BINARY_CONTENT_TYPE):
-                headers = {"Content-Type": "application/octet-stream",
-                           "Inference-Header-Content-Length": content_type[len(BINARY_CONTENT_TYPE):]}
-            response = client.post(f"/v2/models/{quote(target, safe='')}/infer", body=body, headers=headers)
-            content = response.read()
-            header = response.get("inference-header-content-length")
-            return response.status_code, content, f"{BINARY_CONTENT_TYPE}{header}" if header else "application/json"
+            response = client.post(infer_path(target), body=body, headers=request_headers(content_type))
+            content, length = response.read(), response.get(HEADER_LENGTH.lower())
+            return response.status_code, content, response_content_type(str(length) if length else None)
         response = client.post(f"/endpoints/{spec.endpoint}/invocations", body=body,
                                headers={"Content-Type": content_type, TARGET_HEADER: target})
         return response.status_code, response.read(), str(response.get("content-type") or "")

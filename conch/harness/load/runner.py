@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.errors import BenchError
+from conch.harness.kserve_routes import infer_path
 from conch.harness.load.spec import LoadSpec
 from conch.harness.server import die_with_parent
 from conch.scratch import scratch_temp
@@ -44,6 +45,8 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
              port: int | None = None, progress: Progress | None = None) -> RunResult:
     """Run the stages against the target; ``workers`` > 0 runs a master plus that many worker processes
     here, and waits for ``remote_workers`` more started elsewhere with ``conch bench --worker``."""
+    if spec.kind == "kserve":  # a model name no URL reaches is refused by name, before any process starts
+        [infer_path(target.name) for target in spec.targets]
     with scratch_temp("conch-load-") as tmp:
         work = Path(tmp)
         (work / "spec.json").write_text(json.dumps(spec.to_json()))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import requests
 
+from conch.harness.kserve_routes import infer_path, request_headers
 from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, binary_request
 
 TIMEOUT_S = 120.0
@@ -40,7 +41,7 @@ class Target:
 
     @staticmethod
     def kserve(http_url: str, model: str) -> Target:
-        return Target(f"{http_url.rstrip('/')}/v2/models/{model}/infer", {}, False)
+        return Target(f"{http_url.rstrip('/')}{infer_path(model)}", {}, False)
 
     @staticmethod
     def front(url: str, endpoint: str, target_model: str) -> Target:
@@ -48,12 +49,8 @@ class Target:
         return Target(f"{url.rstrip('/')}/endpoints/{endpoint}/invocations", {TARGET_HEADER: target_model}, True)
 
     def headers_for(self, body: Body) -> dict[str, str]:
-        if body.json_size is None:
-            return {**self.headers, "Content-Type": "application/json"}
-        if self.sagemaker:
-            return {**self.headers, "Content-Type": f"{BINARY_CONTENT_TYPE}{body.json_size}"}
-        return {**self.headers, "Content-Type": "application/octet-stream",
-                "Inference-Header-Content-Length": str(body.json_size)}
+        content_type = "application/json" if body.json_size is None else f"{BINARY_CONTENT_TYPE}{body.json_size}"
+        return {**self.headers, **({"Content-Type": content_type} if self.sagemaker else request_headers(content_type))}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The server side of a profile: Triton's statistics extension and model configs over KServe v2 HTTP
-(tritonclient), and its summary metrics (Prometheus text) when a metrics port is given."""
+(routes from conch.harness.kserve_routes), and its summary metrics (Prometheus text) when a metrics port is given."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import requests
 
 from conch.errors import ServeError
+from conch.harness.kserve_routes import model_path
+from conch.harness.mme_contract import error_text
 from conch.harness.profile.figures import snapshot
 
 # Triton's summary metrics (--metrics-config summary_latencies=true): category -> metric name
@@ -33,44 +35,39 @@ class StatsEndpoint:
     metrics_url: str | None = None
     timeout: float = 30.0
 
-    def _client(self) -> Any:
-        import tritonclient.http as httpclient
-
-        address = self.http_url.split("://", 1)[-1].rstrip("/")
-        return httpclient.InferenceServerClient(address, ssl=self.http_url.startswith("https"),
-                                                connection_timeout=self.timeout, network_timeout=self.timeout)
+    def _get(self, path: str, session: requests.Session | None = None) -> requests.Response:
+        return (session or requests).get(f"{self.http_url.rstrip('/')}{path}", timeout=self.timeout)
 
     def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
         """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
         --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
         "unknown model" for a model held in another repository."""
-        client = self._client()
         found: dict[str, Mapping[str, Any]] = {}
-        try:
-            for model in models:
-                found.update(snapshot(client.get_inference_statistics(model_name=model)))
-            return found
-        except Exception as exc:  # tritonclient raises its own InferenceServerException, or a socket error
-            raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe v2 "
-                             "HTTP address of a Triton with the statistics extension") from None
-        finally:
-            client.close()
+        paths = [model_path(model, "stats") for model in models]
+        with requests.Session() as session:
+            for path in paths:
+                try:
+                    answer = self._get(path, session)
+                    answer.raise_for_status()
+                    found.update(snapshot(answer.json()))
+                except (requests.RequestException, ValueError) as exc:  # no answer, an error status, or not JSON
+                    raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe "
+                                     "v2 HTTP address of a Triton with the statistics extension") from None
+        return found
 
     def config(self, model: str) -> dict[str, Any]:
-        from tritonclient.utils import InferenceServerException
-
-        client = self._client()
+        path = model_path(model, "config")
         try:
-            found: dict[str, Any] = client.get_model_config(model)
-            return found
-        except InferenceServerException as exc:  # the server answered
-            raise ServeError(f"{self.http_url} has no model {model!r} loaded ({exc}); give the ensemble's name as "
-                             "the server knows it (--model)") from None
-        except Exception as exc:  # it did not
+            answer = self._get(path)
+        except requests.RequestException as exc:  # the server did not answer
             raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
                              "v2 HTTP address of a running Triton") from None
-        finally:
-            client.close()
+        if answer.status_code != 200:  # it did, with Triton's {"error": ...}
+            why = error_text(answer.content, answer.reason or "")
+            raise ServeError(f"{self.http_url} has no model {model!r} loaded ([{answer.status_code}] {why}); give the "
+                             "ensemble's name as the server knows it (--model)") from None
+        found: dict[str, Any] = answer.json()
+        return found
 
     def quantiles(self) -> dict[str, dict[str, dict[str, float]]]:
         """model -> category -> {p50, p99} in ms from the summary metrics; empty when there are none."""
