@@ -197,7 +197,8 @@ class LocalMME:
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
-            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.log_path), metrics, self.budgets,
+            hop = TritonHop(triton.sagemaker_url, triton.log_path, resent=metrics.resends.inc)
+            fleet = Fleet(self.source, disk, hop, metrics, self.budgets,
                           memory, step_names=self.step_names, server_alive=triton.running,
                           retry_lookup=self.retry_lookup)
             fleet.baseline_memory = baseline
@@ -222,6 +223,10 @@ class LocalMME:
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     def stop(self) -> None:
+        resends = int(self.metrics.resends._value.get())
+        if resends:
+            log.warning("the hop to tritonserver sent %d invocations on another connection because the kept one was "
+                        "already closed (TritonHopResends; nothing of them had reached Triton)", resends)
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join(timeout=FLEET_CALL_TIMEOUT_S + 30)  # a restart under way finishes first
@@ -255,8 +260,11 @@ class LocalMME:
 
     def counts(self) -> dict[str, Any]:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
-        step-name mode (``metrics.run_counts``)."""
-        return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
+        step-name mode (``metrics.run_counts``); ``resends``: invocations the hop sent on another connection
+        because the kept one was already closed (``TritonHopResends``; nothing of them had reached Triton)."""
+        snapshot = self.metrics.snapshot()
+        return {**run_counts(None, {**snapshot, "step_names": self.step_names.value}),
+                "resends": snapshot["TritonHopResends"]}
 
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""
