@@ -148,6 +148,10 @@ class Fleet:
         (self.metrics.hit if hit else self.metrics.miss).inc()
 
     async def release(self, m: Model) -> None:
+        if m.inflight > 1:  # still busy after this one: nothing waits for that (no lock, no wake-up)
+            m.inflight -= 1
+            m.last_used = time.monotonic()
+            return
         async with self.changed:
             m.inflight -= 1
             m.last_used = time.monotonic()

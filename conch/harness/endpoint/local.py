@@ -24,6 +24,7 @@ from conch.harness.endpoint.fleet import Budgets, Fleet
 from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
+from conch.harness.endpoint.single_write import SingleWriteProtocol
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
@@ -209,9 +210,12 @@ class LocalMME:
             metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
-        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime
+        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime; no
+        # "server: uvicorn" header (SageMaker's answers carry none; one header less to check per answer); the
+        # Date header stays (SageMaker's answers carry one; uvicorn makes it once a second)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=30, proxy_headers=False)
+                                lifespan="on", timeout_keep_alive=30, proxy_headers=False, server_header=False,
+                                http=SingleWriteProtocol)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()
