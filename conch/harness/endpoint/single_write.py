@@ -23,6 +23,11 @@ class Gathered:
         self._transport = transport
         self._loop = loop
         self._held: list[bytes | bytearray | memoryview] = []
+        # what uvicorn calls on every request, bound once (not looked up through __getattr__ each time)
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.pause_reading = transport.pause_reading
+        self.resume_reading = transport.resume_reading
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self._held:
@@ -45,7 +50,7 @@ class Gathered:
         self.flush()
         self._transport.close()
 
-    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, pause_reading, set_protocol...
+    def __getattr__(self, name: str) -> Any:  # set_protocol, get_write_buffer_size...
         return getattr(self._transport, name)
 
 

@@ -31,6 +31,15 @@ class Recording:
     def get_extra_info(self, name: str) -> Any:
         return f"info:{name}"
 
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 7
+
 
 def test_an_answers_writes_reach_the_socket_as_one_call_in_order() -> None:
     async def main() -> None:
@@ -44,6 +53,7 @@ def test_an_answers_writes_reach_the_socket_as_one_call_in_order() -> None:
         await asyncio.sleep(0)  # the end-of-turn flush finds nothing left
         assert len(transport.sent) == 1
         assert gathered.get_extra_info("peername") == "info:peername"  # the rest is the real transport's
+        assert gathered.get_write_buffer_size() == 7
 
     asyncio.run(main())
 
