@@ -1,4 +1,4 @@
-"""The hop's invocation client (aiohttp on kept-alive connections) against a small server on loopback
+"""The hop's invocation client (httptools on kept-alive connections) against a small server on loopback
 that answers the way servers do: Content-Length or chunked bodies, keep-alive or close, a kept
 connection the server closes while it is idle, no answer at all or none in time, and a restarted
 server on another port."""

@@ -217,3 +217,33 @@ def test_control_characters_never_reach_a_request_head() -> None:
         assert connections == []
 
     serve_and_check(echo, check)
+
+
+def test_calls_past_the_open_connections_wait_for_one_and_time_out_within_their_own_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from conch.harness.endpoint import keepalive
+
+    monkeypatch.setattr(keepalive, "OPEN", 2)
+
+    async def reply(body: bytes, number: int) -> tuple[bytes | None, bool]:
+        await asyncio.sleep(0.5 if body == b"slow" else 0.05)
+        if body == b"last":  # an answer that ends its connection
+            return b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 4\r\n\r\nlast", True
+        return ok(body), False
+
+    async def check(hop: TritonHop, connections: list[int], resends: list[int]) -> None:
+        answers = await asyncio.gather(*(hop.invoke("m.tar.gz", b"%d" % i, "application/json") for i in range(6)))
+        assert [a.content for a in answers] == [b"%d" % i for i in range(6)] and connections == [1, 2]
+        slow = asyncio.gather(*(hop.invoke("m.tar.gz", b"slow", "application/json") for _ in range(2)))
+        await asyncio.sleep(0.05)
+        with pytest.raises(httpx.TimeoutException, match="no answer within 0.2 s"):
+            await hop.invoke("m.tar.gz", b"waits", "application/json", timeout=0.2)  # no connection came free
+        assert [a.content for a in await slow] == [b"slow", b"slow"]
+        # a connection that ends (closed after its answer) frees its place: a waiting call opens a new one
+        done = await asyncio.gather(hop.invoke("m.tar.gz", b"last", "application/json"),
+                                    hop.invoke("m.tar.gz", b"last", "application/json"),
+                                    hop.invoke("m.tar.gz", b"after", "application/json"))
+        assert [a.content for a in done] == [b"last", b"last", b"after"]
+        assert connections == [1, 2, 3] and resends == []  # the two closed, one new for the waiting call
+
+    serve_and_check(reply, check)
