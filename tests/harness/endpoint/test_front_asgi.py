@@ -136,4 +136,5 @@ def test_an_answer_past_sagemakers_size_is_a_model_error_not_passed_on() -> None
                     r"is larger than the 6 MB InvokeEndpoint returns\.\" \(local: TargetModel 'a\.tar\.gz' answered "
                     r"HTTP 200 with a body of 7000000 bytes", body["Message"])
     assert "is larger than the 6 MB InvokeEndpoint returns." in body["Message"]
+    assert "Received server error (0) from primary with message" in body["Message"]
     assert front.metrics.snapshot()["Invocations"] == {"2XX": 0, "4XX": 1, "5XX": 0}

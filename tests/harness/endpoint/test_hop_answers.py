@@ -247,3 +247,36 @@ def test_calls_past_the_open_connections_wait_for_one_and_time_out_within_their_
         assert connections == [1, 2, 3] and resends == []  # the two closed, one new for the waiting call
 
     serve_and_check(reply, check)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["in-the-same-bytes", "while-idle"])
+def test_an_answer_nobody_asked_for_drops_its_connection(late: bool) -> None:
+    extra = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    async def reply(body: bytes, number: int) -> tuple[bytes | None, bool]:
+        if number == 1 and body == b"1":
+            if not late:
+                return ok(body) + extra, False
+            asyncio.get_running_loop().call_later(0.05, lambda: writers[-1].write(extra))
+        return ok(body), False
+
+    writers: list[asyncio.StreamWriter] = []
+
+    async def check(hop: TritonHop, connections: list[int], resends: list[int]) -> None:
+        assert (await hop.invoke("m.tar.gz", b"1", "application/json")).content == b"1"
+        await asyncio.sleep(0.2)  # the stray answer arrives and is read
+        assert (await hop.invoke("m.tar.gz", b"2", "application/json")).content == b"2"
+        assert connections == [1, 2] and resends == []  # seen by the loop: never taken again
+
+    original = asyncio.StreamWriter.write
+
+    def remember(self: asyncio.StreamWriter, data: bytes) -> None:
+        if self not in writers:
+            writers.append(self)
+        original(self, data)
+
+    asyncio.StreamWriter.write = remember  # type: ignore[method-assign]
+    try:
+        serve_and_check(reply, check)
+    finally:
+        asyncio.StreamWriter.write = original  # type: ignore[method-assign]
