@@ -185,6 +185,8 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
                    row: Any) -> None:
     """What the front adds to a warm call: at concurrency 1 from the alternating httpx sides above; at 32
     from wrk (a C client, when installed) against each, alternating, with the front process's CPU per call."""
+    import os
+
     from _common import wrk_run
 
     from conch.harness.mme_contract import model_hash
@@ -199,18 +201,22 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
             "direct": f"{mme.triton.sagemaker_url}/models/{model_hash(target)}/invoke"}
     rates: dict[str, list[float]] = {"front": [], "direct": []}
     front_cpu: list[float] = []
+    front_system: list[float] = []
     for index in range(5):
         for side in ("front", "direct") if index % 2 == 0 else ("direct", "front"):
-            before = time.process_time()  # this process: the front's thread (the main thread waits for wrk)
+            before = os.times()  # this process: the front's thread (the main thread waits for wrk)
             rate, count = wrk_run(urls[side], body, content_type, 32, 2, {TARGET_HEADER: target})
             if side == "front":
-                front_cpu.append((time.process_time() - before) / count)
+                after = os.times()
+                front_cpu.append((after.user + after.system - before.user - before.system) / count)
+                front_system.append((after.system - before.system) / count)  # the kernel's: sockets, epoll
             rates[side].append(rate)
     front, straight = statistics.median(rates["front"]), statistics.median(rates["direct"])
     row("wrk, 32 connections: req/s straight to Triton", straight, "req/s")
     row("wrk, 32 connections: req/s via the front", front, "req/s")
     row("front's added time at concurrency 32, % of Triton's (straight/front - 1)", (straight / front - 1) * 100, "%")
     row("front process CPU per call at concurrency 32", statistics.median(front_cpu) * 1e6, "us")
+    row("of which system (kernel) CPU per call at concurrency 32", statistics.median(front_system) * 1e6, "us")
 
 
 def profile_front(mme: Any, target: str, body: bytes, content_type: str, seconds: int) -> None:
@@ -241,7 +247,32 @@ def profile_front(mme: Any, target: str, body: bytes, content_type: str, seconds
     print(f"front's event loop: {type(mme._loop).__module__}.{type(mme._loop).__name__}")
     print(f"front under cProfile: {rate:.0f} req/s, {count} calls, {profiler_cpu(profiler) / count * 1e6:.0f} us "
           "of the loop thread's CPU per call")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    stats = pstats.Stats(profiler)
+    areas: dict[str, float] = {}
+    for (path, _, function), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        areas[_area(path, function)] = areas.get(_area(path, function), 0.0) + own
+    total = sum(areas.values()) or 1.0
+    print("the loop thread's CPU by where it was spent (own time of each function):")
+    for area, own in sorted(areas.items(), key=lambda item: -item[1]):
+        print(f"  {area:<58} {own / total * 100:5.1f} %  {own / count * 1e6:6.1f} us per call")
+    stats.sort_stats("tottime").print_stats(30)
+
+
+def _area(path: str, function: str) -> str:
+    """Which part of the front a profiled function belongs to."""
+    for marker, area in (("uvicorn", "uvicorn (server side: parsing, scope, send)"),
+                         ("endpoint/keepalive.py", "conch: the hop's connections (keepalive.py)"),
+                         ("endpoint/hop.py", "conch: the hop (hop.py)"),
+                         ("endpoint/single_write.py", "conch: one write per answer (single_write.py)"),
+                         ("endpoint/", "conch: the handler, fleet, metrics (app.py, fleet.py, metrics.py)"),
+                         ("prometheus_client", "prometheus_client"), ("asyncio", "asyncio (tasks, futures, locks)")):
+        if marker in path:
+            return area
+    if path == "~":  # built-ins and C methods: socket calls, the parser, the loop's own
+        if any(word in function for word in ("write", "send", "recv", "poll")):
+            return "socket calls (write, writev, poll), in C"
+        return "other built-ins (the loop, httptools, bytes, dict)"
+    return "other Python"
 
 
 def profiler_cpu(profiler: Any) -> float:
@@ -271,6 +302,7 @@ AB_METRICS = {  # the --overhead rows an A/B compares, by a short name
     "added p50, c=1 (ms)": "front's added p50 at concurrency 1 (httpx via the front - straight)",
     "added at 32, % of Triton's": "front's added time at concurrency 32, % of Triton's (straight/front - 1)",
     "front CPU per call at 32 (us)": "front process CPU per call at concurrency 32",
+    "of which kernel (us)": "of which system (kernel) CPU per call at concurrency 32",
     "req/s at 32, straight": "wrk, 32 connections: req/s straight to Triton",
     "req/s at 32, via the front": "wrk, 32 connections: req/s via the front",
 }

@@ -19,10 +19,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conch.harness.endpoint.fleet import Fleet, Model
+from conch.harness.endpoint.keepalive import AnswerTooLarge
 from conch.harness.endpoint.protocol import (
     EndpointError,
     ModelNotReady,
     ValidationError,
+    answer_too_large,
     model_error,
     timed_out,
 )
@@ -190,6 +192,8 @@ async def invoke(fleet: Fleet, endpoint_name: str, name: str, headers: Iterable[
         except httpx.TimeoutException:
             fleet.metrics.timeouts.inc()
             raise timed_out(target, budgets.invocation_timeout) from None
+        except AnswerTooLarge as exc:
+            raise answer_too_large(target, str(exc)) from None
         except httpx.HTTPError as exc:
             raise fleet.unreachable(target, exc) from None
         finally:

@@ -104,8 +104,11 @@ class Fleet:
         start = time.monotonic()
         hit = True
         watched: int | None = None  # the load attempt this call waits for (its failure is ours too)
+        watching: Model | None = None  # whose attempt: a failed one may have left the table since
         while True:
             async with self.changed:
+                if watching is not None and watching.attempt == watched and watching.failure is not None:
+                    raise watching.failure
                 m = self.models.setdefault(name, Model(name))
                 if m.state is State.LOADED:
                     self._take(m, hit)
@@ -113,17 +116,16 @@ class Fleet:
                         self.metrics.time("ModelLoadingWaitTime", time.monotonic() - start)
                     return m
                 hit = False
-                if watched is not None and m.attempt == watched and m.failure is not None:
-                    raise m.failure
                 if m.state is State.HUNG and m.failure is not None and (
                         time.monotonic() < m.hung_at + self.budgets.load_timeout):
                     raise m.failure  # asking Triton again this soon would only evict a healthy model for nothing
                 if m.state in (State.FETCHING, State.LOADING, State.UNLOADING):
-                    watched = m.attempt if m.state is not State.UNLOADING else watched
+                    if m.state is not State.UNLOADING:
+                        watched, watching = m.attempt, m
                     await self.changed.wait()
                     continue
                 m.attempt += 1
-                watched = m.attempt
+                watched, watching = m.attempt, m
                 m.failure = None
                 m.state = State.FETCHING if m.state is State.REMOTE else State.LOADING
             if await self._bring_up(m):  # loaded, with this invocation already counted in flight
@@ -146,6 +148,10 @@ class Fleet:
         (self.metrics.hit if hit else self.metrics.miss).inc()
 
     async def release(self, m: Model) -> None:
+        if m.inflight > 1:  # still busy after this one: nothing waits for that (no lock, no wake-up)
+            m.inflight -= 1
+            m.last_used = time.monotonic()
+            return
         async with self.changed:
             m.inflight -= 1
             m.last_used = time.monotonic()
@@ -193,6 +199,10 @@ class Fleet:
             m.failure = exc
             if m.state is not State.HUNG:
                 m.state = State.ON_DISK if m.folder is not None else State.REMOTE
+            if m.state is State.REMOTE and not m.loads and self.models.get(m.name) is m:
+                # nothing of it is held (no files, never loaded): a name callers made up must not stay in the table;
+                # the callers of this attempt still get its failure, the next call fetches again (the same error)
+                del self.models[m.name]
             self.changed.notify_all()
 
     async def _fetch(self, m: Model) -> None:

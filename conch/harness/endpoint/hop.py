@@ -1,19 +1,21 @@
 """The hop from the front to Triton's SageMaker front end: the calls the SageMaker platform makes to the
 container (``POST /models``, ``DELETE /models/<hash>``, ``POST /models/<hash>/invoke``, as
-conch.harness.mme_contract spells them for the sync client too). Loads and unloads
-go through httpx; invocations, the hot path, through aiohttp's client on a pool of kept-alive connections
-(its C HTTP parser, no per-request client machinery: httpx cost ~1 ms per call, see benchmarks/RESULTS.md)."""
+conch.harness.mme_contract spells them for the sync client too). Loads and unloads go through httpx;
+invocations, the hot path, through kept-alive connections whose answers httptools' parser reads
+(``keepalive.py``), with each TargetModel's request head made once (httpx cost ~1 ms per call, aiohttp's
+client ~0.12 ms: benchmarks/RESULTS.md, issue 23)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import aiohttp
 import httpx
-from yarl import URL
 
+from conch.harness.endpoint.keepalive import OPEN, Pool
 from conch.harness.mme_contract import MODELS, error_text, invoke_path, load_body, model_path, target_headers
 
 UNLOAD_TIMEOUT_S = 360.0  # SageMaker waits this long for an unload; Triton's front end gives up at 350 s
@@ -34,41 +36,43 @@ class Answer:
 
 
 class TritonHop:
-    """Async client of one tritonserver's SageMaker front end."""
+    """Async client of one tritonserver's SageMaker front end. ``resent``: called for each invocation sent on
+    another connection because the kept one it took was already closed (nothing of it had been written)."""
 
-    def __init__(self, sagemaker_url: str, log_path: Path | None = None) -> None:
+    def __init__(self, sagemaker_url: str, log_path: Path | None = None,
+                 resent: Callable[[], object] = lambda: None) -> None:
         self.log_path = log_path
-        limits = httpx.Limits(max_connections=_OPEN, max_keepalive_connections=32)
+        self.resent = resent
+        limits = httpx.Limits(max_connections=OPEN, max_keepalive_connections=32)
         self.sagemaker = httpx.AsyncClient(base_url=sagemaker_url, limits=limits, timeout=INVOKE_TIMEOUT_S)
         self._url = sagemaker_url.rstrip("/")
-        self._invocations: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
-        # per TargetModel and Content-Type: the invoke URL and headers, made once (the name's hash, the URL parse)
-        self._calls: dict[tuple[str, str], tuple[URL, dict[str, str]]] = {}
+        self._pool: Pool | None = None  # made on first use, inside the running loop
+        # per TargetModel and Content-Type: the invoke URL and headers, and the request head, made once
+        self._calls: dict[tuple[str, str], tuple[str, dict[str, str]]] = {}
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     async def rebind(self, sagemaker_url: str) -> None:
         """Talk to a restarted server (on new ports) from now on."""
         self.sagemaker.base_url = httpx.URL(sagemaker_url)
         self._url = sagemaker_url.rstrip("/")
         self._calls.clear()
-        await self._close_invocations()
+        self._heads.clear()
+        self._close_invocations()
 
     async def close(self) -> None:
-        await self._close_invocations()
+        self._close_invocations()
         await self.sagemaker.aclose()
 
-    async def _close_invocations(self) -> None:
-        session, self._invocations = self._invocations, None
-        if session is not None:
-            await session.close()
+    def _close_invocations(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self._invocations is None:
-            connector = aiohttp.TCPConnector(limit=_OPEN, keepalive_timeout=_IDLE_S)
-            # no Accept-Encoding (Triton would compress answers), no cookies, Triton's bytes passed through as sent
-            self._invocations = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
-                skip_auto_headers=("Accept-Encoding", "User-Agent"), timeout=aiohttp.ClientTimeout(total=None))
-        return self._invocations
+    def _connections(self) -> Pool:
+        if self._pool is None:
+            url = urlsplit(self._url)
+            self._pool = Pool(url.hostname or "127.0.0.1", url.port or 80, self.resent)
+        return self._pool
 
     async def load(self, target_model: str, folder: Path, timeout: float) -> Answer:
         """Register and load the unpacked archive; raises httpx.TimeoutException past ``timeout``."""
@@ -89,41 +93,57 @@ class TritonHop:
     async def invoke(self, target_model: str, body: bytes, content_type: str,
                      timeout: float | None = None) -> Answer:
         """Triton's answer; httpx.TimeoutException past ``timeout`` (default INVOKE_TIMEOUT_S), another
-        httpx.HTTPError when it does not answer (as the httpx client raised, so callers keep one contract)."""
-        url, headers = self._call(target_model, content_type)
+        httpx.HTTPError when it does not answer (``keepalive.AnswerTooLarge`` past SageMaker's size), as the
+        httpx client raised, so callers keep one contract. Sent once: a connection that drops after the request
+        was written is an error, not a second try."""
+        head = self._heads.get((target_model, content_type)) or self._head(target_model, content_type)
+        pool = self._pool or self._connections()
+        loop = pool.loop
         limit = INVOKE_TIMEOUT_S if timeout is None else timeout
-        session = self._session()
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
+        conn = None
         try:
-            for attempt in (1, 2):
-                wait = aiohttp.ClientTimeout(total=max(deadline - loop.time(), 0.001))
-                try:
-                    async with session.post(url, data=body, headers=headers, timeout=wait) as r:
-                        return Answer(r.status, await r.read(), r.headers.get("Content-Type", ""))
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                    # the connection ended before the head of an answer (or took no request): a kept one
-                    # Triton closed while it was idle; tried once more, on another connection (aiohttp
-                    # retries only idempotent methods by itself)
-                    if attempt == 2:
-                        raise
-            raise AssertionError("two attempts either return or raise")
-        except asyncio.TimeoutError:  # what aiohttp raises past a ClientTimeout (TimeoutError from 3.11)
+            conn, _ = await pool.take(deadline)
+            size = len(body)
+            if size <= _JOINED:
+                answer = conn.send(b"%s%d\r\n\r\n%s" % (head, size, body), b"")
+            else:
+                answer = conn.send(b"%s%d\r\n\r\n" % (head, size), body)
+            timer = loop.call_at(deadline, conn.timed_out)
+            try:
+                status, content, kind = await answer
+            finally:
+                timer.cancel()
+        except asyncio.TimeoutError:
             raise httpx.ReadTimeout(f"no answer within {limit:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise httpx.RemoteProtocolError(f"the connection closed before an answer: {exc}") from exc
-        except aiohttp.ClientError as exc:
-            raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()  # it may still owe (part of) an answer
+            raise
+        pool.give(conn)
+        return Answer(status, content, kind)
 
-    def _call(self, target_model: str, content_type: str) -> tuple[URL, dict[str, str]]:
+    def _head(self, target_model: str, content_type: str) -> bytes:
+        url, headers = self._call(target_model, content_type)
+        if len(self._heads) >= _CALLS_KEPT:
+            self._heads.clear()
+        parts = urlsplit(url)
+        lines = [f"POST {parts.path} HTTP/1.1", f"Host: {parts.netloc}",
+                 *(f"{name}: {value}" for name, value in headers.items()), "Content-Length: "]
+        text = "\r\n".join(lines)
+        if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in target_model + content_type):
+            raise ValueError(f"TargetModel {target_model!r} or Content-Type {content_type!r}: control characters "
+                             "cannot go into an HTTP header")
+        head = self._heads[(target_model, content_type)] = _latin1_or_utf8(text)
+        return head
+
+    def _call(self, target_model: str, content_type: str) -> tuple[str, dict[str, str]]:
         key = (target_model, content_type)
         call = self._calls.get(key)
         if call is None:
             if len(self._calls) >= _CALLS_KEPT:  # names callers made up must not grow it without end
                 self._calls.clear()
-            call = self._calls[key] = (URL(f"{self._url}{invoke_path(target_model)}"),
+            call = self._calls[key] = (f"{self._url}{invoke_path(target_model)}",
                                        target_headers(target_model, content_type))
         return call
 
@@ -134,6 +154,13 @@ class TritonHop:
                 f"exited or stalled{log}")
 
 
-_OPEN = 64  # connections to Triton at once (as the httpx pool allowed); more calls wait for one
-_IDLE_S = 30.0  # an idle kept connection is closed after this long
-_CALLS_KEPT = 4096  # (TargetModel, Content-Type) pairs whose URL and headers are kept
+_CALLS_KEPT = 4096  # (TargetModel, Content-Type) pairs whose URL, headers and request head are kept
+_JOINED = 64 * 1024  # bodies up to this size go out in one buffer with the head; larger ones as they are
+
+
+def _latin1_or_utf8(text: str) -> bytes:
+    """A header as the caller's bytes (the front decoded them as latin-1), or UTF-8 for other text."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8")

@@ -24,6 +24,7 @@ from conch.harness.endpoint.fleet import Budgets, Fleet
 from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
+from conch.harness.endpoint.single_write import SingleWriteProtocol
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
@@ -197,7 +198,8 @@ class LocalMME:
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
-            fleet = Fleet(self.source, disk, TritonHop(triton.sagemaker_url, triton.log_path), metrics, self.budgets,
+            hop = TritonHop(triton.sagemaker_url, triton.log_path, resent=metrics.resends.inc)
+            fleet = Fleet(self.source, disk, hop, metrics, self.budgets,
                           memory, step_names=self.step_names, server_alive=triton.running,
                           retry_lookup=self.retry_lookup)
             fleet.baseline_memory = baseline
@@ -208,11 +210,14 @@ class LocalMME:
             metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
-        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime.
+        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime; no
+        # "server: uvicorn" header (SageMaker's answers carry none; one header less to check per answer); the
+        # Date header stays (SageMaker's answers carry one; uvicorn makes it once a second).
         # log_config=None: uvicorn's default runs logging.config.dictConfig, which closes every logging handler
         # of the process (absl's closes the stream it holds); its loggers go to the process's logging instead
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=30, proxy_headers=False, log_config=None)
+                                lifespan="on", timeout_keep_alive=30, proxy_headers=False, server_header=False,
+                                http=SingleWriteProtocol, log_config=None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()
@@ -224,6 +229,10 @@ class LocalMME:
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     def stop(self) -> None:
+        resends = int(self.metrics.resends._value.get())
+        if resends:
+            log.warning("the hop to tritonserver sent %d invocations on another connection because the kept one was "
+                        "already closed (TritonHopResends; nothing of them had reached Triton)", resends)
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join(timeout=FLEET_CALL_TIMEOUT_S + 30)  # a restart under way finishes first
@@ -257,8 +266,11 @@ class LocalMME:
 
     def counts(self) -> dict[str, Any]:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
-        step-name mode (``metrics.run_counts``)."""
-        return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
+        step-name mode (``metrics.run_counts``); ``resends``: invocations the hop sent on another connection
+        because the kept one was already closed (``TritonHopResends``; nothing of them had reached Triton)."""
+        snapshot = self.metrics.snapshot()
+        return {**run_counts(None, {**snapshot, "step_names": self.step_names.value}),
+                "resends": snapshot["TritonHopResends"]}
 
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""

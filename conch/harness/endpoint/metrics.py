@@ -50,6 +50,8 @@ class Metrics:
                                  "TargetModel was still loading past the load wait", registry=r)
         self.timeouts = Counter("InvocationTimeouts", "invocations not answered within the invocation timeout",
                                 registry=r)
+        self.resends = Counter("TritonHopResends", "invocations sent on another connection to Triton because the "
+                               "kept one they took was already closed (nothing of them had been written)", registry=r)
         self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
                                       registry=r)
         self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
@@ -95,7 +97,8 @@ class Metrics:
                              ("ModelDiskEvictions", self.disk_evictions),
                              ("TritonRestarts", self.restarts), ("TritonLookupRetries", self.lookup_retries),
                              ("TritonLookupMisses", self.lookup_misses), ("StepNameCollisions", self.collisions),
-                             ("ModelNotReady", self.not_ready), ("InvocationTimeouts", self.timeouts)):
+                             ("ModelNotReady", self.not_ready), ("InvocationTimeouts", self.timeouts),
+                             ("TritonHopResends", self.resends)):
             out[name] = int(metric._value.get())
         for name, gauge in (("LoadedModelCount", self.loaded), ("LoadedModelCountPeak", self.loaded_peak),
                             ("LoadedModelCountLimit", self.max_loaded), ("MemoryUsedBytes", self.memory),

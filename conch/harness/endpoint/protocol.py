@@ -73,6 +73,16 @@ def timed_out(target_model: str, seconds: float) -> ModelError:
                       f"{target_model!r} gave no answer within {seconds:g} s, the invocation timeout)", 0, TIMED_OUT)
 
 
+# The message is conch's: SageMaker's answer to a container response over InvokeEndpoint's 6 MB is not published
+TOO_LARGE = "The response from container primary is larger than the 6 MB InvokeEndpoint returns."
+
+
+def answer_too_large(target_model: str, detail: str) -> ModelError:
+    """A ModelError for an answer of ``target_model`` past the size SageMaker passes on (``detail``: Triton's)."""
+    return ModelError(f"Received server error (0) from primary with message \"{TOO_LARGE}\" (local: TargetModel "
+                      f"{target_model!r} answered {detail})", 0, TOO_LARGE)
+
+
 def model_error(target_model: str, status: int, message: str) -> ModelError:
     """Triton answered an invocation of ``target_model`` with ``status``: SageMaker's ModelError for it."""
     side = "client" if status < 500 else "server"

@@ -98,3 +98,43 @@ def test_a_body_past_the_limit_is_read_to_its_end_and_refused_with_its_size() ->
         asyncio.run(read_body(messages({"type": "http.request", "body": b"12345"}), limit=4))
     assert asyncio.run(read_body(messages({"type": "http.request", "body": b"ab", "more_body": True},
                                           {"type": "http.request", "body": b"cd"}), limit=4)) == b"abcd"
+
+
+class OversizedHop(NoHop):
+    async def invoke(self, target: str, body: bytes, content_type: str, timeout: float) -> None:
+        from conch.harness.endpoint.keepalive import AnswerTooLarge
+
+        raise AnswerTooLarge(7_000_000, True, 200, 6_291_456)
+
+
+class Loaded(Front):
+    """A Fleet whose TargetModel is loaded, behind a hop whose answer is past SageMaker's size."""
+
+    def __init__(self) -> None:
+        from conch.harness.endpoint.fleet import Budgets
+
+        super().__init__()
+        self.hop = OversizedHop()
+        self.budgets = Budgets()
+        self.released = 0
+
+    def take_loaded(self, name: str) -> object:
+        return name
+
+    async def release(self, model: object) -> None:
+        self.released += 1
+
+
+def test_an_answer_past_sagemakers_size_is_a_model_error_not_passed_on() -> None:
+    front = Loaded()
+    with client(front) as http:
+        answer = http.post("/endpoints/local-mme/invocations", content=b"{}", headers={TARGET_HEADER: "a.tar.gz"})
+    body = answer.json()
+    assert (answer.status_code, answer.headers["x-amzn-ErrorType"]) == (424, "ModelError")
+    assert body["OriginalStatusCode"] == 0 and front.released == 1
+    assert re.match(r"Received server error \(0\) from primary with message \"The response from container primary "
+                    r"is larger than the 6 MB InvokeEndpoint returns\.\" \(local: TargetModel 'a\.tar\.gz' answered "
+                    r"HTTP 200 with a body of 7000000 bytes", body["Message"])
+    assert "is larger than the 6 MB InvokeEndpoint returns." in body["Message"]
+    assert "Received server error (0) from primary with message" in body["Message"]
+    assert front.metrics.snapshot()["Invocations"] == {"2XX": 0, "4XX": 1, "5XX": 0}

@@ -123,3 +123,25 @@ def test_an_unknown_model_answer_for_a_loaded_model_is_passed_on_and_counted(
     assert metrics["TritonLookupRetries"] == retries
     assert metrics["TritonLookupMisses"] == 1 + retries  # every 'unknown model' answer, retried or not
     assert counts["lookup_retries"] == retries and counts["lookup_misses"] == 1 + retries
+
+
+def test_an_answer_on_the_wire_carries_sagemakers_headers_and_no_server_header(mme: LocalMME) -> None:
+    import socket
+
+    from mme_archives import X
+
+    from conch.wire import TARGET_HEADER, json_request
+
+    body, content_type = json_request({"X": X})
+    invoke_linear(runtime(mme.url), "m0.tar.gz")  # loaded first
+    request = (f"POST /endpoints/local/invocations HTTP/1.1\r\nHost: x\r\n{TARGET_HEADER}: m0.tar.gz\r\n"
+               f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection((mme.host, mme.port), timeout=60) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+    head = answer.split(b"\r\n\r\n")[0].decode("latin-1").lower().split("\r\n")
+    names = [line.split(":")[0] for line in head[1:]]
+    assert head[0] == "http/1.1 200 ok"
+    assert names == ["date", "content-type", "x-amzn-invoked-production-variant", "content-length"]

@@ -1,0 +1,67 @@
+"""uvicorn's httptools protocol with each answer written to the socket in one piece.
+
+uvicorn writes an answer's head and its body with two ``transport.write`` calls, which uvloop sends as two
+``write`` syscalls: two segments on the wire, and a caller woken for a head without its body. Here the writes of
+one answer are gathered and sent when uvicorn marks the answer complete (or at the end of the loop's turn, for a
+write nothing completes, e.g. ``100 Continue``), as one ``writev`` (the body not copied). Same bytes, in the same
+order; one syscall per answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class Gathered:
+    """A transport whose writes are held until ``flush`` (called by the protocol, by ``close``, or by the loop at
+    the end of the turn); everything else goes to the real transport."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes | bytearray | memoryview] = []
+        # what uvicorn calls on every request, bound once (not looked up through __getattr__ each time)
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.pause_reading = transport.pause_reading
+        self.resume_reading = transport.resume_reading
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        if self._transport.is_closing():
+            return  # the caller went away: what asyncio's write drops too
+        if len(held) == 1:
+            self._transport.write(held[0])
+        else:
+            self._transport.writelines(held)  # one writev under uvloop: the body is not copied
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # set_protocol, get_write_buffer_size...
+        return getattr(self._transport, name)
+
+
+class SingleWriteProtocol(HttpToolsProtocol):
+    """uvicorn's ``httptools`` protocol on a ``Gathered`` transport (``uvicorn.Config(http=...)``)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        gathered = Gathered(transport, self.loop)  # type: ignore[arg-type]
+        self.gathered = gathered
+        super().connection_made(gathered)  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        self.gathered.flush()
+        super().on_response_complete()
