@@ -89,8 +89,9 @@ def build_all(
     done: Callable[[BuildOutcome], None],
     progress: Progress | None = None,
 ) -> list[BuildOutcome]:
-    """Build every job, ``workers`` at a time; ``done`` hears of each ensemble as it finishes. Outcomes
-    come back in job order. With one worker (or one job) everything runs in this process.
+    """Build every job, ``workers`` at a time (this process and ``workers - 1`` others); ``done`` hears of
+    each ensemble as it finishes. Outcomes come back in job order. With one worker (or one job) everything
+    runs in this process.
 
     ``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr (none
     when ``progress`` is None)."""
@@ -101,12 +102,31 @@ def build_all(
             done(outcomes[-1])
         return outcomes
     results: dict[int, BuildOutcome] = {}
+
+    def finished(index: int, outcome: BuildOutcome) -> None:
+        results[index] = outcome
+        done(outcome)
+
     if _context().get_start_method() == "fork":  # imported once here, not once in every worker
         import conch.builder.repository_build  # noqa: F401
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_context()) as pool:
-        futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble) if progress else None): index
-                   for index, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            done(results[futures[future]])
+    # This process is one of the builders: ``workers - 1`` others take jobs from the front of the queue
+    # while it takes them from the back (no pickling, no pipe and no process start for its share).
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)) - 1, mp_context=_context())
+    try:
+        futures = [pool.submit(run_job, job, partial(_prefixed, job.ensemble) if progress else None) for job in jobs]
+        waiting = dict(zip(futures, range(len(jobs)), strict=True))
+        for index in reversed(range(len(jobs))):
+            if not futures[index].cancel():  # a worker has it: every job before it is theirs too
+                break
+            del waiting[futures[index]]
+            job = jobs[index]
+            finished(index, run_job(job, partial(_prefixed, job.ensemble) if progress else None))
+            for future in [f for f in waiting if f.done()]:  # heard of as they finish, not all at the end
+                finished(waiting.pop(future), future.result())
+        for future in as_completed(waiting):
+            finished(waiting[future], future.result())
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[i] for i in range(len(jobs))]
