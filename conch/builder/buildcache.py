@@ -65,9 +65,10 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
     """What an entry adds to the build key besides its content digest: executable bit or link target."""
     if isinstance(source, bytes):
         return [name]
-    if source.is_symlink():
+    mode = os.lstat(source).st_mode
+    if stat.S_ISLNK(mode):
         return [name, "link", os.readlink(source)]
-    return [name, bool(source.stat().st_mode & stat.S_IXUSR)]
+    return [name, bool(mode & stat.S_IXUSR)]
 
 
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
