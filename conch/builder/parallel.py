@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -133,21 +134,32 @@ def build_all(
     here(len(jobs) - 1)
     rest = range(len(jobs) - 1)
     pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context())
+    # every future, done or cancelled, passes through here once (the pool's thread puts a worker's job when it
+    # finishes): this thread hears of them between its own builds, without looking through the others
+    finishing: queue.SimpleQueue[Future[BuildOutcome]] = queue.SimpleQueue()
     try:
         futures = [pool.submit(run_job, jobs[i], partial(_prefixed, jobs[i].ensemble) if progress else None)
                    for i in rest]
-        waiting = dict(zip(futures, rest, strict=True))
+        index_of = dict(zip(futures, rest, strict=True))
+        for future in futures:
+            future.add_done_callback(finishing.put)
+        heard = 0
+
+        def hear(future: Future[BuildOutcome]) -> None:
+            nonlocal heard
+            heard += 1
+            if not future.cancelled():  # cancelled: taken by this process
+                results[index_of[future]] = future.result()
+                done(results[index_of[future]])
+
         for index in reversed(rest):
             if not futures[index].cancel():  # a worker has it: every job before it is theirs too
                 break
-            del waiting[futures[index]]
             here(index)
-            for future in [f for f in waiting if f.done()]:  # heard of as they finish, not all at the end
-                results[waiting[future]] = future.result()
-                done(results[waiting.pop(future)])
-        for future in as_completed(waiting):
-            results[waiting[future]] = future.result()
-            done(results[waiting[future]])
+            while not finishing.empty():
+                hear(finishing.get())
+        while heard < len(futures):
+            hear(finishing.get())
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
