@@ -72,7 +72,7 @@ def repository_build(
     output: list[CapturedOutput] = []
     digests = Digests()
     with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
-        plan = compile_ensemble(ensemble, target, release, _checker(output, digests))
+        plan = compile_ensemble(ensemble, target, release, _checker(output, digests, refresh))
     return RepositoryBuild(plan, progress, refresh, output, digests)
 
 
@@ -208,21 +208,22 @@ def _in_archive(model: str, rel: str) -> str:
     return f"{model}/{rel}"
 
 
-def _checker(output: list[CapturedOutput], digests: Digests) -> LayoutChecker:
-    """How a build lays out and checks a step: what the step's code says is kept in ``output``."""
+def _checker(output: list[CapturedOutput], digests: Digests, refresh: bool) -> LayoutChecker:
+    """How a build lays out and checks a step: what the step's code says is kept in ``output``; ``refresh``
+    runs the checks that passed before again."""
 
     def checked(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
         with captured(f"the export of step {step.name!r}", output):
-            return _checked_layout(step, model, target, release, ensemble, digests)
+            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
 
     return checked
 
 
 def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str,
-                    digests: Digests) -> StepLayout:
+                    digests: Digests, refresh: bool = False) -> StepLayout:
     """The step's layout, after its build-time checks. Checks that passed for the same declaration,
-    config, files and release are not run again: they read or run the artifacts (0.3 s for a 90 MB
-    ONNX file) and depend on nothing else."""
+    config, files and release are not run again (but for ``refresh``): they read or run the artifacts
+    (0.3 s for a 90 MB ONNX file) and depend on nothing else."""
     try:
         layout = step.layout(model, target, release, ensemble)
     except Exception:
@@ -235,7 +236,7 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
         raise BuildError(f"step {step.name!r}: cannot read a file it lays out: {exc}") from exc
     material = [type(step).__module__, type(step).__qualname__, describe_step(step), step.check_settings(),
                 repr(layout.spec), str(release), contents]
-    if not passed_before(material):
+    if refresh or not passed_before(material):
         step.check(release)
         remember_passed(material)
     return layout
