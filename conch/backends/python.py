@@ -99,9 +99,9 @@ class PythonStep(Step):
             attr=self.attr,
             is_class=inspect.isclass(self.code),
             batching=self.max_batch_size > 0,
-            inputs=[(t.name, str(t.dtype.numpy), t.optional) for t in self.inputs],
+            inputs=[(t.name, t.dtype.numpy_name, t.optional) for t in self.inputs],
             # the shape the code returns is the reshape when one is declared (Triton reshapes it to dims)
-            outputs=[(t.name, str(t.dtype.numpy), t.dtype.wire, list(t.reshape if t.reshape is not None else t.dims))
+            outputs=[(t.name, t.dtype.numpy_name, t.dtype.wire, list(t.reshape if t.reshape is not None else t.dims))
                      for t in self.outputs],
         )
         files: dict[str, FileSource] = {

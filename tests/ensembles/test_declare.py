@@ -22,6 +22,7 @@ from conch import (
     Warmup,
 )
 from conch.ensembles.config import VersionPolicy
+from conch.ensembles.dtypes import DType
 from conch.ensembles.target import Target
 
 
@@ -510,3 +511,8 @@ def test_code_is_located_once_while_its_file_is_unchanged(tmp_path: Path, monkey
                                                r"inside Triton"):
         step(name="d", code=code)
     assert located == ["a", "d"]
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_a_dtypes_numpy_name_is_its_numpy_dtype_as_text(dtype: DType) -> None:
+    assert dtype.numpy_name == str(dtype.numpy)
