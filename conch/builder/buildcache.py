@@ -92,13 +92,15 @@ def remember_passed(material: object) -> None:
     write_json(_cache_root() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
 
 
-_roots: dict[tuple[str | None, str, str], Path] = {}
+_roots: dict[tuple[str | None, str], Path] = {}
 
 
 def _cache_root() -> Path:
     """``cache_dir()``, asked once per setting in a process (it makes the folder at each call; the records
     written under it make their folders themselves)."""
-    setting = (os.environ.get("CONCH_CACHE_DIR"), os.path.expanduser("~"), os.getcwd())  # what it is taken from
+    folder = os.environ.get("CONCH_CACHE_DIR")
+    # what cache_dir() follows: the setting (a relative one from the working folder), else the home folder
+    setting = (folder, os.getcwd() if folder and not os.path.isabs(folder) else os.environ.get("HOME", ""))
     root = _roots.get(setting)
     if root is None:
         root = _roots[setting] = cache_dir()
