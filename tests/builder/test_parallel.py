@@ -41,3 +41,20 @@ def test_this_process_builds_from_the_back_while_a_worker_builds_from_the_front(
     assert by["e0"] != f"pid {PARENT}"  # the first, by the worker
     assert [f"e{i}" for i in range(7, 7 - len(BUILT_HERE), -1)] == BUILT_HERE  # from the back, in turn
     assert sorted(BUILT_HERE) == sorted(e for e, pid in by.items() if pid == f"pid {PARENT}")
+
+
+def test_a_failure_while_hearing_of_the_jobs_stops_the_workers_and_goes_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What ``done`` raises (a closed terminal, an interrupt) leaves no worker behind and reaches the caller."""
+    import multiprocessing
+
+    monkeypatch.setattr(parallel, "run_job", _fake_job)
+    jobs = [BuildJob(tmp_path / "e.py", f"e{i}", tmp_path, "local", "24.10") for i in range(6)]
+
+    def done(outcome: BuildOutcome) -> None:
+        if outcome.ensemble == "e4":
+            raise RuntimeError("the terminal went away while e4 was reported")
+
+    with pytest.raises(RuntimeError, match="the terminal went away while e4 was reported"):
+        build_all(jobs, 2, done)
+    assert multiprocessing.active_children() == []
