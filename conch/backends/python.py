@@ -38,6 +38,7 @@ class PythonStep(Step):
 
     kind = "python"
     platform = Platform.PYTHON
+    lays_out_with_code = False  # model.py is rendered and the module's file named: nothing of the user's runs
 
     def __init__(
         self,
@@ -220,6 +221,7 @@ class PythonModelStep(Step):
 
     kind = "python_model"
     platform = Platform.PYTHON
+    lays_out_with_code = False  # its folder is laid out as it is
 
     def __init__(
         self,

@@ -213,6 +213,8 @@ def _checker(output: list[CapturedOutput], digests: Digests, refresh: bool) -> L
     runs the checks that passed before again."""
 
     def checked(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if not step.lays_out_with_code:  # nothing to capture
+            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
         with captured(f"the export of step {step.name!r}", output):
             return _checked_layout(step, model, target, release, ensemble, digests, refresh)
 
