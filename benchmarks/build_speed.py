@@ -11,7 +11,9 @@ alternating (medians over rounds):
          only the exported/downloaded artifacts, packed environments and Triton backend folders (and pip's
          own caches); serialized DALI pipelines, bindings, observations, pins, checks and records start empty
 
-    python benchmarks/build_speed.py [text many again examples] [--rounds 3]
+    python benchmarks/build_speed.py [text many again examples] [--rounds 3] [--vs OTHER_CHECKOUT]
+
+--vs: the many row also builds with another checkout's conch, alternating with the others (before/after).
 
 Each command runs as users run Python: bytecode caches written and reused (PYTHONDONTWRITEBYTECODE is
 dropped for them). Writes benchmarks/results/build_speed.json.
@@ -111,7 +113,7 @@ def row_text(tmp: Path, rounds: int) -> dict[str, object]:
             "cpu": {"conch build": CPU["text conch"], "tar czf": CPU["text tar"]}, "target": "<= 1.1", **sizes}
 
 
-def row_many(tmp: Path, rounds: int, count: int, jobs: int) -> dict[str, object]:
+def row_many(tmp: Path, rounds: int, count: int, jobs: int, vs: Path | None = None) -> dict[str, object]:
     project = tmp / "many"
     project.mkdir()
     shutil.copy(ROOT / "benchmarks" / "bench_steps.py", project)
@@ -125,10 +127,22 @@ def row_many(tmp: Path, rounds: int, count: int, jobs: int) -> dict[str, object]
         "conch build": lambda: timed(conch("build", project, "--out", outs(), "-j", str(jobs)), label="many conch"),
         "tar czf loop": lambda: timed(["sh", "-c", loop, "sh", str(outs())], label="many tar"),
     }
+    if vs is not None:  # the same build by another checkout of conch, in the same alternation (before/after)
+        base = {**ENV, "PYTHONPATH": str(vs)}
+        cases["conch build (--vs)"] = lambda: timed(conch("build", project, "--out", outs(), "-j", str(jobs)), base,
+                                                    cwd=tmp, label="many vs")
+    load = os.getloadavg()
     samples = alternate(cases, rounds)
-    return {"row": f"{count} small ensembles vs one tar czf per tree", "jobs": jobs, "samples": samples,
-            "ratio": median(samples["conch build"]) / median(samples["tar czf loop"]),
-            "cpu": {"conch build": CPU["many conch"], "tar czf loop": CPU["many tar"]}, "target": "<= 0.6"}
+    row = {"row": f"{count} small ensembles vs one tar czf per tree", "jobs": jobs, "samples": samples,
+           "ratio": median(samples["conch build"]) / median(samples["tar czf loop"]),
+           "cpu": {"conch build": CPU["many conch"], "tar czf loop": CPU["many tar"]}, "target": "<= 0.6",
+           "load_average": [load, os.getloadavg()]}
+    if vs is not None:
+        before = samples.pop("conch build (--vs)")
+        row["vs"] = {"checkout": str(vs), "samples": before, "cpu": CPU["many vs"],
+                     "wall_this_over_vs": median(samples["conch build"]) / median(before),
+                     "cpu_this_over_vs": median(CPU["many conch"]) / median(CPU["many vs"])}
+    return row
 
 
 def row_again(tmp: Path, rounds: int, what: Path = TEXT, *flags: str) -> dict[str, object]:
@@ -167,6 +181,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--vs", type=Path, help="many: also build with the conch of this checkout (its root, put on "
+                        "PYTHONPATH), alternating with the others: before/after in one run")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="conch-bench-build-") as tmp:
@@ -176,7 +192,7 @@ def main() -> int:
             if row == "text":
                 results.append(row_text(folder, args.rounds))
             elif row == "many":
-                results.append(row_many(folder, args.rounds, args.count, args.jobs))
+                results.append(row_many(folder, args.rounds, args.count, args.jobs, args.vs and args.vs.resolve()))
             elif row == "examples":
                 results.append(row_again(folder, args.rounds, ROOT / "ensembles", "--target", "local"))
             else:
@@ -196,6 +212,14 @@ def main() -> int:
                       f"{cpu_a:.3f} s", f"{cpu_b:.3f} s", f"{cpu_ratio:.3g}", r["target"]])
     print(table(["row", "A wall", "B wall", "A/B (again: B/A)", "A CPU", "B CPU", "same by CPU", "target"], lines))
     for r in results:
+        load = r.get("load_average")
+        if isinstance(load, list):
+            print(f"{r['row']}: load average {load[0]} before, {load[1]} after")
+        vs = r.get("vs")
+        if isinstance(vs, dict):
+            print(f"{r['row']}: --vs {vs['checkout']}: {median(vs['samples']):.3f} s wall, {median(vs['cpu']):.3f} s "
+                  f"CPU; this checkout over it: {vs['wall_this_over_vs']:.3g} by wall, {vs['cpu_this_over_vs']:.3g} "
+                  "by CPU")
         if r.get("unchanged_build_itself_s"):
             itself = median(r["unchanged_build_itself_s"])  # type: ignore[arg-type]
             cold = median(r["samples"]["cold build"])  # type: ignore[index]

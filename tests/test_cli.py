@@ -192,3 +192,15 @@ def test_python_dash_m_conch_is_the_conch_command() -> None:
                            timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("usage: conch build")
+
+
+def test_a_program_run_leaves_its_objects_to_the_exit_and_a_call_does_not(tmp_path: Path) -> None:
+    """Run as the program (``main()`` reading sys.argv), conch freezes the collector once the command is done,
+    so the interpreter's exit frees what is left without walking every object; a caller of ``main(argv)``
+    keeps its collector as it was."""
+    code = ("import gc, sys, conch.cli\n"
+            "assert conch.cli.main(['inspect', 'missing.tar.gz']) == 2 and gc.get_freeze_count() == 0\n"
+            "sys.argv = ['conch', 'inspect', 'missing.tar.gz']\n"
+            "print(conch.cli.main(), gc.get_freeze_count() > 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.stdout.split() == ["2", "True"], result.stderr

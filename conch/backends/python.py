@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +38,7 @@ class PythonStep(Step):
 
     kind = "python"
     platform = Platform.PYTHON
+    lays_out_with_code = False  # model.py is rendered and the module's file named: nothing of the user's runs
 
     def __init__(
         self,
@@ -57,9 +59,8 @@ class PythonStep(Step):
             raise DeclarationError(f"python step {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
         self.module_name, self.attr, self.source = _code_location(name, code)
-        takes_any = _takes_var_keywords(code)
         for t in self.inputs:
-            if not t.name.isidentifier() and not takes_any:
+            if not t.name.isidentifier() and not _takes_var_keywords(code):
                 raise DeclarationError(
                     f"python step {name!r}: input {t.name!r} is passed to the code as a keyword argument, "
                     "so it must be a Python identifier"
@@ -99,9 +100,9 @@ class PythonStep(Step):
             attr=self.attr,
             is_class=inspect.isclass(self.code),
             batching=self.max_batch_size > 0,
-            inputs=[(t.name, str(t.dtype.numpy), t.optional) for t in self.inputs],
+            inputs=[(t.name, t.dtype.numpy_name, t.optional) for t in self.inputs],
             # the shape the code returns is the reshape when one is declared (Triton reshapes it to dims)
-            outputs=[(t.name, str(t.dtype.numpy), t.dtype.wire, list(t.reshape if t.reshape is not None else t.dims))
+            outputs=[(t.name, t.dtype.numpy_name, t.dtype.wire, list(t.reshape if t.reshape is not None else t.dims))
                      for t in self.outputs],
         )
         files: dict[str, FileSource] = {
@@ -121,8 +122,33 @@ def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+# the code objects located before, by id: (the code, its module and qualname then, its source file's size and
+# mtime then, what was found); 200 steps of one function are located once
+_located: dict[int, tuple[object, object, object, tuple[int, int], tuple[str, str, Path]]] = {}
+
+
 def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
-    """Module name, attribute name and source file of a step's code; refuse what cannot be imported."""
+    """Module name, attribute name and source file of a step's code; refuse what cannot be imported. The
+    answer for code located before stands while its names and its file's size and mtime do."""
+    known = _located.get(id(code))
+    if known is not None and known[0] is code and known[1:3] == (getattr(code, "__module__", None),
+                                                                getattr(code, "__qualname__", "")):
+        try:
+            st = os.stat(known[4][2])
+        except OSError:
+            st = None
+        if st is not None and (st.st_size, st.st_mtime_ns) == known[3]:
+            return known[4]
+    found = _locate(step, code)
+    st = os.stat(found[2])
+    if os.path.isabs(inspect.getsourcefile(code) or ""):  # a relative one follows the working folder
+        if len(_located) >= 1024:  # it holds the code objects alive: a long-lived process starts over
+            _located.clear()
+        _located[id(code)] = (code, code.__module__, code.__qualname__, (st.st_size, st.st_mtime_ns), found)
+    return found
+
+
+def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
     if not callable(code):
         raise DeclarationError(f"python step {step!r}: code must be a function or a class, got {code!r}")
     qualname = getattr(code, "__qualname__", "")
@@ -195,6 +221,7 @@ class PythonModelStep(Step):
 
     kind = "python_model"
     platform = Platform.PYTHON
+    lays_out_with_code = False  # its folder is laid out as it is
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from conch.cache import cache_dir, key_of, read_json, write_json
 from conch.ensembles.layout import FileSource
 from conch.version import __version__
 
-__all__ = ["BuildRecord", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
+__all__ = ["BuildRecord", "Digests", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
 _known: dict[tuple[str, int, int, int], str] = {}
@@ -32,7 +32,7 @@ def digest(source: FileSource) -> str:
     if st.st_size < _WORTH_REMEMBERING:
         value = sha256(source)
     else:
-        where = cache_dir() / "digests" / key_of(list(identity))[:32]
+        where = _cache_root() / "digests" / key_of(list(identity))[:32]
         known = read_json(where)
         value = known if isinstance(known, str) else sha256(source)
         if known != value:
@@ -44,18 +44,36 @@ def digest(source: FileSource) -> str:
 _WORTH_REMEMBERING = 1 << 20  # smaller files hash faster than their record is read
 
 
+class Digests:
+    """The content digests of one build: an in-memory file is hashed once although the same bytes go through
+    the step's check record, the in-process run's key and the manifest (a file on disk is remembered by
+    ``digest`` itself). Held for the build only: the memo keeps the bytes it names alive."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[bytes, str]] = {}
+
+    def __call__(self, source: FileSource) -> str:
+        if not isinstance(source, bytes):
+            return digest(source)
+        held = self._held.get(id(source))
+        if held is None or held[0] is not source:
+            held = self._held[id(source)] = (source, digest(source))
+        return held[1]
+
+
 def entry_mode(name: str, source: FileSource) -> list[object]:
     """What an entry adds to the build key besides its content digest: executable bit or link target."""
     if isinstance(source, bytes):
         return [name]
-    if source.is_symlink():
+    mode = os.lstat(source).st_mode
+    if stat.S_ISLNK(mode):
         return [name, "link", os.readlink(source)]
-    return [name, bool(source.stat().st_mode & stat.S_IXUSR)]
+    return [name, bool(mode & stat.S_IXUSR)]
 
 
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
     """Encoded expected outputs of a sample: from the cache under ``material``'s key, else computed."""
-    where = cache_dir() / "samples" / f"{key_of([__version__, material])[:32]}.json"
+    where = _cache_root() / "samples" / f"{key_of([__version__, material])[:32]}.json"
     if not refresh:
         known = read_json(where)
         if isinstance(known, dict):
@@ -67,11 +85,41 @@ def cached_expected(material: object, compute: Callable[[], dict[str, Any]], ref
 
 def passed_before(material: object) -> bool:
     """Whether checks with exactly these inputs passed before (see remember_passed)."""
-    return (cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json").is_file()
+    return os.path.isfile(_cache_root() / "checks" / f"{key_of([__version__, material])[:32]}.json")
 
 
 def remember_passed(material: object) -> None:
-    write_json(cache_dir() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
+    write_json(_cache_root() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
+
+
+_roots: dict[tuple[str | None, str], Path] = {}
+
+
+def _cache_root() -> Path:
+    """``cache_dir()``, asked once per setting in a process (it makes the folder at each call; the records
+    written under it make their folders themselves)."""
+    folder = os.environ.get("CONCH_CACHE_DIR")
+    # what cache_dir() follows: the setting (a relative one from the working folder), else the home folder
+    setting = (folder, os.getcwd() if folder and not os.path.isabs(folder) else os.environ.get("HOME", ""))
+    root = _roots.get(setting)
+    if root is None:
+        root = _roots[setting] = cache_dir()
+    return root
+
+
+_real_folders: dict[str, str] = {}
+
+
+def _real_path(archive: Path) -> str:
+    """``str(archive.resolve())``, with the folder's resolved once per process (a build of 200 archives into
+    one folder resolved it 200 times, a stat per part of the path each time)."""
+    if os.path.islink(archive):
+        return str(archive.resolve())
+    folder = os.path.abspath(archive.parent)
+    real = _real_folders.get(folder)
+    if real is None:
+        real = _real_folders[folder] = str(Path(folder).resolve())
+    return os.path.join(real, archive.name)
 
 
 class BuildRecord:
@@ -80,7 +128,7 @@ class BuildRecord:
 
     def __init__(self, archive: Path) -> None:
         self.archive = archive
-        self.where = cache_dir() / "builds" / f"{key_of(str(archive.resolve()))[:32]}.json"
+        self.where = _cache_root() / "builds" / f"{key_of(_real_path(archive))[:32]}.json"
 
     def _stat(self) -> list[int] | None:
         try:

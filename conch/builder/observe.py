@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from conch.cache import cache_dir, code_digest, key_of, read_json, write_json
 from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
+from conch.ensembles.layout import FileSource
 from conch.ensembles.target import Target
 from conch.errors import BuildError, ConchError
 from conch.executor import Executor
@@ -63,7 +65,13 @@ class Observed:
         return Observed(DerivedWarmup(data["source"], steps), {m: dict(v) for m, v in data["row_bytes"].items()})
 
 
-def observe(plan: CompiledEnsemble, refresh: bool = False) -> Observed:
+def runs_nothing(plan: CompiledEnsemble) -> bool:
+    """Whether observe has nothing to run for ``plan``: no warmup declared and every tensor's size follows from
+    its declaration (so there is no user code to capture the output of)."""
+    return plan.warmup_request is None and not (plan.samples and needs_samples(plan))
+
+
+def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[FileSource], str] = digest) -> Observed:
     """Run the warmup payload and, when sizes must be measured, the samples, with the steps loaded once.
     A warmup that cannot run fails the build; samples that cannot run leave the sizes unmeasured.
 
@@ -80,7 +88,7 @@ def observe(plan: CompiledEnsemble, refresh: bool = False) -> Observed:
     except ConchError as exc:  # a step this process cannot lay out: as if it failed to run
         return _unrunnable(plan, exc)
     try:
-        key = observation_key(plan.target, local, measure)
+        key = observation_key(plan.target, local, measure, digests)
     except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
         return _run(local, measure)
     where = cache_dir() / "observed" / f"{key[:32]}.json"
@@ -136,7 +144,8 @@ _OWN_CODE = ("executor.py", "compiler/compiled.py", "builder/observe.py", "build
              "builder/warmup_inputs.py")
 
 
-def observation_key(target: Target, local: CompiledEnsemble, measure: bool) -> str:
+def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
+                    digests: Callable[[FileSource], str] = digest) -> str:
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
     the modules of the step code's folder, the wiring, the payloads, and conch's own code for it.
@@ -144,7 +153,7 @@ def observation_key(target: Target, local: CompiledEnsemble, measure: bool) -> s
     steps = []
     for compiled in local.steps:
         layout = compiled.layout
-        files = {rel: digest(src) for rel, src in sorted(expand(layout.files).items()) if not rel.endswith("/")}
+        files = {rel: digests(src) for rel, src in sorted(expand(layout.files).items()) if not rel.endswith("/")}
         code = getattr(compiled.step, "code", None)
         steps.append([compiled.model_name, repr(layout.spec), files, code_digest(code) if code is not None else None,
                       dict(compiled.inputs), dict(compiled.outputs)])

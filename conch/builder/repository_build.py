@@ -3,16 +3,17 @@ shared memory, samples, manifest) and written as a deterministic MME tarball."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.buildcache import BuildRecord, cached_expected, digest, entry_mode, passed_before, remember_passed
+from conch.builder.buildcache import BuildRecord, Digests, cached_expected, entry_mode, passed_before, remember_passed
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
-from conch.builder.observe import observe
+from conch.builder.observe import Observed, observe, runs_nothing
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
 from conch.cache import code_digest, key_of, refreshing
@@ -69,9 +70,10 @@ def repository_build(
     """The build of a declaration, compiled once here: validated, every step laid out and checked (what a
     step's export says is kept in the build's output)."""
     output: list[CapturedOutput] = []
+    digests = Digests()
     with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
-        plan = compile_ensemble(ensemble, target, release, _checker(output))
-    return RepositoryBuild(plan, progress, refresh, output)
+        plan = compile_ensemble(ensemble, target, release, _checker(output, digests, refresh))
+    return RepositoryBuild(plan, progress, refresh, output, digests)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class RepositoryBuild:
     progress: Progress | None = None
     refresh: bool = False
     output: list[CapturedOutput] = field(default_factory=list)
+    digests: Digests = field(default_factory=Digests)  # each in-memory file hashed once in the build
 
     def render(self) -> Repository:
         """The repository of the plan (see render_repository); ``refresh`` covers what backends remember of
@@ -97,8 +100,11 @@ class RepositoryBuild:
         steps: list[StepRecord] = []
         notes: list[str] = []
         envs = EnvLayout(target, release, progress, self.refresh)
-        with captured("running the ensemble in this process", output):
-            observed = observe(plan, self.refresh)  # runs in-process for a warmup or to size shm, once
+        if runs_nothing(plan):
+            observed = Observed()
+        else:
+            with captured("running the ensemble in this process", output):
+                observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
         for step in plan.steps:
             model, layout = step.model_name, step.layout
             try:
@@ -130,7 +136,7 @@ class RepositoryBuild:
         files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
         files.update(envs.files)
         files = expand(files)
-        hashes = {name: digest(src) for name, src in sorted(files.items()) if not name.endswith("/")}
+        hashes = {name: self.digests(src) for name, src in sorted(files.items()) if not name.endswith("/")}
         manifest = Manifest(
             ensemble=plan.name,
             target=target.value,
@@ -163,8 +169,9 @@ class RepositoryBuild:
             encoded_inputs = {k: encode_array(v, inputs[k]) for k, v in sample.inputs.items()}
 
             def compute(sample: Sample = sample, where: str = where) -> dict[str, Any]:
+                said = f"the expected outputs of sample {sample.name!r}"  # only a function runs user code
                 try:
-                    with captured(f"the expected outputs of sample {sample.name!r}", output):
+                    with captured(said, output) if callable(sample.expected) else nullcontext():
                         expected = sample.expected_arrays()
                 except ConchError as exc:
                     exc.within(f"ensemble {plan.name!r}")
@@ -201,33 +208,37 @@ def _in_archive(model: str, rel: str) -> str:
     return f"{model}/{rel}"
 
 
-def _checker(output: list[CapturedOutput]) -> LayoutChecker:
-    """How a build lays out and checks a step: what the step's code says is kept in ``output``."""
+def _checker(output: list[CapturedOutput], digests: Digests, refresh: bool) -> LayoutChecker:
+    """How a build lays out and checks a step: what the step's code says is kept in ``output``; ``refresh``
+    runs the checks that passed before again."""
 
     def checked(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+        if not step.lays_out_with_code:  # nothing to capture
+            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
         with captured(f"the export of step {step.name!r}", output):
-            return _checked_layout(step, model, target, release, ensemble)
+            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
 
     return checked
 
 
-def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
+def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str,
+                    digests: Digests, refresh: bool = False) -> StepLayout:
     """The step's layout, after its build-time checks. Checks that passed for the same declaration,
-    config, files and release are not run again: they read or run the artifacts (0.3 s for a 90 MB
-    ONNX file) and depend on nothing else."""
+    config, files and release are not run again (but for ``refresh``): they read or run the artifacts
+    (0.3 s for a 90 MB ONNX file) and depend on nothing else."""
     try:
         layout = step.layout(model, target, release, ensemble)
     except Exception:
         step.check(release)  # layouts may assume checked declarations: the check names the cause
         raise
     try:
-        contents = {rel: digest(src) for rel, src in expand(layout.files).items() if not rel.endswith("/")}
+        contents = {rel: digests(src) for rel, src in expand(layout.files).items() if not rel.endswith("/")}
     except OSError as exc:
         step.check(release)
         raise BuildError(f"step {step.name!r}: cannot read a file it lays out: {exc}") from exc
     material = [type(step).__module__, type(step).__qualname__, describe_step(step), step.check_settings(),
                 repr(layout.spec), str(release), contents]
-    if not passed_before(material):
+    if refresh or not passed_before(material):
         step.check(release)
         remember_passed(material)
     return layout

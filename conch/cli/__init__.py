@@ -6,6 +6,7 @@ files given), profiling (`--profile` inside replay and bench) and extras (option
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -96,8 +97,12 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    with quiet_tensorflow(), startup_lines_filtered(), session(args):  # before anything imports TensorFlow
-        return _run(args)
+    try:
+        with quiet_tensorflow(), startup_lines_filtered(), session(args):  # before anything imports TensorFlow
+            return _run(args)
+    finally:
+        if argv is None:  # the program's own run, about to exit: the exit frees what is left without the
+            gc.freeze()  # collector walking every object (the interpreter's last collections: ~0.07 s of a build)
 
 
 def _run(args: argparse.Namespace) -> int:

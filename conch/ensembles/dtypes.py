@@ -42,6 +42,11 @@ class DType(enum.Enum):
         """The numpy dtype tensors of this type travel as (object for BYTES)."""
         return np.dtype(_NUMPY[self])
 
+    @property
+    def numpy_name(self) -> str:
+        """``str(self.numpy)`` (``float32``), without making the dtype (generated model.py names them)."""
+        return _NUMPY[self]
+
     @classmethod
     def of(cls, value: DType | str | np.dtype[Any] | type) -> DType:
         """Accept a DType, a wire name, a Triton name, or a numpy dtype; say what is accepted if not."""

@@ -53,6 +53,9 @@ class Step(abc.ABC):
     io_source: ClassVar[str] = "the model file"
     #: Facts of a build for the local target, for the manifest (e.g. that no plan was compiled).
     local_info: ClassVar[Mapping[str, object]] = {}
+    #: Whether laying the step out runs code beyond conch's (an export, a framework's loader): the build
+    #: then captures what that code says, for its report.
+    lays_out_with_code: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
         bytecode_cache=_bytecode_cache(),
+        auto_reload=False,  # the templates are conch's own files: not looked at again on every render
     )
     env.filters["q"] = pbtxt_string
     env.filters["pylist"] = _pylist

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from conftest import linear_ensemble
 from hostile_archives import write_archive
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conch.archive.manifest import FORMAT, MANIFEST_NAME, Manifest, dumps, read_manifest
 from conch.builder.repository_build import build_ensemble, render_repository, write_repository
@@ -98,3 +100,29 @@ def test_an_unknown_output_check_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError, match=r"odd_check.tar.gz: its manifest is not one conch wrote \(unknown output "
                                            r"check 'fuzzy'\)"):
         read_manifest(archive)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
+    | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_the_writer_writes_what_json_writes_with_sorted_keys_and_indent_1(value: object) -> None:
+    """The manifest's writer does not go through json's pure-Python indenting encoder, but its bytes are
+    that encoder's, for any JSON value (NaN and infinities, escapes, tuples, empty containers)."""
+    assert dumps(value) == (json.dumps(value, sort_keys=True, indent=1) + "\n").encode()  # type: ignore[arg-type]
+
+
+def test_the_writer_leaves_what_json_refuses_to_json() -> None:
+    assert dumps({"a": {2: [1.5]}}) == (json.dumps({"a": {2: [1.5]}}, sort_keys=True, indent=1) + "\n").encode()
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        dumps({"a": {1, 2}})
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        dumps({"a": loop})

@@ -217,3 +217,20 @@ def test_expected_outputs_of_a_partial_follow_its_bound_arguments() -> None:
         ens = linear_ensemble("partial_expected")
         ens.sample("bound", {"X": np.zeros((2, 4), np.float32)}, functools.partial(_filled, value))
         np.testing.assert_array_equal(_expected_of(ens, "bound"), np.full((2, 4), value, np.float32))
+
+
+def test_a_check_that_passed_is_not_run_again_unless_refreshing(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's build-time checks that passed for the same declaration, files and release are remembered; a
+    refreshing build (`conch build --refresh`) runs them again."""
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    checked: list[str] = []
+    real = PythonStep.check
+    monkeypatch.setattr(PythonStep, "check", lambda self, release: (checked.append(self.name), real(self, release))[1])
+    ens = linear_ensemble("rechecked")
+    render_repository(ens, "local", "24.10")
+    assert sorted(checked) == ["add_one", "double"]
+    render_repository(ens, "local", "24.10")
+    assert len(checked) == 2  # remembered
+    render_repository(ens, "local", "24.10", refresh=True)
+    assert sorted(checked[2:]) == ["add_one", "double"]

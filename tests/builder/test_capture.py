@@ -96,3 +96,21 @@ def test_building_from_python_or_for_a_replay_says_the_same_one_line(tmp_path: P
     assert said == ["ensemble 'noisy': 2 warnings and 3 lines of output from the export of step 'encoder' and the "
                     "expected outputs of sample 'ones'; `conch build -v` shows them"]
     assert "exporting the encoder" not in capfd.readouterr().err
+
+
+def test_only_layouts_that_run_code_beyond_conchs_are_captured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python step's layout renders model.py and names its module's file: nothing of the user's runs, so
+    nothing is captured around it (a capture redirects descriptors 1 and 2 twice per step); an ONNX step's
+    layout (its stand-in reads the model) is."""
+    from conftest import linear_ensemble
+
+    from conch.backends.onnx import OnnxStep
+    from conch.backends.python import PythonModelStep, PythonStep
+    from conch.builder import repository_build
+
+    assert not PythonStep.lays_out_with_code and not PythonModelStep.lays_out_with_code
+    assert OnnxStep.lays_out_with_code
+    real, said = repository_build.captured, []
+    monkeypatch.setattr(repository_build, "captured", lambda what, into: (said.append(what), real(what, into))[1])
+    repository_build.render_repository(linear_ensemble("uncaptured"), "local", "24.10")
+    assert not [what for what in said if what.startswith("the export of step")]

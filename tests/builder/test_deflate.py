@@ -9,7 +9,10 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from conch.builder.archive import write_tar
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conch.builder.archive import _info, header, write_tar
 from conch.builder.deflate import COMPRESS, STORE, level_for
 
 
@@ -46,3 +49,41 @@ def test_same_files_same_bytes() -> None:
     write_tar(files, one)
     write_tar(dict(reversed(list(files.items()))), two)
     assert one.getvalue() == two.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(min_size=1, max_size=130),
+       kind=st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE]),
+       mode=st.sampled_from([0o644, 0o755, 0o777]), size=st.integers(0, 8 ** 11 + 5) | st.integers(0, 5000),
+       link=st.text(max_size=130))
+def test_each_header_is_the_one_tarfile_writes(name: str, kind: bytes, mode: int, size: int, link: str) -> None:
+    """write_tar builds its GNU headers itself; they are tarfile's, byte for byte (long names and links,
+    non-ASCII and undecodable names, sizes past 8 GiB go through tarfile's own extensions)."""
+    info = _info(name, kind, mode, size)
+    info.linkname = link
+    assert header(name, kind, mode, size, link) == info.tobuf(tarfile.GNU_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
+def test_an_archive_is_what_tarfile_writes_for_the_same_entries(tmp_path: Path) -> None:
+    """The tar stream inside the gzip is tarfile's GNU format for the same members: folders first, then files
+    by name, links kept, every entry owned by root at the fixed mtime."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "run.sh").write_bytes(b"#!/bin/sh\n")
+    (tmp_path / "src" / "run.sh").chmod(0o755)
+    (tmp_path / "src" / "link").symlink_to("run.sh")
+    files: dict[str, bytes | Path] = {"m/config.pbtxt": b"name: 'm'\n", "m/1/": b"", "m/src": tmp_path / "src",
+                                      "x" * 120 + "/long.txt": b"long", "m/empty": b""}
+    buf = io.BytesIO()
+    write_tar(files, buf)
+    expected = io.BytesIO()
+    with tarfile.open(fileobj=expected, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for folder in ["m", "m/1", "m/src", "x" * 120]:
+            tar.addfile(_info(folder + "/", tarfile.DIRTYPE, 0o755))
+        for name, data in [("m/config.pbtxt", b"name: 'm'\n"), ("m/empty", b"")]:
+            tar.addfile(_info(name, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+        link = _info("m/src/link", tarfile.SYMTYPE, 0o777)
+        link.linkname = "run.sh"
+        tar.addfile(link)
+        tar.addfile(_info("m/src/run.sh", tarfile.REGTYPE, 0o755, 10), io.BytesIO(b"#!/bin/sh\n"))
+        tar.addfile(_info("x" * 120 + "/long.txt", tarfile.REGTYPE, 0o644, 4), io.BytesIO(b"long"))
+    assert gzip.decompress(buf.getvalue()) == expected.getvalue()

@@ -149,3 +149,32 @@ def test_samples_whose_local_plan_cannot_be_made_leave_sizes_unmeasured(steps: M
     assert shm["unknown"] == [f"{ens.name}__as_text output t"]
     assert shm["unmeasured"] == (f"running the samples in this process failed: ensemble {ens.name!r}: step "
                                  "'as_text': no local layout in this test")
+
+
+def test_an_in_memory_file_is_hashed_once_in_a_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes go through the step's check record, the in-process run's key and the manifest: their
+    sha256 is taken once (counted through buildcache.sha256), and the manifest records it."""
+    import basic_steps
+
+    from conch.builder import buildcache
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    payload = np.random.default_rng(0).bytes(1 << 16)
+    ens = Ensemble("hashed_once", max_batch_size=8)
+    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                      files={"weights.bin": payload}, max_batch_size=8)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    ens.sample("one", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 2, np.float32)})
+    ens.warmup("one")
+    real, hashed = buildcache.sha256, []
+
+    def counted(source: bytes | Path) -> str:
+        hashed.append(source is payload)
+        return real(source)
+
+    monkeypatch.setattr(buildcache, "sha256", counted)
+    runs = observe.runs
+    repo = render_repository(ens, Target.LOCAL, Release.of("24.10"))
+    assert observe.runs == runs + 1  # the run's key was taken (and the run made)
+    assert hashed.count(True) == 1
+    assert repo.manifest["files"]["hashed_once__double/1/files/weights.bin"] == real(payload)
