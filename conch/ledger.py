@@ -13,7 +13,8 @@ library, are as much inputs as those read through ``os.environ``, so the environ
 
 ``unchanged(argv)`` answers from the ledger alone: every input with the same metadata, or (git's rule) with
 different metadata but the same content, and every archive the command wrote with the same mode, size, mtime
-and inode. A file modified within ``MARGIN_NS`` of the moment its state was taken ("racy git") is not trusted
+and inode. A file modified within ``MARGIN_NS`` (``COARSE_MARGIN_NS`` where mtimes are whole milliseconds) of
+the moment its state was taken ("racy git") is not trusted
 by its metadata: its content is compared, or, when the build itself may have seen another version of it, it
 counts as changed. What is not traced, and so trusted: content a library reads through C code (a tokenizer
 in Rust reading a file Python never opened), and reads of /proc, /sys and /dev."""
@@ -33,11 +34,15 @@ from typing import Any
 
 from conch.cache import cache_dir, key_of, read_json, write_json
 
-__all__ = ["DIGEST_LIMIT", "MARGIN_NS", "VOLATILE", "Trace", "absorb", "finish", "recording", "said", "start",
-           "stop", "take_said", "traced", "unchanged"]
+__all__ = ["COARSE_MARGIN_NS", "DIGEST_LIMIT", "MARGIN_NS", "VOLATILE", "Trace", "absorb", "finish", "recording",
+           "said", "start", "stop", "take_said", "traced", "unchanged"]
 
 FORMAT = 1
-MARGIN_NS = 2_000_000_000  # mtimes this close to when a state was taken may hide a later write in the same tick
+# How close to the moment a state was taken an mtime may hide a later write in the same tick: Linux file
+# systems keep nanoseconds but advance them by the kernel's clock tick (<= 10 ms); a file system whose mtimes are
+# whole milliseconds or seconds (FAT, HFS+, some network ones) gets two seconds.
+MARGIN_NS = 20_000_000
+COARSE_MARGIN_NS = 2_000_000_000
 DIGEST_LIMIT = 1 << 20  # larger inputs are trusted by metadata alone: any change of it counts as a change
 # Environment variables a shell changes between two runs of the same command, which conch does not read.
 VOLATILE = frozenset({"_", "OLDPWD", "PWD", "SHLVL", "COLUMNS", "LINES", "TERM_SESSION_ID", "WINDOWID",
@@ -275,6 +280,10 @@ def _traced(path: str) -> bool:
 Entry = list[Any]
 
 
+def _margin(st: os.stat_result) -> int:
+    return COARSE_MARGIN_NS if st.st_mtime_ns % 1_000_000 == 0 else MARGIN_NS
+
+
 def _state(path: str) -> tuple[os.stat_result, str | None] | None:
     try:
         st = _real_lstat(path)
@@ -320,11 +329,11 @@ def _entry(path: str, kind: str, before: dict[tuple[str, str], Entry], seen_ns: 
     old = before.get((path, kind))
     if old is not None and old[2:6] == meta and old[7] and old[8] == link:
         return old
-    if kind != "o" and st.st_mtime_ns + MARGIN_NS > seen_ns:
+    if kind != "o" and st.st_mtime_ns + _margin(st) > seen_ns:
         return [path, kind, *meta, None, False, link]  # maybe written after the build read it: not trusted
     now = time.time_ns()
     digest = _whole_digest(path) if kind == "o" else _content(path, kind, st, names)
-    return [path, kind, *meta, digest, st.st_mtime_ns + MARGIN_NS <= now, link]
+    return [path, kind, *meta, digest, st.st_mtime_ns + _margin(st) <= now, link]
 
 
 def _holds(entry: Entry, names: frozenset[str]) -> tuple[bool, Entry | None]:
@@ -348,7 +357,7 @@ def _holds(entry: Entry, names: frozenset[str]) -> tuple[bool, Entry | None]:
     if current != digest:
         return False, None
     return True, [path, kind, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino, digest,
-                  st.st_mtime_ns + MARGIN_NS <= now, link]
+                  st.st_mtime_ns + _margin(st) <= now, link]
 
 
 def finish(replay: dict[str, Any], outputs: Iterable[str]) -> None:
@@ -376,7 +385,7 @@ def finish(replay: dict[str, Any], outputs: Iterable[str]) -> None:
     entries = []
     for path, kind in sorted(kinds.items()):
         if _traced(path):
-            seen = time.time_ns() + MARGIN_NS if path in written else trace.started_ns
+            seen = time.time_ns() + COARSE_MARGIN_NS if path in written else trace.started_ns
             entries.append(_entry(path, kind, before, seen, names))
     write_json(where, {"format": FORMAT, "identity": ident, "names": sorted(names), "entries": entries,
                        "replay": replay})

@@ -106,7 +106,13 @@ def _run(args: argparse.Namespace) -> int:
     from conch.errors import ConchError
 
     try:
-        check_command(args)  # a missing optional package is one line before any work
+        if args.command == "build":  # what the ensemble files print on import is watched (conch.cli.build)
+            from conch.cli.build import watching_prints
+
+            with watching_prints():
+                check_command(args)  # a missing optional package is one line before any work
+        else:
+            check_command(args)
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -29,20 +30,25 @@ def unchanged_again(argv: Sequence[str]) -> int | None:
         return None
     from conch.builder.capture import CapturedOutput
 
-    rows = replay["ensembles"]
-    seconds = (time.perf_counter() - start) / max(len(rows), 1)
-    with session(argparse.Namespace(json_output=replay["json"], quiet=replay["quiet"])):
-        for line in replay["lines"]:
-            say(line)
+    try:
+        rows = replay["ensembles"]
+        seconds = (time.perf_counter() - start) / max(len(rows), 1)
+        lines = list(replay["lines"])
         for index, row in enumerate(rows, 1):
-            for line in row["said"]:
-                say(line)
-            say(_unchanged_line(index, len(rows), row["archive"], seconds))
-            _say_output(row["ensemble"], [CapturedOutput(c["what"], tuple(c["warnings"]), tuple(c["lines"]))
-                                          for c in row["output"]], replay["verbose"])
-        doc = replay["document"]
+            lines.extend(row["said"])
+            lines.append(_unchanged_line(index, len(rows), row["archive"], seconds))
+            output = [CapturedOutput(c["what"], tuple(c["warnings"]), tuple(c["lines"])) for c in row["output"]]
+            lines.extend(_output_lines(row["ensemble"], output, replay["verbose"]))
+        doc = json.loads(replay["document"])  # a string: the ledger's JSON sorts keys, the document keeps its order
         for entry in doc["ensembles"]:
             entry["seconds"] = round(seconds, 3)
+        flags = argparse.Namespace(json_output=bool(replay["json"]), quiet=bool(replay["quiet"]))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a ledger of another shape: build as usual
+        ledger.start(argv)
+        return None
+    with session(flags):
+        for line in lines:
+            say(line)
         document(doc)
     return 0
 
@@ -58,7 +64,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     shard = Shard.parse(args.shard) if args.shard else None  # a bad K/N stops before anything is imported
     failed: list[str] = []
-    with _silence_watched():  # a file that prints when imported would not print on a replay
+    with watching_prints():  # a file that prints when imported would not print on a replay
         found = locate(args.paths, on_error=skipping(failed))
     total = len(found) + len(failed)  # a file that does not load counts as one failed ensemble (in every shard)
     if args.only:
@@ -118,15 +124,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _say_output(ensemble: str, output: Sequence[CapturedOutput], verbose: bool) -> None:
     """What the ensemble's code said while it was built: one line, or everything with ``-v``."""
+    for line in _output_lines(ensemble, output, verbose):
+        say(line)
+
+
+def _output_lines(ensemble: str, output: Sequence[CapturedOutput], verbose: bool) -> list[str]:
     from conch.builder.capture import summary
 
     if not verbose:
         line = summary(ensemble, output)
-        if line:
-            say(line)
-        return
-    for said in output:
-        say(f"--- {ensemble}: {said.what}\n{said.text()}")
+        return [line] if line else []
+    return [f"--- {ensemble}: {said.what}\n{said.text()}" for said in output]
 
 
 def _keep_ledger(args: argparse.Namespace, outcomes: Sequence[BuildOutcome], failed: list[str], lines: list[str],
@@ -143,7 +151,7 @@ def _keep_ledger(args: argparse.Namespace, outcomes: Sequence[BuildOutcome], fai
     if args.refresh or args.repo_dir is not None:
         ledger.doubt("--refresh and --repo-dir always build")
     replay = {"json": bool(args.json_output), "quiet": bool(args.quiet), "verbose": bool(args.verbose),
-              "lines": lines, "document": doc,
+              "lines": lines, "document": json.dumps(doc, default=str),
               "ensembles": [{"ensemble": o.ensemble, "archive": str(o.archive), "said": said.get(o.ensemble, []),
                              "output": [c.to_json() for c in o.output]} for o in outcomes]}
     ledger.finish(replay, [str(o.archive) for o in outcomes if o.archive is not None])
@@ -164,8 +172,9 @@ class _Watched:
         return getattr(self._stream, name)
 
 
-class _silence_watched:
-    """While the ensemble files are imported, writes to sys.stdout and sys.stderr are noted (see _Watched)."""
+class watching_prints:
+    """While the ensemble files are imported (to check extras, then to build), writes to sys.stdout and sys.stderr
+    are noted (see _Watched)."""
 
     def __enter__(self) -> None:
         self._saved = sys.stdout, sys.stderr
