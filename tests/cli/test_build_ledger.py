@@ -267,3 +267,32 @@ def test_a_file_that_prints_when_imported_is_never_answered_from_a_ledger(projec
             assert "hello from the declaration" in done.stdout
     finally:
         project.write("ledgered.py", ENSEMBLE)
+
+
+def test_parallel_workers_send_what_they_read_and_a_shard_is_answered_too(tmp_path: Path) -> None:
+    """With -j 2 each ensemble is built in a forked worker: what it read comes back for the ledger; a change
+    still builds; `--shard` says its line again."""
+    project = Project(tmp_path)
+    project.write("second.py", ENSEMBLE.replace('"ledgered"', '"second"'))
+    folder = str(project.folder)
+
+    def build(*flags: str) -> subprocess.CompletedProcess[str]:
+        return project.build("-j", "2", *flags, path=folder)
+
+    project.settled("-j", "2", path=folder)
+    before = project.imports()
+    fast = build()
+    assert project.imports() == before and sorted(re.findall(r"unchanged (\S+)", fast.stderr)) == [
+        str(project.out / "ledgered.tar.gz"), str(project.out / "second.tar.gz")]
+    project.write("word.txt", "parallel\n")
+    assert "] built " in build().stderr
+    assert project.description() == "parallel 2"
+    build()
+    before = project.imports()
+    build()
+    assert project.imports() == before
+    ordinary = project.settled("-j", "2", "--shard", "2/2", path=folder)  # both names fall in shard 2 of 2
+    before = project.imports()
+    fast = build("--shard", "2/2")
+    assert project.imports() == before
+    assert _same(fast.stderr) == _same(ordinary.stderr) and "shard 2/2: 2 of the 2 ensembles found" in fast.stderr
