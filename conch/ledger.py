@@ -28,7 +28,6 @@ import stat
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,19 +57,20 @@ _EVENTS = frozenset({"open", "import", "os.listdir", "os.scandir", "os.rename", 
                      "os.chmod", "os.utime", "os.chdir", "os.link", "os.symlink", "shutil.rmtree"})
 
 
-@dataclass
 class Trace:
-    """What one build command touched, in this process (a forked worker sends its own back)."""
+    """What one build command touched, in this process (a forked worker sends its own back). A plain class:
+    the ledger's check starts without dataclasses."""
 
-    pid: int = field(default_factory=os.getpid)
-    started_ns: int = field(default_factory=time.time_ns)
-    read: set[str] = field(default_factory=set)
-    listed: set[str] = field(default_factory=set)
-    searched: set[str] = field(default_factory=set)  # folders the import system listed
-    names: set[str] = field(default_factory=set)  # the parts of every module name imported, found or not
-    written: set[str] = field(default_factory=set)
-    lines: list[str] = field(default_factory=list)  # what the build said, to say again
-    doubts: list[str] = field(default_factory=list)  # why no ledger can be kept for this run
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.started_ns = time.time_ns()
+        self.read: set[str] = set()
+        self.listed: set[str] = set()
+        self.searched: set[str] = set()  # folders the import system listed
+        self.names: set[str] = set()  # the parts of every module name imported, found or not
+        self.written: set[str] = set()
+        self.lines: list[str] = []  # what the build said, to say again
+        self.doubts: list[str] = []  # why no ledger can be kept for this run
 
 
 _trace: Trace | None = None
@@ -320,7 +320,8 @@ def _whole_digest(path: str) -> str | None:
 def _entry(path: str, kind: str, before: dict[tuple[str, str], Entry], seen_ns: int,
            names: frozenset[str]) -> Entry:
     """The state of ``path`` now. ``seen_ns``: when the build may first have read it (its content counts only if
-    it did not change after that). Kind "o": an output archive, always digested whole."""
+    it did not change after that). Kind "o": an output archive, digested whole only when its mtime is too recent to
+    be trusted."""
     state = _state(path)
     if state is None:
         return [path, kind, 0, 0, 0, 0, None, True, None]
@@ -332,8 +333,10 @@ def _entry(path: str, kind: str, before: dict[tuple[str, str], Entry], seen_ns: 
     if kind != "o" and st.st_mtime_ns + _margin(st) > seen_ns:
         return [path, kind, *meta, None, False, link]  # maybe written after the build read it: not trusted
     now = time.time_ns()
-    digest = _whole_digest(path) if kind == "o" else _content(path, kind, st, names)
-    return [path, kind, *meta, digest, st.st_mtime_ns + _margin(st) <= now, link]
+    settled = st.st_mtime_ns + _margin(st) <= now
+    if kind == "o":  # an archive is compared by its metadata, as its build record is; by content only when racy
+        return [path, kind, *meta, None if settled else _whole_digest(path), settled, link]
+    return [path, kind, *meta, _content(path, kind, st, names), settled, link]
 
 
 def _holds(entry: Entry, names: frozenset[str]) -> tuple[bool, Entry | None]:

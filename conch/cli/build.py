@@ -28,8 +28,6 @@ def unchanged_again(argv: Sequence[str]) -> int | None:
     if replay is None:
         ledger.start(argv)
         return None
-    from conch.builder.capture import CapturedOutput
-
     try:
         rows = replay["ensembles"]
         seconds = (time.perf_counter() - start) / max(len(rows), 1)
@@ -37,8 +35,11 @@ def unchanged_again(argv: Sequence[str]) -> int | None:
         for index, row in enumerate(rows, 1):
             lines.extend(row["said"])
             lines.append(_unchanged_line(index, len(rows), row["archive"], seconds))
-            output = [CapturedOutput(c["what"], tuple(c["warnings"]), tuple(c["lines"])) for c in row["output"]]
-            lines.extend(_output_lines(row["ensemble"], output, replay["verbose"]))
+            if row["output"]:  # what the ensemble's code said (conch.builder.capture loaded only then)
+                from conch.builder.capture import CapturedOutput
+
+                output = [CapturedOutput(c["what"], tuple(c["warnings"]), tuple(c["lines"])) for c in row["output"]]
+                lines.extend(_output_lines(row["ensemble"], output, replay["verbose"]))
         doc = json.loads(replay["document"])  # a string: the ledger's JSON sorts keys, the document keeps its order
         for entry in doc["ensembles"]:
             entry["seconds"] = round(seconds, 3)
