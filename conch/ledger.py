@@ -21,6 +21,7 @@ in Rust reading a file Python never opened), and reads of /proc, /sys and /dev."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,8 +34,8 @@ from typing import Any
 
 from conch.cache import cache_dir, key_of, read_json, write_json
 
-__all__ = ["COARSE_MARGIN_NS", "DIGEST_LIMIT", "MARGIN_NS", "VOLATILE", "Trace", "absorb", "finish", "recording",
-           "said", "start", "stop", "take_said", "traced", "unchanged"]
+__all__ = ["COARSE_MARGIN_NS", "DIGEST_LIMIT", "KEPT", "MARGIN_NS", "VOLATILE", "Trace", "absorb", "finish",
+           "recording", "said", "start", "stop", "take_said", "traced", "unchanged"]
 
 FORMAT = 1
 # How close to the moment a state was taken an mtime may hide a later write in the same tick: Linux file
@@ -392,6 +393,17 @@ def finish(replay: dict[str, Any], outputs: Iterable[str]) -> None:
             entries.append(_entry(path, kind, before, seen, names))
     write_json(where, {"format": FORMAT, "identity": ident, "names": sorted(names), "entries": entries,
                        "replay": replay})
+    _prune(where.parent)
+
+
+KEPT = 64  # ledgers kept: the commands run last (an environment that differs on every run makes a new one each)
+
+
+def _prune(folder: Path) -> None:
+    ledgers = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(folder) if entry.name.endswith(".json")]
+    for _, path in sorted(ledgers)[:-KEPT]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def unchanged(argv: Sequence[str]) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -47,10 +48,14 @@ def unchanged_again(argv: Sequence[str]) -> int | None:
     except (KeyError, TypeError, ValueError, AttributeError):  # a ledger of another shape: build as usual
         ledger.start(argv)
         return None
-    with session(flags):
-        for line in lines:
-            say(line)
-        document(doc)
+    try:
+        with session(flags):
+            for line in lines:
+                say(line)
+            document(doc)
+    except BrokenPipeError:  # the reader stopped early, as the ordinary command handles it (conch.cli._run)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 
@@ -155,7 +160,10 @@ def _keep_ledger(args: argparse.Namespace, outcomes: Sequence[BuildOutcome], fai
               "lines": lines, "document": json.dumps(doc, default=str),
               "ensembles": [{"ensemble": o.ensemble, "archive": str(o.archive), "said": said.get(o.ensemble, []),
                              "output": [c.to_json() for c in o.output]} for o in outcomes]}
-    ledger.finish(replay, [str(o.archive) for o in outcomes if o.archive is not None])
+    try:
+        ledger.finish(replay, [str(o.archive) for o in outcomes if o.archive is not None])
+    except (OSError, ValueError) as exc:  # a ledger only saves time: the build itself succeeded
+        say(f"warning: no ledger kept for this command ({exc}); its next run builds as usual")
 
 
 class _Watched:
