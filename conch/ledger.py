@@ -121,22 +121,21 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             trace.written.add(where)
 
 
-def _stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-    trace = _trace
-    if trace is not None and kwargs.get("dir_fd") is None:
-        where = _path(path)
-        if where is not None:
-            trace.read.add(where)
-    return _real_stat(path, *args, **kwargs)
+def _noting(real: Any) -> Any:
+    """``os.stat`` or ``os.lstat`` that notes the path asked (the metadata a build reads is an input too)."""
+
+    def noted(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        trace = _trace
+        if trace is not None and kwargs.get("dir_fd") is None:
+            where = _path(path)
+            if where is not None:
+                trace.read.add(where)
+        return real(path, *args, **kwargs)
+
+    return noted
 
 
-def _lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-    trace = _trace
-    if trace is not None and kwargs.get("dir_fd") is None:
-        where = _path(path)
-        if where is not None:
-            trace.read.add(where)
-    return _real_lstat(path, *args, **kwargs)
+_stat, _lstat = _noting(_real_stat), _noting(_real_lstat)
 
 
 def enabled() -> bool:
@@ -208,11 +207,14 @@ def traced() -> tuple[tuple[str, str], ...] | None:
         return None
     if trace.pid == os.getpid():
         return ()
-    items = [("read", p) for p in trace.read] + [("listed", p) for p in trace.listed]
-    items += [("written", p) for p in trace.written] + [("module", p) for p in _module_files()]
-    items += [("searched", p) for p in trace.searched | _package_folders()]
-    items += [("name", n) for n in trace.names | _module_names()] + [("said", line) for line in take_said()]
-    items += [("doubt", reason) for reason in trace.doubts]
+    try:
+        items = [("read", p) for p in trace.read] + [("listed", p) for p in trace.listed]
+        items += [("written", p) for p in trace.written] + [("module", p) for p in _module_files()]
+        items += [("searched", p) for p in trace.searched | _package_folders()]
+        items += [("name", n) for n in trace.names | _module_names()] + [("said", line) for line in take_said()]
+        items += [("doubt", reason) for reason in trace.doubts]
+    except Exception as exc:  # the build succeeded; only its ledger is lost
+        return (("doubt", f"a worker's trace failed: {exc!r}"),)
     return tuple(items)
 
 
@@ -245,12 +247,19 @@ def absorb(items: tuple[tuple[str, str], ...] | None) -> list[str]:
 
 def _module_files() -> set[str]:
     """The file each loaded module came from (a ``.pyc`` in ``__pycache__`` stands for its ``.py``)."""
-    files = set()
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str) and os.path.isabs(file):
-            files.add(os.path.normpath(file))
-    return files
+    return {os.path.normpath(file) for module in list(sys.modules.values())
+            for file in _strings(module, "__file__") if os.path.isabs(file)}
+
+
+def _strings(module: object, attribute: str) -> list[str]:
+    """A module's ``__file__`` or the folders of its ``__path__``, as strings; nothing for what is not one (torch
+    registers modules whose ``__path__`` is an object of its own that cannot be iterated, or raises)."""
+    try:
+        value = getattr(module, attribute, None)
+        values = [value] if isinstance(value, str) or value is None else list(value)
+    except Exception:  # anything a module's own __getattr__ raises: it names no file
+        return []
+    return [v for v in values if isinstance(v, str)]
 
 
 def _module_names() -> set[str]:
@@ -261,11 +270,8 @@ def _package_folders() -> set[str]:
     """The folders imports searched: every package's and every ``sys.path`` folder (a new file there may
     shadow a module)."""
     folders = {os.path.abspath(p or ".") for p in sys.path if isinstance(p, str)}
-    for module in list(sys.modules.values()):
-        for folder in getattr(module, "__path__", None) or ():
-            if isinstance(folder, str) and os.path.isabs(folder):
-                folders.add(os.path.normpath(folder))
-    return folders
+    return folders | {os.path.normpath(folder) for module in list(sys.modules.values())
+                      for folder in _strings(module, "__path__") if os.path.isabs(folder)}
 
 
 def _traced(path: str) -> bool:

@@ -162,7 +162,8 @@ def _keep_ledger(args: argparse.Namespace, outcomes: Sequence[BuildOutcome], fai
                              "output": [c.to_json() for c in o.output]} for o in outcomes]}
     try:
         ledger.finish(replay, [str(o.archive) for o in outcomes if o.archive is not None])
-    except (OSError, ValueError) as exc:  # a ledger only saves time: the build itself succeeded
+    except Exception as exc:  # a ledger only saves time: the build itself succeeded
+        ledger.stop()
         say(f"warning: no ledger kept for this command ({exc}); its next run builds as usual")
 
 

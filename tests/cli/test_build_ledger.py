@@ -296,3 +296,17 @@ def test_parallel_workers_send_what_they_read_and_a_shard_is_answered_too(tmp_pa
     fast = build("--shard", "2/2")
     assert project.imports() == before
     assert _same(fast.stderr) == _same(ordinary.stderr) and "shard 2/2: 2 of the 2 ensembles found" in fast.stderr
+
+
+def test_modules_with_odd_paths_do_not_stop_the_ledger(tmp_path: Path) -> None:
+    """torch registers modules whose ``__path__`` cannot be iterated (``torch._classes``): the trace of a -j
+    worker that imported torch still comes back, and the command is answered from its ledger."""
+    pytest.importorskip("torch")
+    project = Project(tmp_path)
+    project.write("ledgered.py", "import torch  # noqa: F401\n" + ENSEMBLE)
+    project.write("second.py", ENSEMBLE.replace('"ledgered"', '"second"'))
+    ordinary = project.settled("-j", "2", path=str(project.folder))
+    assert "warning" not in ordinary.stderr and "error" not in ordinary.stderr
+    before = project.imports()
+    project.build("-j", "2", path=str(project.folder))
+    assert project.imports() == before
