@@ -84,7 +84,7 @@ def _path(value: object) -> str | None:
         return None
     try:
         return os.path.abspath(os.fsdecode(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OSError):  # OSError: the working folder is gone
         return None
 
 
@@ -92,6 +92,13 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     trace = _trace
     if trace is None or event not in _EVENTS:
         return
+    try:
+        _note(trace, event, args)
+    except Exception as exc:  # an audit hook that raises would fail the operation it audits: never
+        trace.doubts.append(f"tracing {event} failed: {exc!r}")
+
+
+def _note(trace: Trace, event: str, args: tuple[Any, ...]) -> None:
     if event == "open":
         path, mode, flags = args
         where = _path(path)
@@ -162,7 +169,10 @@ def start(argv: Sequence[str]) -> None:
     global _trace, _hooked, _identity
     if not enabled():
         return
-    _identity = identity(argv)
+    try:
+        _identity = identity(argv)
+    except OSError:  # the working folder is gone: no ledger
+        return
     if not _hooked:
         sys.addaudithook(_hook)  # hooks cannot be removed: one, switched by _trace
         _hooked = True
@@ -383,11 +393,12 @@ def finish(replay: dict[str, Any], outputs: Iterable[str]) -> None:
         return
     old = read_json(where)
     before: dict[tuple[str, str], Entry] = {}
-    if isinstance(old, dict) and old.get("format") == FORMAT:
-        before = {(entry[0], entry[1]): entry for entry in old.get("entries", [])}
+    names = frozenset(trace.names | _module_names())
+    if isinstance(old, dict) and old.get("format") == FORMAT:  # git's index: unchanged metadata, digest kept
+        same_names = frozenset(old.get("names", [])) == names  # a searched folder's digest depends on them
+        before = {(entry[0], entry[1]): entry for entry in old.get("entries", []) if entry[1] != "m" or same_names}
     outs = sorted({os.path.abspath(o) for o in outputs})
     written = trace.written | set(outs)
-    names = frozenset(trace.names | _module_names())
     kinds = {p: "f" for p in trace.read | _module_files() | {sys.executable}}
     kinds.update({p: "m" for p in trace.searched | _package_folders()})
     kinds.update({p: "l" for p in trace.listed})
@@ -417,9 +428,9 @@ def unchanged(argv: Sequence[str]) -> dict[str, Any] | None:
     (no ledger, a damaged one, anything changed: the ordinary build decides)."""
     if not enabled():
         return None
-    ident = identity(argv)
-    where = _where(ident)
     try:
+        ident = identity(argv)
+        where = _where(ident)
         ledger = json.loads(where.read_bytes())
         if not isinstance(ledger, dict) or ledger.get("format") != FORMAT or ledger.get("identity") != ident:
             return None
