@@ -16,8 +16,9 @@ different metadata but the same content, and every archive the command wrote wit
 and inode. A file modified within ``MARGIN_NS`` (``COARSE_MARGIN_NS`` where mtimes are whole milliseconds) of
 the moment its state was taken ("racy git") is not trusted
 by its metadata: its content is compared, or, when the build itself may have seen another version of it, it
-counts as changed. What is not traced, and so trusted: content a library reads through C code (a tokenizer
-in Rust reading a file Python never opened), and reads of /proc, /sys and /dev."""
+counts as changed. A build that ran another program or connected to the network keeps no ledger (their answers
+are not files it can check). What is not traced, and so trusted: content a library reads through C code (a
+tokenizer in Rust reading a file Python never opened), and reads of /proc, /sys and /dev."""
 
 from __future__ import annotations
 
@@ -54,8 +55,12 @@ _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _IMPORTING = "<frozen importlib._bootstrap_external>"
 _METADATA = os.path.join("importlib", "metadata", "__init__.py")  # it lists sys.path folders for distributions
 _DISTRIBUTIONS = (".dist-info", ".egg-info", ".egg-link", ".pth")
+# What a ledger cannot vouch for: another program's answer (`git describe`, a compiler) or the network's.
+_UNTRACEABLE = {"subprocess.Popen": "it ran a program", "os.system": "it ran a program",
+                "os.posix_spawn": "it ran a program", "os.exec": "it ran a program", "os.spawn": "it ran a program",
+                "socket.connect": "it connected to the network"}
 _EVENTS = frozenset({"open", "import", "os.listdir", "os.scandir", "os.rename", "os.remove", "os.rmdir", "os.truncate",
-                     "os.chmod", "os.utime", "os.chdir", "os.link", "os.symlink", "shutil.rmtree"})
+                     "os.chmod", "os.utime", "os.chdir", "os.link", "os.symlink", "shutil.rmtree", *_UNTRACEABLE})
 
 
 class Trace:
@@ -117,6 +122,8 @@ def _note(trace: Trace, event: str, args: tuple[Any, ...]) -> None:
             (trace.searched if importing else trace.listed).add(where)
     elif event == "os.chdir":
         trace.doubts.append("the working folder changed during the build")
+    elif event in _UNTRACEABLE:
+        trace.doubts.append(_UNTRACEABLE[event])
     elif event in ("os.rename", "os.link", "os.symlink"):
         for value in args[:2]:
             where = _path(value)

@@ -313,3 +313,12 @@ def test_modules_with_odd_paths_do_not_stop_the_ledger(tmp_path: Path) -> None:
     before = project.imports()
     project.build("-j", "2", path=str(project.folder))
     assert project.imports() == before
+
+
+def test_a_declaration_that_runs_a_program_is_never_answered_from_a_ledger(tmp_path: Path) -> None:
+    """Another program's answer (`git describe`, say) is not a file the ledger can check."""
+    project = Project(tmp_path)
+    project.write("ledgered.py", "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+                  + ENSEMBLE)
+    for _ in range(3):
+        _ordinary(project)
