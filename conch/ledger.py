@@ -117,7 +117,7 @@ def _note(trace: Trace, event: str, args: tuple[Any, ...]) -> None:
     elif event in ("os.listdir", "os.scandir"):
         where = _path(args[0] if args and args[0] is not None else ".")
         if where is not None:
-            caller = sys._getframe(1).f_code.co_filename
+            caller = sys._getframe(2).f_code.co_filename  # who listed: above _note and _hook
             importing = caller == _IMPORTING or caller.endswith(_METADATA)
             (trace.searched if importing else trace.listed).add(where)
     elif event == "os.chdir":

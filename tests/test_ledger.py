@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -82,3 +83,26 @@ def test_only_the_last_ledgers_are_kept(tmp_path: Path) -> None:
     ledger._prune(tmp_path)
     kept = sorted(p.name for p in tmp_path.iterdir())
     assert len(kept) == ledger.KEPT and kept[0] == "003.json"
+
+
+def test_a_folder_the_import_system_searches_is_told_from_one_the_build_lists(tmp_path: Path) -> None:
+    """An import's listing keeps only the names that could be the modules imported; the build's own listing
+    (discovering ensemble files) keeps every name."""
+    searched, listed = tmp_path / "searched", tmp_path / "listed"
+    searched.mkdir()
+    listed.mkdir()
+    (searched / "ledger_probe_module.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(searched))
+    ledger.start(["build", "probe"])
+    try:
+        import ledger_probe_module  # noqa: F401
+
+        os.listdir(listed)
+        trace = ledger._trace
+        assert trace is not None
+        assert str(searched) in trace.searched and str(searched) not in trace.listed
+        assert str(listed) in trace.listed and "ledger_probe_module" in trace.names
+    finally:
+        ledger.stop()
+        sys.path.remove(str(searched))
+        sys.modules.pop("ledger_probe_module", None)
