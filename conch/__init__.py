@@ -1,44 +1,90 @@
-"""conch: declare Triton ensembles in Python, build MME-ready tarballs, replay them on a real Triton."""
+"""conch: declare Triton ensembles in Python, build MME-ready tarballs, replay them on a real Triton.
 
-import importlib
+The public names load on first use (PEP 562): ``import conch`` alone is cheap, which is what lets
+``conch build`` answer an unchanged rebuild without importing numpy or the declaration layer. The first
+public name asked for loads them all, the executor with them (it registers what ``Ensemble.run`` runs)."""
+
 from typing import TYPE_CHECKING, Any
 
-from conch.backends.dali import DaliStep
-from conch.backends.onnx import OnnxStep
-from conch.backends.python import PythonModelStep, PythonStep
-from conch.backends.pytorch import TorchScriptStep
-from conch.backends.tensorflow import TensorFlowStep
-from conch.backends.tensorrt import TensorRTStep
-from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
-from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble, TensorHandle
-from conch.ensembles.environment import PythonEnv
-from conch.ensembles.samples import Exact, Tolerance, TopK
-from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
-from conch.ensembles.tensors import Tensor
-from conch.errors import (
-    BuildError,
-    ConchError,
-    DeclarationError,
-    DeployError,
-    PackError,
-    RunError,
-    ServeError,
-)
-from conch.executor import Executor, RunResult, run
 from conch.version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from conch.backends.dali import DaliStep
+    from conch.backends.onnx import OnnxStep
+    from conch.backends.python import PythonModelStep, PythonStep
+    from conch.backends.pytorch import TorchScriptStep
+    from conch.backends.tensorflow import TensorFlowStep
+    from conch.backends.tensorrt import TensorRTStep
+    from conch.builder.stamping import Stamped, stamp_archive
+    from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
+    from conch.ensembles.dtypes import DType
+    from conch.ensembles.ensemble import Ensemble, TensorHandle
+    from conch.ensembles.environment import PythonEnv
+    from conch.ensembles.samples import Exact, Tolerance, TopK
+    from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
+    from conch.ensembles.tensors import Tensor
+    from conch.errors import (
+        BuildError,
+        ConchError,
+        DeclarationError,
+        DeployError,
+        PackError,
+        RunError,
+        ServeError,
+    )
+    from conch.executor import Executor, RunResult, run
+
+
+def _public() -> dict[str, Any]:
+    """Every public name but the stamping ones, imported (the executor among them registers Ensemble.run)."""
+    from conch.backends.dali import DaliStep
+    from conch.backends.onnx import OnnxStep
+    from conch.backends.python import PythonModelStep, PythonStep
+    from conch.backends.pytorch import TorchScriptStep
+    from conch.backends.tensorflow import TensorFlowStep
+    from conch.backends.tensorrt import TensorRTStep
+    from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
+    from conch.ensembles.dtypes import DType
+    from conch.ensembles.ensemble import Ensemble, TensorHandle
+    from conch.ensembles.environment import PythonEnv
+    from conch.ensembles.samples import Exact, Tolerance, TopK
+    from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
+    from conch.ensembles.tensors import Tensor
+    from conch.errors import BuildError, ConchError, DeclarationError, DeployError, PackError, RunError, ServeError
+    from conch.executor import Executor, RunResult, run
+
+    return {
+        "DEFAULT_RELEASE": DEFAULT_RELEASE, "BuildError": BuildError, "ConchError": ConchError, "DType": DType,
+        "DaliStep": DaliStep, "DeclarationError": DeclarationError, "DeployError": DeployError,
+        "DynamicBatching": DynamicBatching, "Ensemble": Ensemble, "Exact": Exact, "Executor": Executor,
+        "InstanceGroup": InstanceGroup, "InstanceKind": InstanceKind, "OnnxStep": OnnxStep, "PackError": PackError,
+        "PythonEnv": PythonEnv, "PythonModelStep": PythonModelStep, "PythonStep": PythonStep, "Release": Release,
+        "RunError": RunError, "RunResult": RunResult, "ServeError": ServeError, "Target": Target, "Tensor": Tensor,
+        "TensorFlowStep": TensorFlowStep, "TensorHandle": TensorHandle, "TensorRTStep": TensorRTStep,
+        "Tolerance": Tolerance, "TopK": TopK, "TorchScriptStep": TorchScriptStep, "VersionPolicy": VersionPolicy,
+        "Warmup": Warmup, "run": run,
+    }
+
+
+def _stamping() -> dict[str, Any]:
+    """The names whose module loads Triton's config proto: only when asked for."""
     from conch.builder.stamping import Stamped, stamp_archive
 
-_LAZY = {"Stamped": "conch.builder.stamping", "stamp_archive": "conch.builder.stamping"}
+    return {"Stamped": Stamped, "stamp_archive": stamp_archive}
 
 
 def __getattr__(name: str) -> Any:
-    """Names whose modules load Triton's config proto, imported on first use (the CLI starts without them)."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'conch' has no attribute {name!r}")
+    """A public name, its modules imported on first use (then kept as ordinary attributes of the package)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'conch' has no attribute {name!r}")
+    names = _stamping() if name in ("Stamped", "stamp_archive") else _public()
+    globals().update(names)
+    return names[name]
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
 
 __all__ = [
     "DEFAULT_RELEASE",

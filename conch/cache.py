@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,9 @@ def cache_dir() -> Path:
 
 def cached_file(kind: str, key: str, filename: str, produce: Callable[[Path], None]) -> Path:
     """``<cache>/<kind>/<key>/<filename>``, produced once by ``produce(path)`` and published atomically."""
+    import shutil
+    import tempfile
+
     final = cache_dir() / kind / key
     path = final / filename
     if path.is_file():
@@ -82,6 +82,8 @@ def refreshing(on: bool = True) -> Iterator[None]:
 def refreshed_key(kind: str, key: str) -> str:
     """``key`` of ``<cache>/<kind>/``, its entry removed first while refreshing, so it is produced again."""
     if _refresh:
+        import shutil
+
         shutil.rmtree(cache_dir() / kind / key, ignore_errors=True)
     return key
 
@@ -172,6 +174,8 @@ def _imports(path: Path) -> tuple[tuple[int, str], ...]:
     """(level, first name) of the imports anywhere in a Python file (level 0: absolute; ``from . import x``
     gives (1, x)); parsed once per process for a file of the same size and mtime (a build asks for each file
     once per ensemble and step)."""
+    import ast  # here: `conch build` checks its ledger (conch.ledger, through this module) without it
+
     try:
         st = path.stat()
         identity = (str(path), st.st_size, st.st_mtime_ns)

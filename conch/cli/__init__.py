@@ -7,34 +7,19 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
+from types import FrameType, ModuleType
 
-from conch.cli import (
-    bench,
-    build,
-    check,
-    deploy,
-    graph,
-    import_,
-    inspect,
-    invoke,
-    plan,
-    profile,
-    replay,
-    run,
-    serve,
-    stamp,
-    undeploy,
-)
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
 
-# Each module registers its command (named after it), in the order `conch --help` lists them.
-COMMANDS = (build, replay, inspect, graph, serve, check, stamp, run, deploy, invoke, undeploy, bench, plan, profile,
-            import_)
+# Each command's module registers it (named after it; `import` is import_.py), in the order `conch --help` lists
+# them. A command line imports the module of its own command only (`conch build` none of the others).
+COMMANDS = ("build", "replay", "inspect", "graph", "serve", "check", "stamp", "run", "deploy", "invoke", "undeploy",
+            "bench", "plan", "profile", "import")
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
@@ -72,12 +57,19 @@ EXAMPLES = {
 }
 
 
-def parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> ModuleType:
+    """The module of command ``name`` (of COMMANDS), imported."""
+    return importlib.import_module(f"conch.cli.{'import_' if name == 'import' else name}")
+
+
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or only ``only`` when it is one (its arguments parse
+    the same; `conch --help` and a misspelt command list them all)."""
     p = argparse.ArgumentParser(prog="conch", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.register(sub)
+    for name in [only] if only in COMMANDS else COMMANDS:
+        command_module(name).register(sub)
     listed = {action.dest: action.help for action in sub._choices_actions}
     for name, command in sub.choices.items():
         if name not in OWN_OUTPUT:
@@ -95,7 +87,16 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """The `conch` command (``argv`` None: this process's command line). `conch build` on the command line first
+    asks its ledger whether the build is unchanged (conch.ledger), before anything heavy is imported."""
+    line = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and line[:1] == ["build"]:
+        from conch.cli.build import unchanged_again
+
+        code = unchanged_again(line)
+        if code is not None:
+            return code
+    args = parser(line[0] if line else None).parse_args(line)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         with quiet_tensorflow(), startup_lines_filtered(), session(args):  # before anything imports TensorFlow
@@ -110,7 +111,13 @@ def _run(args: argparse.Namespace) -> int:
     from conch.errors import ConchError
 
     try:
-        check_command(args)  # a missing optional package is one line before any work
+        if args.command == "build":  # what the ensemble files print on import is watched (conch.cli.build)
+            from conch.cli.build import watching_prints
+
+            with watching_prints():
+                check_command(args)  # a missing optional package is one line before any work
+        else:
+            check_command(args)
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))

@@ -9,24 +9,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import IO, Any
 
 ERROR = "conch: error"
 
 
-@dataclass
 class _Session:
-    json: bool = False
-    quiet: bool = False
-    out: IO[str] | None = None  # the real stdout while --json or --quiet sends everything else elsewhere
-    bar: Any = None  # the live rich Progress, so lines print above it instead of through it
-    terminal: bool | None = None  # stderr was a terminal before the start-up line filter replaced it
-    columns: int = 80
+    """The output flags in force (a plain class: `conch build`'s ledger check starts without dataclasses)."""
+
+    def __init__(self) -> None:
+        self.json = False
+        self.quiet = False
+        self.out: IO[str] | None = None  # the real stdout while --json or --quiet sends everything else elsewhere
+        self.bar: Any = None  # the live rich Progress, so lines print above it instead of through it
+        self.terminal: bool | None = None  # stderr was a terminal before the start-up line filter replaced it
+        self.columns = 80
 
 
 _session = _Session()
@@ -107,6 +107,8 @@ def document(doc: Any) -> None:
 def startup_lines_filtered() -> Iterator[None]:
     """The command's stderr through conch.startup_lines' filter (TensorFlow may load its native library at any
     point of a build, not only when a file imports it); whether stderr is a terminal is read first."""
+    import shutil
+
     from conch.startup_lines import startup_lines_dropped
 
     _session.terminal = sys.stderr.isatty()
