@@ -131,11 +131,11 @@ def build_all(
         results[index] = run_job(job, partial(_prefixed, job.ensemble) if progress else None)
         done(results[index])
 
-    # This process is one of the builders: it builds the last job before the others start (what a first build
-    # loads, the templates, the config parser, the step modules' checks, is then theirs by fork, not loaded again
-    # in each), then ``workers - 1`` others take jobs from the front of the queue while it takes them from the
-    # back (no pickling, no pipe and no process start for its share).
-    here(len(jobs) - 1)
+    # This process is one of the builders: ``workers - 1`` others take jobs from the front of the queue while it
+    # takes them from the back (no pickling, no pipe and no process start for its share). The others are forked
+    # (at the first submit) before this process builds anything: a build runs the user's models, and a process
+    # forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever in the
+    # child for a lock a thread of the parent held (tests/builder/test_parallel.py builds a TorchScript step).
     rest = range(len(jobs) - 1)
     pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context())
     # every future, done or cancelled, passes through here once (the pool's thread puts a worker's job when it
@@ -147,6 +147,7 @@ def build_all(
         index_of = dict(zip(futures, rest, strict=True))
         for future in futures:
             future.add_done_callback(finishing.put)
+        here(len(jobs) - 1)
         heard = 0
 
         def hear(future: Future[BuildOutcome]) -> None:
