@@ -216,23 +216,34 @@ def take_said() -> list[str]:
     return lines
 
 
-def traced() -> tuple[tuple[str, str], ...] | None:
+def traced(wrote: bool = False) -> tuple[tuple[str, str], ...] | None:
     """What a forked build worker touched since the last call, for its outcome: ``()`` in the recording
-    process itself (it keeps its own), None where nothing is traced (a spawned worker: then no ledger)."""
+    process itself (it keeps its own), None where nothing is traced (a spawned worker: then no ledger). Each
+    item goes back once per worker (the recording process keeps the union). A job that ``wrote`` its archive
+    sends only that: a command that wrote an archive keeps no ledger (see cli/build.py), so the rest would be
+    pickled, sent and taken in for nothing (thousands of items a job: a third of a build of 200 small ensembles)."""
     trace = _trace
     if trace is None:
         return None
     if trace.pid == os.getpid():
         return ()
+    if wrote:
+        take_said()
+        return (("doubt", "an archive was written"),)
     try:
         items = [("read", p) for p in trace.read] + [("listed", p) for p in trace.listed]
         items += [("written", p) for p in trace.written] + [("module", p) for p in _module_files()]
         items += [("searched", p) for p in trace.searched | _package_folders()]
         items += [("name", n) for n in trace.names | _module_names()] + [("said", line) for line in take_said()]
         items += [("doubt", reason) for reason in trace.doubts]
+        fresh = [item for item in items if item[0] == "said" or item not in _sent]
+        _sent.update(fresh)
     except Exception as exc:  # the build succeeded; only its ledger is lost
         return (("doubt", f"a worker's trace failed: {exc!r}"),)
-    return tuple(items)
+    return tuple(fresh)
+
+
+_sent: set[tuple[str, str]] = set()  # what this worker's earlier outcomes carried
 
 
 def absorb(items: tuple[tuple[str, str], ...] | None) -> list[str]:

@@ -106,3 +106,26 @@ def test_a_folder_the_import_system_searches_is_told_from_one_the_build_lists(tm
         ledger.stop()
         sys.path.remove(str(searched))
         sys.modules.pop("ledger_probe_module", None)
+
+
+def test_a_worker_sends_each_item_once_and_only_a_doubt_for_a_job_that_wrote_its_archive(tmp_path: Path) -> None:
+    """A forked worker's outcomes carry what it touched since its last outcome (the recording process keeps the
+    union); a job that wrote its archive carries only that (such a command keeps no ledger)."""
+    data = tmp_path / "data.txt"
+    data.write_text("x\n")
+    ledger.start(["build", "probe"])
+    trace = ledger._trace
+    assert trace is not None
+    trace.pid = -1  # as in a forked worker: not the recording process
+    try:
+        data.read_text()
+        first = ledger.traced()
+        assert first is not None and ("read", str(data)) in first
+        assert any(kind == "module" for kind, _ in first)
+        again = ledger.traced()
+        assert again is not None and ("read", str(data)) not in again
+        assert not any(kind == "module" for kind, _ in again)
+        assert ledger.traced(wrote=True) == (("doubt", "an archive was written"),)
+    finally:
+        ledger.stop()
+        ledger._sent.clear()

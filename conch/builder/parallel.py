@@ -91,7 +91,7 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
         return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start,
                             f"ensemble {job.ensemble!r}: {type(exc).__name__}: {exc}")
     return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start, output=tuple(repo.output),
-                        inputs=traced())
+                        inputs=traced(wrote=written))
 
 
 def _prefixed(ensemble: str, message: str) -> None:
