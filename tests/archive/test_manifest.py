@@ -110,7 +110,7 @@ _json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_json_values)
 def test_the_writer_writes_what_json_writes_with_sorted_keys_and_indent_1(value: object) -> None:
     """The manifest's writer does not go through json's pure-Python indenting encoder, but its bytes are

@@ -51,7 +51,7 @@ def test_same_files_same_bytes() -> None:
     assert one.getvalue() == two.getvalue()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(name=st.text(min_size=1, max_size=130),
        kind=st.sampled_from([tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE]),
        mode=st.sampled_from([0o644, 0o755, 0o777]), size=st.integers(0, 8 ** 11 + 5) | st.integers(0, 5000),
