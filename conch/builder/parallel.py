@@ -4,6 +4,7 @@ one process from the same inputs, so the bytes do not depend on the number of jo
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -99,6 +100,19 @@ def _prefixed(ensemble: str, message: str) -> None:
     print(f"{ensemble}: {message}", file=sys.stderr, flush=True)
 
 
+def _die_with(parent: int) -> None:
+    """A worker's initializer: killed when the command dies, also by SIGKILL or by a SIGTERM that Python does not
+    handle (a worker waiting for a job, or stuck in a model's native code, would otherwise outlive it, orphaned)."""
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the command died before the line above took effect
+        os._exit(1)
+
+
 def _context() -> multiprocessing.context.BaseContext:
     # fork starts workers in milliseconds and they inherit the imported ensembles; elsewhere workers
     # import the files again by path (run_job does both).
@@ -137,7 +151,9 @@ def build_all(
     # forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever in the
     # child for a lock a thread of the parent held (tests/builder/test_parallel.py builds a TorchScript step).
     rest = range(len(jobs) - 1)
-    pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context())
+    # The pool's processes are started by this (the main) thread, so the death signal fires only with the command.
+    pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context(),
+                               initializer=_die_with, initargs=(os.getpid(),))
     # every future, done or cancelled, passes through here once (the pool's thread puts a worker's job when it
     # finishes): this thread hears of them between its own builds, without looking through the others
     finishing: queue.SimpleQueue[Future[BuildOutcome]] = queue.SimpleQueue()
