@@ -151,7 +151,8 @@ def build_all(
     # forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever in the
     # child for a lock a thread of the parent held (tests/builder/test_parallel.py builds a TorchScript step).
     rest = range(len(jobs) - 1)
-    # The pool's processes are started by this (the main) thread, so the death signal fires only with the command.
+    # The pool's processes are forked by this thread, which waits for them in shutdown below: the death signal
+    # (sent when the forking thread ends) fires only when the command dies.
     pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context(),
                                initializer=_die_with, initargs=(os.getpid(),))
     # every future, done or cancelled, passes through here once (the pool's thread puts a worker's job when it
