@@ -14,6 +14,19 @@ from conch.cache import cache_dir
 _mine: Path | None = None
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child (before exec, or a forked worker's first act): SIGKILL when the thread that started it ends,
+    however it ends, SIGKILL included (Linux prctl)."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def alive(pid: int) -> bool:
     """Whether a process of that id runs (a reused id reads as alive: its folder waits for a later sweep)."""
     try:

@@ -22,6 +22,7 @@ from conch.builder.pack import Progress
 from conch.ensembles.ensemble import Ensemble
 from conch.errors import BuildError, ConchError
 from conch.ledger import said, traced
+from conch.scratch import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,8 @@ def _die_with(parent: int) -> None:
     """A worker's initializer: killed when the command dies, also by SIGKILL or by a SIGTERM that Python does not
     handle (a worker waiting for a job, or stuck in a model's native code, would otherwise outlive it, orphaned)."""
     if sys.platform == "linux":
-        import ctypes
-        import signal
-
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            die_with_parent()
     if os.getppid() != parent:  # the command died before the line above took effect
         os._exit(1)
 

@@ -10,7 +10,6 @@ Triton 2.51's SageMaker port listens on every interface and must never outlive c
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import shutil
@@ -28,12 +27,11 @@ import requests
 from conch.cache import cached_file
 from conch.errors import ServeError
 from conch.harness import shm_regions
-from conch.scratch import scratch_dir
+from conch.scratch import die_with_parent, scratch_dir
 from conch.triton_wheel import pytriton_paths
 
 STARTUP_TIMEOUT_S = 60.0
 START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
-PR_SET_PDEATHSIG = 1
 NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacing=true from this release on
 
 
@@ -73,12 +71,6 @@ def namespacing_for(release: str) -> bool:
     from conch.ensembles.target import Release
 
     return not Release.of(release) < Release.of(NAMESPACING_FROM)
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent thread ends, however it ends (Linux prctl)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def bind_failed(log: str) -> bool:
