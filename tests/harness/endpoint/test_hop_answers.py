@@ -13,7 +13,7 @@ import pytest
 from raw_triton import hop_against
 
 from conch.harness.endpoint.hop import TritonHop
-from conch.harness.endpoint.keepalive import IDLE_S, AnswerTooLarge
+from conch.harness.endpoint.keepalive import IDLE_S, AnswerTooLarge, Connection, Pool
 from conch.wire import MAX_BODY_BYTES
 
 # what the server does with one request: the bytes to send (None: close without a word), and whether to close after
@@ -257,3 +257,21 @@ def test_an_answer_nobody_asked_for_drops_its_connection(late: bool) -> None:
         serve_and_check(reply, check)
     finally:
         asyncio.StreamWriter.write = original  # type: ignore[method-assign]
+
+
+def test_a_call_that_drops_several_closed_kept_connections_counts_one_resend() -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+        resends: list[int] = []
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1], lambda: resends.append(1))
+        pool.idle += [Connection(pool), Connection(pool)]  # kept, and both found closed (never connected)
+        try:
+            conn, kept = await pool.take(pool.loop.time() + 30)
+            assert not kept and resends == [1]  # one invocation sent on another connection: one count
+            conn.close()
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
