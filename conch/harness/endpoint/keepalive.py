@@ -190,20 +190,28 @@ class Pool:
 
     async def take(self, deadline: float) -> tuple[Connection, bool]:
         """A connection that can take a request, and whether it is a kept one. Connections seen closed or
-        readable before the write are dropped; the call goes on another one (counted: ``resent``)."""
+        readable before the write are dropped; the call goes on another one (counted once per call: ``resent``)."""
+        conn, kept, dropped = await self._take(deadline)
+        if dropped:
+            self.resent()
+        return conn, kept
+
+    async def _take(self, deadline: float) -> tuple[Connection, bool, bool]:
+        """``take``'s connection, whether it is a kept one, and whether a kept one was dropped first."""
         idle = self.idle
+        dropped = False
         while True:
             while idle:
                 conn = idle.pop()
                 if conn.clean():
                     if self.loop.time() - conn.idle_since <= IDLE_S:
-                        return conn, True
+                        return conn, True, dropped
                     conn.close()  # ours to close: idle too long, nothing tried on it
                     continue
                 conn.close()
-                self.resent()
+                dropped = True
             if len(self.every) < OPEN:
-                return await self._connect(deadline), False
+                return await self._connect(deadline), False, dropped
             waiter: asyncio.Future[Connection | None] = self.loop.create_future()
             self.waiting.append(waiter)
             try:
@@ -216,9 +224,9 @@ class Pool:
                 raise
             if conn_or_none is not None:
                 if conn_or_none.clean():
-                    return conn_or_none, True
+                    return conn_or_none, True, dropped
                 conn_or_none.close()
-                self.resent()
+                dropped = True
 
     async def _connect(self, deadline: float) -> Connection:
         conn = Connection(self)

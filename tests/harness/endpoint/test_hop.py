@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+from raw_triton import hop_against
 
 from conch.harness.endpoint.hop import TritonHop
 from conch.harness.mme_contract import model_hash
@@ -21,45 +22,23 @@ Handler = Callable[[bytes, int], bytes | Awaitable[bytes | None] | None]
 def answered(handler: Handler, check: Callable[[TritonHop, list[int]], object]) -> None:
     """Serve ``handler(request body, connection number) -> raw response`` (or an awaitable of it; None: close
     without a word, or after the answer when it ends in "\n\n" + "quietly") and run ``check(hop, connections)``."""
-    connections: list[int] = []
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(len(connections) + 1)
-        number = len(connections)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
-                assert f"/models/{model_hash('m.tar.gz')}/invoke".encode() in head
-                assert b"X-Amzn-SageMaker-Target-Model: m.tar.gz" in head
-                response = handler(await reader.readexactly(length), number)
-                if inspect.isawaitable(response):  # an answer that takes its time
-                    response = await response
-                if response is None:
-                    break
-                writer.write(response.removesuffix(b"quietly"))
-                await writer.drain()
-                if b"Connection: close" in response or response.endswith(b"quietly"):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
+    async def respond(head: bytes, body: bytes, number: int) -> tuple[bytes | None, bool]:
+        assert f"/models/{model_hash('m.tar.gz')}/invoke".encode() in head
+        assert b"X-Amzn-SageMaker-Target-Model: m.tar.gz" in head
+        response = handler(body, number)
+        if inspect.isawaitable(response):  # an answer that takes its time
+            response = await response
+        if response is None:
+            return None, True
+        return response.removesuffix(b"quietly"), b"Connection: close" in response or response.endswith(b"quietly")
 
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        hop = TritonHop(f"http://127.0.0.1:{port}")
-        try:
-            result = check(hop, connections)
-            if asyncio.iscoroutine(result):
-                await result
-        finally:
-            await hop.close()
-            server.close()
-            await server.wait_closed()
+    async def checked(hop: TritonHop, connections: list[int]) -> None:
+        result = check(hop, connections)
+        if asyncio.iscoroutine(result):
+            await result
 
-    asyncio.run(main())
+    hop_against(respond, checked)
 
 
 def ok(body: bytes, extra: str = "") -> bytes:

@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+from raw_triton import hop_against
 
 from conch.harness.endpoint.hop import TritonHop
-from conch.harness.endpoint.keepalive import IDLE_S, AnswerTooLarge
+from conch.harness.endpoint.keepalive import IDLE_S, AnswerTooLarge, Connection, Pool
 from conch.wire import MAX_BODY_BYTES
 
 # what the server does with one request: the bytes to send (None: close without a word), and whether to close after
@@ -21,39 +22,15 @@ Reply = Callable[[bytes, int], Awaitable[tuple[bytes | None, bool]]]
 
 def serve_and_check(reply: Reply, check: Callable[[TritonHop, list[int], list[int]], Awaitable[None]]) -> None:
     """A server answering ``reply(request body, connection number)``; ``check(hop, connections, resends)``."""
-    connections: list[int] = []
     resends: list[int] = []
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(len(connections) + 1)
-        number = len(connections)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                data, close = await reply(await reader.readexactly(length), number)
-                if data is None:
-                    break
-                writer.write(data)
-                await writer.drain()
-                if close:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
+    async def respond(head: bytes, body: bytes, number: int) -> tuple[bytes | None, bool]:
+        return await reply(body, number)
 
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        hop = TritonHop(f"http://127.0.0.1:{port}", resent=lambda: resends.append(1))
-        try:
-            await check(hop, connections, resends)
-        finally:
-            await hop.close()
-            server.close()
-            await server.wait_closed()
+    async def checked(hop: TritonHop, connections: list[int]) -> None:
+        await check(hop, connections, resends)
 
-    asyncio.run(main())
+    hop_against(respond, checked, resent=lambda: resends.append(1))
 
 
 def ok(body: bytes) -> bytes:
@@ -280,3 +257,21 @@ def test_an_answer_nobody_asked_for_drops_its_connection(late: bool) -> None:
         serve_and_check(reply, check)
     finally:
         asyncio.StreamWriter.write = original  # type: ignore[method-assign]
+
+
+def test_a_call_that_drops_several_closed_kept_connections_counts_one_resend() -> None:
+    async def main() -> None:
+        server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+        resends: list[int] = []
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1], lambda: resends.append(1))
+        pool.idle += [Connection(pool), Connection(pool)]  # kept, and both found closed (never connected)
+        try:
+            conn, kept = await pool.take(pool.loop.time() + 30)
+            assert not kept and resends == [1]  # one invocation sent on another connection: one count
+            conn.close()
+        finally:
+            pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
