@@ -117,10 +117,12 @@ def deploy(
     ``<name>-1`` … ``<name>-N``; those, and any archive whose step names another TargetModel under the prefix
     already uses, go up stamped (conch.sagemaker.upload_plan), after the fleet check of the prefix plus uploads.
     Every archive must pass `conch check` first (``checked``: what ``check_archives`` returned, when the caller
-    already ran it).
+    already ran it; an archive it does not hold is checked here, so a check of other archives skips none).
     ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
-    if checked is None:
-        checked = check_archives(archives)
+    checked = dict(checked or {})
+    unchecked = [archive for archive in archives if archive not in checked]
+    if unchecked:
+        checked.update(check_archives(unchecked))
     if spec.model_data_url != location.model_data_url:
         raise DeployError(f"the endpoint would serve {spec.model_data_url} but the archives go to "
                           f"{location.model_data_url}")

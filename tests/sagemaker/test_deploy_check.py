@@ -6,13 +6,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROLE, Moto
+from conftest import ROLE, Moto, spec
 from hostile_archives import write_archive
 from seed_archives import bert_repo, pack_repo
 from test_cli_deploy import aws_args, conch
 
 from conch.errors import DeployError
-from conch.sagemaker.rollout import check_archives
+from conch.sagemaker.rollout import check_archives, deploy
+from conch.sagemaker.s3 import ModelLocation
 
 pytestmark = pytest.mark.integration
 
@@ -41,3 +42,16 @@ def test_check_archives_passes_conch_builds(archives: list[Path], tmp_path: Path
     broken.write_bytes(broken.read_bytes()[:100])
     with pytest.raises(DeployError, match="broken.tar.gz fails `conch check`: archive: archive .* truncated"):
         check_archives([*archives, broken])
+
+
+def test_deploy_checks_the_archives_a_given_check_does_not_hold(moto: Moto, bucket: str, archives: list[Path],
+                                                                tmp_path: Path) -> None:
+    # A repository `conch check` refuses (a model folder named for a shell) that the fleet check reads as it is.
+    unchecked = tmp_path / "unchecked.tar.gz"
+    pack_repo({k.replace("bert-trt", "bert;id"): v for k, v in bert_repo().items()}, unchecked)
+    location = ModelLocation(bucket, "stale-check")
+    with pytest.raises(DeployError, match=r"(?s)refusing to deploy: 1 of 1 archives fail `conch check`.*"
+                                          r"unchecked\.tar\.gz fails `conch check`: bert;id/"):
+        deploy([*archives, unchecked], location, spec(model_data_url=location.model_data_url), moto.aws, poll=0.01,
+               checked=check_archives(archives))
+    assert moto.client("s3").list_objects_v2(Bucket=bucket, Prefix="stale-check").get("KeyCount", 0) == 0

@@ -63,10 +63,12 @@ def http_transport(spec: LoadSpec) -> Send:
 
     assert spec.url
     client = HTTPClient.from_url(spec.url, concurrency=1, network_timeout=spec.timeout, connection_timeout=10)
+    # Each target's route made (and its name checked) once per user, not once per request.
+    paths = {t.name: infer_path(t.name) for t in spec.targets} if spec.kind == "kserve" else {}
 
     def send(target: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
         if spec.kind == "kserve":
-            response = client.post(infer_path(target), body=body, headers=request_headers(content_type))
+            response = client.post(paths[target], body=body, headers=request_headers(content_type))
             content, length = response.read(), response.get(HEADER_LENGTH.lower())
             return response.status_code, content, response_content_type(str(length) if length else None)
         response = client.post(f"/endpoints/{spec.endpoint}/invocations", body=body,
