@@ -46,7 +46,8 @@ def run_load(spec: LoadSpec, *, workers: int = 0, remote_workers: int = 0, bind:
     """Run the stages against the target; ``workers`` > 0 runs a master plus that many worker processes
     here, and waits for ``remote_workers`` more started elsewhere with ``conch bench --worker``."""
     if spec.kind == "kserve":  # a model name no URL reaches is refused by name, before any process starts
-        [infer_path(target.name) for target in spec.targets]
+        for target in spec.targets:
+            infer_path(target.name)
     with scratch_temp("conch-load-") as tmp:
         work = Path(tmp)
         (work / "spec.json").write_text(json.dumps(spec.to_json()))
