@@ -268,9 +268,7 @@ class LocalMME:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
         step-name mode (``metrics.run_counts``); ``resends``: invocations the hop sent on another connection
         because the kept one was already closed (``TritonHopResends``; nothing of them had reached Triton)."""
-        snapshot = self.metrics.snapshot()
-        return {**run_counts(None, {**snapshot, "step_names": self.step_names.value}),
-                "resends": snapshot["TritonHopResends"]}
+        return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
 
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""

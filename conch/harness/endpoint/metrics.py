@@ -132,7 +132,7 @@ def _count(counter: Counter, label: str) -> int:
 # does differently (a crash it would not restart from, a retry it would not make, step names it would share)
 COUNTS = {"restarts": "TritonRestarts", "lookup_retries": "TritonLookupRetries",
           "lookup_misses": "TritonLookupMisses", "collisions": "StepNameCollisions",
-          "not_ready": "ModelNotReady", "timeouts": "InvocationTimeouts"}
+          "not_ready": "ModelNotReady", "timeouts": "InvocationTimeouts", "resends": "TritonHopResends"}
 # The counts that make a run fail: the local endpoint was kinder than production would have been
 LENIENT = ("restarts", "lookup_retries", "collisions")
 
