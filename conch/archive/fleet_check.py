@@ -43,6 +43,13 @@ class ArchiveModels:
     release: str | None = None
     stamped_for: str | None = None  # the TargetModel its stamp names
     problem: str | None = None  # why the archive could not be read
+    # the local file as `conch check` read it (device, inode, size, mtime in ns): a deploy given this check
+    # checks the file again when it no longer matches (rewritten or replaced since)
+    checked_as: tuple[int, int, int, int] | None = field(default=None, compare=False)
+
+    def unchanged_since_check(self, path: Path) -> bool:
+        """Whether ``path`` is still the file this was read from (False when unknown or gone)."""
+        return self.checked_as is not None and self.checked_as == file_identity(path)
 
     def summary(self) -> str:
         """A compact JSON form (ASCII: model names are checked shell-safe) for S3 metadata."""
@@ -93,6 +100,7 @@ def check_archive_models(path: Path) -> tuple[CheckReport, ArchiveModels | None]
     """`conch check` of a local archive and, when it passes, what the fleet check needs of it (TargetModel: its
     file name), from one unpacking: each config is parsed once, by the check."""
     path = Path(path)
+    identity = file_identity(path)
     with checked(path) as (report, folder):
         if folder is None or not report.ok:
             return report, None
@@ -102,7 +110,16 @@ def check_archive_models(path: Path) -> tuple[CheckReport, ArchiveModels | None]
         # the front end's regex finds it).
         configs = {name: config for name, config in report.configs.items()
                    if not (folder / name / "config.pbtxt").is_symlink()}
-    return report, _archive_models(path.name, configs, data)
+    return report, replace(_archive_models(path.name, configs, data), checked_as=identity)
+
+
+def file_identity(path: Path) -> tuple[int, int, int, int] | None:
+    """A file's device, inode, size and mtime (ns), or None when it cannot be read."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _archive_models(target_model: str, configs: dict[str, ReadConfig],

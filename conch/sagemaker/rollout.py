@@ -117,10 +117,12 @@ def deploy(
     ``<name>-1`` … ``<name>-N``; those, and any archive whose step names another TargetModel under the prefix
     already uses, go up stamped (conch.sagemaker.upload_plan), after the fleet check of the prefix plus uploads.
     Every archive must pass `conch check` first (``checked``: what ``check_archives`` returned, when the caller
-    already ran it; an archive it does not hold is checked here, so a check of other archives skips none).
+    already ran it; an archive it does not hold, or whose file changed since that check, is checked here, so a
+    check of other archives or of older bytes skips none).
     ``spec.warnings`` (about its instance type) are the caller's to show before this starts."""
     checked = dict(checked or {})
-    unchecked = [archive for archive in archives if archive not in checked]
+    unchecked = [archive for archive in archives
+                 if archive not in checked or not checked[archive].unchanged_since_check(archive)]
     if unchecked:
         checked.update(check_archives(unchecked))
     if spec.model_data_url != location.model_data_url:

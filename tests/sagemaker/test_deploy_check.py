@@ -55,3 +55,21 @@ def test_deploy_checks_the_archives_a_given_check_does_not_hold(moto: Moto, buck
         deploy([*archives, unchecked], location, spec(model_data_url=location.model_data_url), moto.aws, poll=0.01,
                checked=check_archives(archives))
     assert moto.client("s3").list_objects_v2(Bucket=bucket, Prefix="stale-check").get("KeyCount", 0) == 0
+
+
+def test_deploy_checks_again_an_archive_rewritten_since_its_check(moto: Moto, bucket: str, archives: list[Path],
+                                                                   tmp_path: Path) -> None:
+    # Checked while it was a good build, then replaced in place by a repository `conch check` refuses: the check
+    # the caller holds is of other bytes, so deploy checks the file again and uploads nothing.
+    rewritten = tmp_path / "rewritten.tar.gz"
+    shutil.copy(archives[0], rewritten)
+    stale = check_archives([rewritten])
+    assert stale[rewritten].unchanged_since_check(rewritten)
+    pack_repo({k.replace("bert-trt", "bert;id"): v for k, v in bert_repo().items()}, rewritten)
+    assert not stale[rewritten].unchanged_since_check(rewritten)
+    location = ModelLocation(bucket, "rewritten")
+    with pytest.raises(DeployError, match=r"(?s)refusing to deploy: 1 of 1 archives fail `conch check`.*"
+                                          r"rewritten\.tar\.gz fails `conch check`: bert;id/"):
+        deploy([rewritten], location, spec(model_data_url=location.model_data_url), moto.aws, poll=0.01,
+               checked=stale)
+    assert moto.client("s3").list_objects_v2(Bucket=bucket, Prefix="rewritten").get("KeyCount", 0) == 0
