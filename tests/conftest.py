@@ -6,6 +6,7 @@ conch's cache and inherited by the CLI subprocesses; it is never the user's ``~/
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _pytest import raises as _raises
+from _pytest.assertion import util as _assert_util
 
 _SESSION_CACHE = "_CONCH_TEST_SESSION_CACHE"  # set once per session: this file is executed twice (see sagemaker/)
 if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != os.environ.get("CONCH_CACHE_DIR"):
@@ -76,6 +78,37 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     error_raises.EVIDENCE.test = item.nodeid
     return (yield)
+
+
+# What a comparison of plain values that holds is checked by again, cheaply, to hand it to the evidence alone.
+_HOLDS: dict[str, Callable[[Any, Any], bool]] = {"==": operator.eq, "in": lambda left, right: left in right}
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None), dict, list, tuple, set, frozenset})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With the pass hook on, pytest explains every comparison that holds as it would one that failed (a whole
+    text or pprint diff of two equal values, 0.1 s for a 10 kB JSON text) and nobody reads it. A comparison of
+    plain values that holds goes to the evidence only; any other, and every one that fails, is explained."""
+    explain = _assert_util._reprcompare
+    if explain is not None:
+        def explain_failures(op: str, left: object, right: object) -> str | None:
+            holds = _HOLDS.get(op)
+            if holds is not None and type(left) in _PLAIN and type(right) in _PLAIN:
+                try:
+                    held = bool(holds(left, right))
+                except Exception:  # e.g. containers of numpy arrays: let pytest say what it says
+                    held = False
+                if held:
+                    error_raises.EVIDENCE.compared(op, left, right)
+                    return None
+            return explain(op, left, right)
+
+        _assert_util._reprcompare = explain_failures
+    try:
+        return (yield)
+    finally:
+        _assert_util._reprcompare = explain
 
 
 def pytest_assertion_pass(item: pytest.Item, lineno: int, orig: str, expl: str) -> None:
