@@ -3,8 +3,9 @@
 off, as conch's front) answering a fixed 16-byte body with no hop, also "paced" (each answer held for the time
 Triton takes per call at that many connections, so each loop turn serves as few calls as in front of Triton);
 (c) the same trivial app plus the hop to Triton (conch's ``TritonHop``: the least a uvicorn front in front of
-Triton does); (d) conch's local MME front. Whether "the front's added time at 32 connections <= 20 % of
-Triton's" is reachable while keeping uvicorn follows from (c) against (a). Prints a table, writes
+Triton does), on uvicorn's own httptools protocol and on conch's one-write subclass (``single_write.py``);
+(d) conch's local MME front. Whether "the front's added time at 32 connections <= 20 % of Triton's" is
+reachable while keeping uvicorn follows from (c) against (a). Prints a table, writes
 benchmarks/results/front_floor.json.
 
     python benchmarks/front_floor.py [--rounds 4] [--seconds 3] [--connections 32]
@@ -33,7 +34,8 @@ from typing import Any
 from _common import finish, wrk_run
 
 ANSWER = b"0123456789abcdef"  # (b)'s fixed 16-byte answer
-SIDES = ("straight", "trivial", "trivial, paced", "trivial+hop", "front")
+SIDES = ("straight", "trivial", "trivial, paced", "trivial+hop", "trivial+hop, one write", "front")
+HELPERS = ("trivial", "trivial+hop", "trivial+hop, one write")  # the sides served by a process of their own
 
 
 def serve(kind: str, triton_url: str, target: str) -> None:
@@ -41,6 +43,7 @@ def serve(kind: str, triton_url: str, target: str) -> None:
     import uvicorn
 
     from conch.harness.endpoint.hop import TritonHop
+    from conch.harness.endpoint.single_write import SingleWriteProtocol
 
     hop: list[TritonHop] = []
 
@@ -76,8 +79,9 @@ def serve(kind: str, triton_url: str, target: str) -> None:
         await send({"type": "http.response.body", "body": answer.content})
 
     config = uvicorn.Config(trivial if kind == "trivial" else with_hop, host="127.0.0.1", port=0, loop="uvloop",
-                            http="httptools", lifespan="off", log_level="warning", access_log=False,
-                            timeout_keep_alive=30, proxy_headers=False, server_header=False, log_config=None)
+                            http=SingleWriteProtocol if kind.endswith("one write") else "httptools", lifespan="off",
+                            log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
+                            server_header=False, log_config=None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -129,7 +133,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--serve", choices=["trivial", "trivial+hop"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=HELPERS, help=argparse.SUPPRESS)
     parser.add_argument("--triton", default="", help=argparse.SUPPRESS)
     parser.add_argument("--target", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -159,13 +163,14 @@ def main() -> int:
             helpers = {kind: subprocess.Popen([sys.executable, __file__, "--serve", kind, "--triton",
                                                mme.triton.sagemaker_url, "--target", target],
                                               stdout=subprocess.PIPE, env=env, text=True)
-                       for kind in ("trivial", "trivial+hop")}
+                       for kind in HELPERS}
             try:
                 ports = {kind: int(p.stdout.readline()) for kind, p in helpers.items()}  # type: ignore[union-attr]
                 urls = {"straight": f"{mme.triton.sagemaker_url}/models/{model_hash(target)}/invoke",
                         "trivial": f"http://127.0.0.1:{ports['trivial']}/endpoints/local/invocations",
                         "trivial, paced": "",
-                        "trivial+hop": f"http://127.0.0.1:{ports['trivial+hop']}/endpoints/local/invocations",
+                        **{kind: f"http://127.0.0.1:{ports[kind]}/endpoints/local/invocations"
+                           for kind in HELPERS[1:]},
                         "front": f"{mme.url}/endpoints/local/invocations"}
                 servers: dict[str, Any] = {kind: psutil.Process(p.pid) for kind, p in helpers.items()}
                 for side in SIDES:  # warm every path (connections, the hop's pool, Triton's instances)
@@ -182,7 +187,7 @@ def main() -> int:
                                 return thread_cpu(front_tid)
                             if side == "straight":
                                 return 0.0
-                            return float(sum(servers[side.split(",")[0]].cpu_times()[:2]))
+                            return float(sum(servers[side.removesuffix(", paced")].cpu_times()[:2]))
 
                         load = os.getloadavg()[0]
                         before = (server_cpu(), tree_cpu(stubs), children_cpu(), machine_busy())
@@ -204,7 +209,7 @@ def main() -> int:
     rows = []
     for side in SIDES:
         m = medians[side]
-        added = f"{(straight / m['req/s'] - 1) * 100:+.0f} %" if side in ("trivial+hop", "front") else "-"
+        added = f"{(straight / m['req/s'] - 1) * 100:+.0f} %" if "hop" in side or side == "front" else "-"
         rows.append([side, round(m["req/s"]), added, round(m["server us/call"]), round(m["triton us/call"]),
                      round(m["wrk us/call"]), round(m["machine us/call"]), round(m["load"], 2)])
     header = ["side", "req/s", "added vs straight", "server us/call", "triton tree us/call", "wrk us/call",
