@@ -75,16 +75,19 @@ class SingleWriteProtocol(HttpToolsProtocol):
 
     def _unset_keepalive_if_required(self) -> None:  # uvicorn's: on new bytes, and when the connection ends
         self.keep_alive.discard(self)
-        super()._unset_keepalive_if_required()
+        if self.timeout_keep_alive_task is not None:  # a timer of uvicorn's own (after a pipelined answer)
+            super()._unset_keepalive_if_required()
 
     def on_response_complete(self) -> None:
         self.gathered.flush()
         if self.pipeline or self.transport.is_closing():
             super().on_response_complete()  # uvicorn's own: start the next pipelined request, or nothing to keep
             return
-        # uvicorn's on_response_complete, with the keep-alive timeout held in the shared timer
+        # uvicorn's on_response_complete, with the keep-alive timeout held in the shared timer (``add`` replaces one
+        # already held for this connection, as uvicorn's unset-then-set does)
         self.server_state.total_requests += 1
-        self._unset_keepalive_if_required()
+        if self.timeout_keep_alive_task is not None:
+            super()._unset_keepalive_if_required()
         self.flow.resume_reading()
         self.keep_alive.add(self, self.loop.time() + self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
