@@ -58,16 +58,14 @@ class Gathered:
         return getattr(self._transport, name)
 
 
-class SingleWriteProtocol(HttpToolsProtocol):
-    """uvicorn's ``httptools`` protocol on a ``Gathered`` transport (``uvicorn.Config(http=...)``), whose keep-alive
-    timeouts share one loop timer (``Deadlines``) instead of a timer made after every answer and cancelled when the
-    next request arrives; a connection idle ``timeout_keep_alive`` seconds after an answer is closed, as in uvicorn."""
+class KeptAliveProtocol(HttpToolsProtocol):
+    """uvicorn's ``httptools`` protocol whose keep-alive timeouts share one loop timer (``Deadlines``) instead of a
+    timer made after every answer and cancelled when the next request arrives; a connection idle
+    ``timeout_keep_alive`` seconds after an answer is closed, as in uvicorn (``uvicorn.Config(http=...)``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        gathered = Gathered(transport, self.loop)  # type: ignore[arg-type]
-        self.gathered = gathered
         self.keep_alive = _keep_alive(self.loop)
-        super().connection_made(gathered)  # type: ignore[arg-type]
+        super().connection_made(transport)  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.keep_alive.discard(self)
@@ -79,7 +77,6 @@ class SingleWriteProtocol(HttpToolsProtocol):
             super()._unset_keepalive_if_required()
 
     def on_response_complete(self) -> None:
-        self.gathered.flush()
         if self.pipeline or self.transport.is_closing():
             super().on_response_complete()  # uvicorn's own: start the next pipelined request, or nothing to keep
             return
@@ -90,6 +87,19 @@ class SingleWriteProtocol(HttpToolsProtocol):
             super()._unset_keepalive_if_required()
         self.flow.resume_reading()
         self.keep_alive.add(self, self.loop.time() + self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+
+class SingleWriteProtocol(KeptAliveProtocol):
+    """``KeptAliveProtocol`` on a ``Gathered`` transport: each answer in one write."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        gathered = Gathered(transport, self.loop)  # type: ignore[arg-type]
+        self.gathered = gathered
+        super().connection_made(gathered)  # type: ignore[arg-type]
+
+    def on_response_complete(self) -> None:
+        self.gathered.flush()
+        super().on_response_complete()
 
 
 _KEEP_ALIVE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = weakref.WeakKeyDictionary()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from conch.harness.endpoint.single_write import Gathered, SingleWriteProtocol
+from conch.harness.endpoint.single_write import Gathered, KeptAliveProtocol, SingleWriteProtocol
 
 
 class Recording:
@@ -90,8 +90,10 @@ def test_a_close_sends_what_is_held_first_and_a_closed_socket_gets_nothing() -> 
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("protocol", [KeptAliveProtocol, SingleWriteProtocol])
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_an_idle_kept_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not(loop: str) -> None:
+def test_an_idle_kept_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not(
+        loop: str, protocol: type[KeptAliveProtocol]) -> None:
     """uvicorn's keep-alive through the shared timer: a connection is closed ``timeout_keep_alive`` seconds after
     its last answer when nothing more arrived, not before; a new request in time keeps it open for another period."""
     keep = 0.3
@@ -103,7 +105,7 @@ def test_an_idle_kept_connection_is_closed_after_the_keep_alive_timeout_and_a_bu
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, loop=loop, http=SingleWriteProtocol, lifespan="off",
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, loop=loop, http=protocol, lifespan="off",
                             log_level="warning", access_log=False, timeout_keep_alive=keep, log_config=None)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
