@@ -24,7 +24,7 @@ from conch.harness.endpoint.fleet import Budgets, Fleet
 from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
-from conch.harness.endpoint.single_write import KeptAliveProtocol
+from conch.harness.endpoint.single_write import SingleWriteProtocol
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
@@ -217,7 +217,7 @@ class LocalMME:
         # of the process (absl's closes the stream it holds); its loggers go to the process's logging instead
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=30, proxy_headers=False, server_header=False,
-                                http=KeptAliveProtocol, log_config=None)
+                                http=SingleWriteProtocol, log_config=None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()
