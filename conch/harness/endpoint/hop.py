@@ -109,11 +109,12 @@ class TritonHop:
                 answer = conn.send(b"%s%d\r\n\r\n%s" % (head, size, body), b"")
             else:
                 answer = conn.send(b"%s%d\r\n\r\n" % (head, size), body)
-            timer = loop.call_at(deadline, conn.timed_out)
+            deadlines = pool.deadlines  # one loop timer for every call's deadline, not one per call
+            deadlines.add(conn, deadline, conn.timed_out)
             try:
                 status, content, kind = await answer
             finally:
-                timer.cancel()
+                deadlines.discard(conn)
         except asyncio.TimeoutError:
             raise httpx.ReadTimeout(f"no answer within {limit:g} s") from None
         except BaseException:

@@ -19,6 +19,7 @@ from typing import cast
 import httptools
 import httpx
 
+from conch.harness.endpoint.deadlines import Deadlines
 from conch.wire import MAX_BODY_BYTES
 
 OPEN = 64  # connections to Triton at once; more calls wait for one
@@ -183,6 +184,7 @@ class Pool:
     def __init__(self, host: str, port: int, resent: Callable[[], object], limit: int = MAX_BODY_BYTES) -> None:
         self.host, self.port, self.resent, self.limit = host, port, resent, limit
         self.loop = asyncio.get_running_loop()
+        self.deadlines = Deadlines(self.loop)  # the calls' timeouts (``TritonHop.invoke``)
         self.idle: list[Connection] = []
         self.every: set[Connection] = set()
         self.waiting: deque[asyncio.Future[Connection | None]] = deque()
@@ -272,6 +274,7 @@ class Pool:
 
     def close(self) -> None:
         self.shut = True
+        self.deadlines.close()  # the calls under way fail as their connections close
         for conn in list(self.every):
             conn.close()
         self.idle.clear()

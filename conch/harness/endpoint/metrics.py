@@ -6,12 +6,18 @@ Times are in seconds here (CloudWatch reports the same quantities in microsecond
 
 from __future__ import annotations
 
+import bisect
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TIMES = {
@@ -22,6 +28,69 @@ TIMES = {
     "ModelLatency": "seconds Triton took to answer an invocation",
 }
 KEEP = 10_000  # recent samples per timing kept for the JSON percentiles
+PER_CALL = "ModelLatency"  # the timing every invocation records (``CallCounts``)
+CACHE_HIT_DOC = "invocations by whether their TargetModel was loaded already"
+INVOCATIONS_DOC = "invocations answered, by HTTP status class"
+
+
+class Tally:
+    """A count with ``inc()``, as a prometheus_client counter child, without its lock: every invocation counts on the
+    front's event loop thread; it is read at scrape time (``CallCounts``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
+class Timing:
+    """A histogram with ``observe()``, as prometheus_client's (the same buckets: the first upper bound the value
+    does not pass), counted on the front's loop thread and read at scrape time."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.count += 1
+        self.sum += seconds
+
+
+class CallCounts(Collector):
+    """The metrics every invocation moves (ModelCacheHit, Invocations, ModelLatency) as plain counts, exposed by
+    prometheus_client at scrape time with the names, labels, buckets and ``_created`` samples its own Counter and
+    Histogram would have (a prometheus_client counter takes a lock per ``inc``: ~1.7 us per call for the three)."""
+
+    def __init__(self) -> None:
+        self.created = time.time()
+        self.hit, self.miss = Tally(), Tally()
+        self.answered = {status: Tally() for status in ("2XX", "4XX", "5XX")}
+        self.latency = Timing(BUCKETS)
+
+    def collect(self) -> Iterator[Metric]:
+        created = self.created
+        latency = HistogramMetricFamily(PER_CALL, TIMES[PER_CALL])
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.latency.bounds, float("inf")), list(self.latency.counts), strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), float(cumulative)))
+        latency.add_metric([], buckets, self.latency.sum)
+        latency.samples.append(Sample(f"{PER_CALL}_created", {}, created))
+        yield latency
+        hits = CounterMetricFamily("ModelCacheHit", CACHE_HIT_DOC, labels=["hit"])
+        for label, tally in (("1", self.hit), ("0", self.miss)):
+            hits.add_metric([label], float(tally.value), created=created)
+        yield hits
+        answered = CounterMetricFamily("Invocations", INVOCATIONS_DOC, labels=["status"])
+        for status, tally in self.answered.items():
+            answered.add_metric([status], float(tally.value), created=created)
+        yield answered
 
 
 class Metrics:
@@ -30,10 +99,12 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.times = {name: Histogram(name, doc, registry=r, buckets=BUCKETS) for name, doc in TIMES.items()}
-        self.cache_hit = Counter("ModelCacheHit", "invocations by whether their TargetModel was loaded already",
-                                 ["hit"], registry=r)
-        self.invocations = Counter("Invocations", "invocations answered, by HTTP status class", ["status"], registry=r)
+        self.times: dict[str, Histogram | Timing] = {
+            name: Histogram(name, doc, registry=r, buckets=BUCKETS) for name, doc in TIMES.items() if name != PER_CALL}
+        # the per-invocation ones as plain counts, exposed in the same place and order as before
+        self.calls = CallCounts()
+        r.register(self.calls)
+        self.times[PER_CALL] = self.calls.latency
         self.loads = Counter("ModelLoads", "archives loaded, by whether the TargetModel was loaded before",
                              ["reload"], registry=r)
         self.load_failures = Counter("ModelLoadFailures", "loads that failed or timed out", registry=r)
@@ -61,9 +132,7 @@ class Metrics:
         self.memory_budget = Gauge("MemoryBudgetBytes", "--memory-budget (0: no limit)", registry=r)
         self.disk = Gauge("DiskUsedBytes", "bytes of unpacked archives in the disk cache", registry=r)
         self.disk_budget = Gauge("DiskBudgetBytes", "--disk-budget (0: no limit)", registry=r)
-        # the children an invocation counts in, made once (``labels()`` looks them up under a lock each call)
-        self.hit, self.miss = self.cache_hit.labels("1"), self.cache_hit.labels("0")
-        self.answered = {status: self.invocations.labels(status) for status in ("2XX", "4XX", "5XX")}
+        self.hit, self.miss, self.answered = self.calls.hit, self.calls.miss, self.calls.answered
         self._samples: dict[str, deque[float]] = {name: deque(maxlen=KEEP) for name in TIMES}
         self._lock = threading.Lock()
 
@@ -86,11 +155,11 @@ class Metrics:
         out: dict[str, Any] = {}
         with self._lock:
             for name, samples in self._samples.items():
-                out[name] = summary(samples, self.times[name])
-        out["ModelCacheHit"] = {"hits": _count(self.cache_hit, "1"), "misses": _count(self.cache_hit, "0")}
-        total = out["ModelCacheHit"]["hits"] + out["ModelCacheHit"]["misses"]
-        out["ModelCacheHit"]["rate"] = out["ModelCacheHit"]["hits"] / total if total else None
-        out["Invocations"] = {s: _count(self.invocations, s) for s in ("2XX", "4XX", "5XX")}
+                out[name] = summary(samples, *_count_and_sum(self.times[name]))
+        hits, misses = self.hit.value, self.miss.value
+        out["ModelCacheHit"] = {"hits": hits, "misses": misses,
+                                "rate": hits / (hits + misses) if hits + misses else None}
+        out["Invocations"] = {status: tally.value for status, tally in self.answered.items()}
         out["ModelLoads"] = {"cold": _count(self.loads, "false"), "reload": _count(self.loads, "true")}
         out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for s in _samples(self.unloads, "_total")}
         for name, metric in (("ModelLoadFailures", self.load_failures), ("ModelDownloads", self.downloads),
@@ -108,9 +177,13 @@ class Metrics:
         return out
 
 
-def summary(samples: Iterable[float], histogram: Histogram) -> dict[str, Any]:
-    count = sum(s.value for s in _samples(histogram, "_count"))
-    total = sum(s.value for s in _samples(histogram, "_sum"))
+def _count_and_sum(timing: Histogram | Timing) -> tuple[float, float]:
+    if isinstance(timing, Timing):
+        return timing.count, timing.sum
+    return (sum(s.value for s in _samples(timing, "_count")), sum(s.value for s in _samples(timing, "_sum")))
+
+
+def summary(samples: Iterable[float], count: float, total: float) -> dict[str, Any]:
     ordered = sorted(samples)
 
     def pct(q: float) -> float | None:

@@ -110,6 +110,37 @@ def test_no_answer_in_time_is_an_httpx_timeout() -> None:
     answered(handler, check)
 
 
+def test_each_calls_timeout_fires_at_its_own_deadline_on_the_shared_timer() -> None:
+    """Calls in flight at once with their own limits (the hop holds their deadlines on one loop timer): each fails
+    when its limit is up, with the same error as alone; a call that was answered in time never times out."""
+
+    async def timed(hop: TritonHop, body: bytes, timeout: float) -> tuple[str, float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            answer = await hop.invoke("m.tar.gz", body, "application/json", timeout=timeout)
+        except httpx.TimeoutException as exc:
+            return str(exc), loop.time() - start
+        return answer.content.decode(), loop.time() - start
+
+    async def check(hop: TritonHop, connections: list[int]) -> None:
+        results = await asyncio.gather(timed(hop, b"slow", 0.6), timed(hop, b"fast", 0.1), timed(hop, b"slow", 0.3),
+                                       timed(hop, b"slow", 0.45))
+        assert [text for text, _ in results] == ["no answer within 0.6 s", "fast", "no answer within 0.3 s",
+                                                 "no answer within 0.45 s"]
+        for (_, took), limit in zip(results, (0.6, None, 0.3, 0.45), strict=True):
+            if limit is not None:
+                assert limit - 0.002 <= took < limit + 0.15, (limit, took)
+        assert (await hop.invoke("m.tar.gz", b"fast", "application/json")).content == b"fast"
+
+    async def handler(body: bytes, number: int) -> bytes:
+        if body == b"slow":
+            await asyncio.sleep(2.0)
+        return ok(body)
+
+    answered(handler, check)
+
+
 def test_a_stopped_server_is_an_httpx_error_and_rebind_drops_the_old_connections() -> None:
     async def check(hop: TritonHop, connections: list[int]) -> None:
         assert (await hop.invoke("m.tar.gz", b"1", "application/json")).content == b"1"

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from conch import ServeError
 from conch.cli.flags import size
 from conch.harness.endpoint import LocalMME
-from conch.harness.endpoint.metrics import Metrics
+from conch.harness.endpoint.metrics import BUCKETS, TIMES, Metrics
 from conch.harness.endpoint.protocol import ValidationError
 from conch.harness.endpoint.sources import FolderSource, S3Source, checked_key, open_source
 
@@ -86,8 +88,9 @@ def test_metrics_keep_sagemakers_names_and_the_peak_of_loaded_models() -> None:
     for count in (1, 3, 2):
         metrics.set_loaded(count)
     metrics.time("ModelLoadingTime", 0.5)
-    metrics.cache_hit.labels("1").inc()
-    metrics.cache_hit.labels("0").inc(3)
+    metrics.hit.inc()
+    for _ in range(3):
+        metrics.miss.inc()
     metrics.unloads.labels("max_loaded").inc()
     snapshot = metrics.snapshot()
     assert snapshot["LoadedModelCount"] == 2 and snapshot["LoadedModelCountPeak"] == 3
@@ -106,3 +109,42 @@ def test_step_names_are_isolate_or_shared(tmp_path: Path) -> None:
 def test_max_restarts_below_zero_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=r"max_restarts -1: give 0"):
         LocalMME(tmp_path, max_restarts=-1)
+
+
+def test_the_per_call_metrics_are_exposed_as_prometheus_clients_own_counter_and_histogram_would_be() -> None:
+    """ModelCacheHit, Invocations and ModelLatency are plain counts read at scrape time: the same names, HELP, TYPE,
+    labels, buckets, values and ``_created`` samples, in the same place, as prometheus_client's Counter and Histogram
+    given the same calls (only the creation times differ)."""
+    metrics = Metrics()
+    registry = CollectorRegistry(auto_describe=True)
+    latency = Histogram("ModelLatency", TIMES["ModelLatency"], registry=registry, buckets=BUCKETS)
+    hits = Counter("ModelCacheHit", "invocations by whether their TargetModel was loaded already", ["hit"],
+                   registry=registry)
+    answered = Counter("Invocations", "invocations answered, by HTTP status class", ["status"], registry=registry)
+    for child in (hits.labels("1"), hits.labels("0"), *(answered.labels(s) for s in ("2XX", "4XX", "5XX"))):
+        child.inc(0)
+    for seconds in (0.0004, 0.001, 0.0011, 0.3, 7.0, 500.0, 0.001):
+        metrics.time("ModelLatency", seconds)
+        latency.observe(seconds)
+    for _ in range(5):
+        metrics.hit.inc()
+        hits.labels("1").inc()
+    metrics.miss.inc()
+    hits.labels("0").inc()
+    for status, times in (("2XX", 4), ("5XX", 2)):
+        for _ in range(times):
+            metrics.answered[status].inc()
+            answered.labels(status).inc()
+
+    def without_created(text: bytes) -> list[str]:
+        return [re.sub(r"(_created(\{[^}]*\})?) \S+$", r"\1 T", line) for line in text.decode().splitlines()]
+
+    ours = without_created(metrics.prometheus())
+    expected = without_created(generate_latest(registry))
+    start = ours.index(expected[0])
+    assert ours[start:start + len(expected)] == expected
+    assert ours[start - 1] == "ModelUnloadingTime_created T"  # where the prometheus_client objects were
+    snapshot = metrics.snapshot()
+    assert snapshot["ModelLatency"]["count"] == 7 and snapshot["ModelLatency"]["sum_s"] == pytest.approx(507.3035)
+    assert snapshot["ModelCacheHit"] == {"hits": 5, "misses": 1, "rate": 5 / 6}
+    assert snapshot["Invocations"] == {"2XX": 4, "4XX": 0, "5XX": 2}

@@ -1,12 +1,19 @@
 """The front's answers leave in one write: uvicorn's head and body writes gathered (same bytes, same order),
-flushed when uvicorn completes the answer, before a close, or at the end of the loop's turn."""
+flushed when uvicorn completes the answer, before a close, or at the end of the loop's turn; uvicorn's keep-alive
+timeout still closes an idle connection on time."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 from typing import Any
 
-from conch.harness.endpoint.single_write import Gathered
+import pytest
+import uvicorn
+
+from conch.harness.endpoint.single_write import Gathered, KeptAliveProtocol, SingleWriteProtocol
 
 
 class Recording:
@@ -81,3 +88,54 @@ def test_a_close_sends_what_is_held_first_and_a_closed_socket_gets_nothing() -> 
         assert len(transport.sent) == 1  # the caller went away: dropped, as asyncio drops it
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", [KeptAliveProtocol, SingleWriteProtocol])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_an_idle_kept_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not(
+        loop: str, protocol: type[KeptAliveProtocol]) -> None:
+    """uvicorn's keep-alive through the shared timer: a connection is closed ``timeout_keep_alive`` seconds after
+    its last answer when nothing more arrived, not before; a new request in time keeps it open for another period."""
+    keep = 0.3
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, loop=loop, http=protocol, lifespan="off",
+                            log_level="warning", access_log=False, timeout_keep_alive=keep, log_config=None)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+
+        def ask(sock: socket.socket) -> float:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\nok"):
+                answer += sock.recv(4096)
+            return time.monotonic()
+
+        def closed_after(sock: socket.socket, since: float) -> float:
+            assert sock.recv(4096) == b""  # EOF: the server closed it
+            return time.monotonic() - since
+
+        idle, busy = socket.create_connection(("127.0.0.1", port)), socket.create_connection(("127.0.0.1", port))
+        with idle, busy:
+            for sock in (idle, busy):
+                sock.settimeout(keep * 5)  # a connection never closed fails the test instead of hanging it
+            answered = ask(idle)
+            ask(busy)
+            time.sleep(keep * 2 / 3)
+            again = ask(busy)  # within the timeout: kept for another period from this answer
+            assert keep - 0.01 <= closed_after(idle, answered) < keep + 0.25
+            assert keep - 0.01 <= closed_after(busy, again) < keep + 0.25
+    finally:
+        server.should_exit = True
+        thread.join(10)
