@@ -25,6 +25,7 @@ from conch.wire import MAX_BODY_BYTES
 OPEN = 64  # connections to Triton at once; more calls wait for one
 IDLE_S = 30.0  # a kept connection idle this long is closed when next seen
 CLOSED_BEFORE = "the connection closed before an answer"
+SHUT = "the connections to this tritonserver were closed (it exited or is being restarted) before a free one came"
 
 
 class AnswerTooLarge(httpx.HTTPError):
@@ -203,6 +204,8 @@ class Pool:
         idle = self.idle
         dropped = False
         while True:
+            if self.shut:  # closed for a restarted tritonserver: its old port is nobody's to call now
+                raise httpx.ConnectError(SHUT)
             while idle:
                 conn = idle.pop()
                 if conn.clean():
@@ -278,4 +281,8 @@ class Pool:
         for conn in list(self.every):
             conn.close()
         self.idle.clear()
+        while self.waiting:  # the calls waiting for a connection fail now (SHUT), not on a new one to the old port
+            waiter = self.waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 

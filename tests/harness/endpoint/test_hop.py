@@ -173,3 +173,39 @@ def test_invoke_urls_are_tritons_hash_routes_made_once_and_kept_within_a_bound()
         hop._call(f"{index}.tar.gz", "application/json")
     assert len(hop._calls) <= _CALLS_KEPT
     asyncio.run(hop.close())
+
+
+def test_a_call_waiting_for_a_connection_fails_when_the_pool_closes_and_opens_none() -> None:
+    """Every connection busy, one more call waits; the pool closes (tritonserver exited, to be restarted on new
+    ports): the waiting call fails at once with ConnectError, and no connection is opened to the old port."""
+    from conch.harness.endpoint.keepalive import OPEN, SHUT, Pool
+
+    async def main() -> tuple[int, BaseException]:
+        opened: list[int] = []
+
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            opened.append(1)
+            await reader.read()  # until the pool closes it
+            writer.close()
+
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        pool = Pool("127.0.0.1", server.sockets[0].getsockname()[1], lambda: None)
+        deadline = pool.loop.time() + 30
+        try:
+            for _ in range(OPEN):
+                await pool.take(deadline)
+            waiting = asyncio.ensure_future(pool.take(deadline))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            pool.close()
+            with pytest.raises(httpx.ConnectError) as failed:
+                await asyncio.wait_for(waiting, 5)
+            await asyncio.sleep(0.1)  # a connection opened after the close would have been accepted by now
+            return len(opened), failed.value
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    opened, error = asyncio.run(main())
+    assert opened == OPEN
+    assert str(error) == SHUT
