@@ -67,6 +67,13 @@ def wrk(url: str, body: bytes, content_type: str, connections: int, seconds: int
 def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds: int,
             headers: Mapping[str, str] | None = None) -> tuple[float, int]:
     """(requests/s, requests) of one wrk run (``headers``: sent with every request besides Content-Type)."""
+    rate, total, _ = wrk_latency(url, body, content_type, connections, seconds, headers)
+    return rate, total
+
+
+def wrk_latency(url: str, body: bytes, content_type: str, connections: int, seconds: int,
+                headers: Mapping[str, str] | None = None) -> tuple[float, int, float]:
+    """(requests/s, requests, p50 latency in ms) of one wrk run (its ``--latency`` distribution)."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed for HTTP load (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="conch-wrk-") as tmp:
@@ -83,7 +90,7 @@ def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds:
             "end\n"
         )
         result = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, seconds)}s", "-s", str(script), url],
+            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, seconds)}s", "--latency", "-s", str(script), url],
             capture_output=True, text=True, check=True,
         )
     errors = re.search(r"non2xx (\d+)", result.stdout)
@@ -91,9 +98,11 @@ def wrk_run(url: str, body: bytes, content_type: str, connections: int, seconds:
         raise RuntimeError(f"wrk saw failed requests:\n{result.stdout}")
     match = re.search(r"Requests/sec:\s+([0-9.]+)", result.stdout)
     total = re.search(r"(\d+) requests in", result.stdout)
-    if match is None or total is None:
+    p50 = re.search(r"^\s*50%\s+([0-9.]+)(us|ms|s)\s*$", result.stdout, re.MULTILINE)
+    if match is None or total is None or p50 is None:
         raise RuntimeError(result.stdout)
-    return float(match.group(1)), int(total.group(1))
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p50.group(2)]
+    return float(match.group(1)), int(total.group(1)), float(p50.group(1)) * scale
 
 
 def stub_cpu_seconds(model_dir_fragment: str) -> float:

@@ -187,7 +187,7 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
     from wrk (a C client, when installed) against each, alternating, with the front process's CPU per call."""
     import os
 
-    from _common import wrk_run
+    from _common import wrk_latency, wrk_run
 
     from conch.harness.mme_contract import model_hash
     from conch.wire import TARGET_HEADER
@@ -199,6 +199,15 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
         return
     urls = {"front": f"{mme.url}/endpoints/local/invocations",
             "direct": f"{mme.triton.sagemaker_url}/models/{model_hash(target)}/invoke"}
+    # the same at concurrency 1 from a client in a process of its own (wrk), as callers of `conch serve` are: the
+    # httpx client above runs in this process beside the front's thread and shares its GIL
+    p50s: dict[str, list[float]] = {"front": [], "direct": []}
+    for index in range(5):
+        for side in ("front", "direct") if index % 2 == 0 else ("direct", "front"):
+            p50s[side].append(wrk_latency(urls[side], body, content_type, 1, 2, {TARGET_HEADER: target})[2])
+    row("wrk, 1 connection: p50 straight to Triton", statistics.median(p50s["direct"]), "ms")
+    row("front's added p50 at concurrency 1 (wrk via the front - straight)",
+        statistics.median(p50s["front"]) - statistics.median(p50s["direct"]), "ms")
     rates: dict[str, list[float]] = {"front": [], "direct": []}
     front_cpu: list[float] = []
     front_system: list[float] = []
@@ -300,6 +309,8 @@ def rows_out(args: argparse.Namespace, archive: Path, rows: list[dict[str, Any]]
 AB_METRICS = {  # the --overhead rows an A/B compares, by a short name
     "straight p50, c=1 (ms)": "warm p50 straight to Triton's SageMaker port, httpx, JSON",
     "added p50, c=1 (ms)": "front's added p50 at concurrency 1 (httpx via the front - straight)",
+    "wrk p50 straight, c=1 (ms)": "wrk, 1 connection: p50 straight to Triton",
+    "added p50, c=1, wrk (ms)": "front's added p50 at concurrency 1 (wrk via the front - straight)",
     "added at 32, % of Triton's": "front's added time at concurrency 32, % of Triton's (straight/front - 1)",
     "front CPU per call at 32 (us)": "front process CPU per call at concurrency 32",
     "of which kernel (us)": "of which system (kernel) CPU per call at concurrency 32",
