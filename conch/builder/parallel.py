@@ -96,6 +96,15 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
                         inputs=traced(wrote=written))
 
 
+def _before_fork() -> None:
+    """What every job needs and that starts no thread, done once here so that forked workers inherit it instead of
+    each doing it again: the build's modules and the templates' jinja2 environment (~0.1 s of CPU per worker)."""
+    from conch.builder import repository_build  # noqa: F401
+    from conch.templates import environment
+
+    environment()
+
+
 def _prefixed(ensemble: str, message: str) -> None:
     said(f"{ensemble}: {message}")
     print(f"{ensemble}: {message}", file=sys.stderr, flush=True)
@@ -149,6 +158,7 @@ def build_all(
     # forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever in the
     # child for a lock a thread of the parent held (tests/builder/test_parallel.py builds a TorchScript step).
     rest = range(len(jobs) - 1)
+    _before_fork()
     # The pool's processes are forked by this thread, which waits for them in shutdown below: the death signal
     # (sent when the forking thread ends) fires only when the command dies.
     pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context(),
