@@ -123,7 +123,7 @@ def stub_cpu_seconds(model_dir_fragment: str) -> float:
     raise RuntimeError(f"no Python-backend stub runs {model_dir_fragment}")
 
 
-def _cpu_and_parent(proc: Path) -> tuple[float, int]:
+def cpu_and_parent(proc: Path) -> tuple[float, int]:
     fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[1])
 
@@ -135,7 +135,7 @@ def tree_cpu_seconds(pid: int) -> float:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                usage[int(proc.name)] = _cpu_and_parent(proc)
+                usage[int(proc.name)] = cpu_and_parent(proc)
             except OSError:
                 continue
     children: dict[int, list[int]] = {}

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import finish, wrk_run
+from _common import cpu_and_parent, finish, tree_cpu_seconds, wrk_run
 
 ANSWER = b"0123456789abcdef"  # (b)'s fixed 16-byte answer
 SIDES = ("straight", "trivial", "trivial, paced", "trivial+hop", "trivial+hop, one write", "front")
@@ -42,18 +42,11 @@ def serve(kind: str, triton_url: str, target: str) -> None:
     """(b) or (c): a plain ASGI app on uvicorn as conch's front runs it; prints the port, serves until killed."""
     import uvicorn
 
+    from conch.harness.endpoint.app import read_body as read
     from conch.harness.endpoint.hop import TritonHop
     from conch.harness.endpoint.single_write import SingleWriteProtocol
 
     hop: list[TritonHop] = []
-
-    async def read(receive: Any) -> bytes:
-        message = await receive()
-        body: bytes = message.get("body", b"")
-        while message.get("more_body", False):
-            message = await receive()
-            body += message.get("body", b"")
-        return body
 
     async def trivial(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -93,19 +86,7 @@ def serve(kind: str, triton_url: str, target: str) -> None:
 
 def thread_cpu(native_id: int) -> float:
     """User + system seconds of one thread of this process (``/proc/self/task/<tid>/stat``)."""
-    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(processes: list[Any]) -> float:
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except Exception:  # a stub that went away
-            continue
-        total += times.user + times.system
-    return total
+    return cpu_and_parent(Path(f"/proc/self/task/{native_id}"))[0]
 
 
 def machine_busy() -> float:
@@ -180,8 +161,6 @@ def main() -> int:
                 for index in range(args.rounds):
                     order = SIDES if index % 2 == 0 else tuple(reversed(SIDES))
                     for side in order:
-                        stubs = [triton, *triton.children(recursive=True)]
-
                         def server_cpu(side: str = side) -> float:
                             if side == "front":
                                 return thread_cpu(front_tid)
@@ -190,10 +169,10 @@ def main() -> int:
                             return float(sum(servers[side.removesuffix(", paced")].cpu_times()[:2]))
 
                         load = os.getloadavg()[0]
-                        before = (server_cpu(), tree_cpu(stubs), children_cpu(), machine_busy())
+                        before = (server_cpu(), tree_cpu_seconds(triton.pid), children_cpu(), machine_busy())
                         rate, count = wrk_run(urls[side], body, content_type, args.connections, args.seconds,
                                               {TARGET_HEADER: target})
-                        after = (server_cpu(), tree_cpu(stubs), children_cpu(), machine_busy())
+                        after = (server_cpu(), tree_cpu_seconds(triton.pid), children_cpu(), machine_busy())
                         per_call = [(a - b) / count * 1e6 for a, b in zip(after, before, strict=True)]
                         figures = {"req/s": rate, "server us/call": per_call[0], "triton us/call": per_call[1],
                                    "wrk us/call": per_call[2], "machine us/call": per_call[3], "load": load}
