@@ -109,5 +109,8 @@ def _keep_alive(loop: asyncio.AbstractEventLoop) -> Deadlines:
     """The keep-alive deadlines of every connection served on ``loop``."""
     deadlines = _KEEP_ALIVE.get(loop)
     if deadlines is None:
+        # a Deadlines holds its loop, so the weak key alone never lets an entry go: closed loops are dropped here
+        for closed in [held for held in _KEEP_ALIVE if held.is_closed()]:
+            del _KEEP_ALIVE[closed]
         deadlines = _KEEP_ALIVE[loop] = Deadlines(loop)
     return deadlines

@@ -139,3 +139,17 @@ def test_an_idle_kept_connection_is_closed_after_the_keep_alive_timeout_and_a_bu
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_the_keep_alive_timers_of_a_closed_loop_are_not_kept() -> None:
+    """Each local MME runs its front on a loop of its own: a process that starts many keeps no closed loop."""
+    from conch.harness.endpoint import single_write
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        single_write._keep_alive(first)
+        first.close()
+        single_write._keep_alive(second)
+        assert first not in single_write._KEEP_ALIVE and second in single_write._KEEP_ALIVE
+    finally:
+        second.close()
