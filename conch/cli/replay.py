@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import discover_each, one_line, report_failure
@@ -12,6 +13,12 @@ from conch.cli.flags import add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
+
+if TYPE_CHECKING:
+    from conch.archive.manifest import Manifest
+    from conch.ensembles.payloads import Payload
+    from conch.harness.local_replay import SampleChooser
+    from conch.harness.recording import Recorder
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -43,21 +50,51 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 bar.advance()
                 profiler.done(archive)  # with --profile, on the server that replayed it
 
+            chooser, recorder = payload_options(args)
             report = replay_archives(
                 archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
                 load_timeout=args.load_timeout, progress=say, server=profiler.server,
-                done=replayed,
+                done=replayed, samples=chooser, heard=recorder.heard if recorder else None,
             ) if archives else None
+    if recorder is not None:
+        for folder in recorder.write():
+            say(f"recorded {folder} (outputs marked as recorded, not checked: review them)")
     rows = failures + (report.rows if report else [])
     for row in rows:
         if row.endpoint == "check" and not row.passed:
             say(f"conch: error: {one_line(row.detail)}")
     full = ReplayReport(rows)
+    if args.junit_xml:
+        from conch.harness.junit_xml import write_junit
+
+        write_junit(full, args.junit_xml)
     result(full.table())
     document({**replay_document(full), **profiler.document()})
     if full.errors:
         return 2
     return 0 if full.passed else 1
+
+
+def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Recorder | None]:
+    """What ``--payloads`` and ``--record`` ask of the replay: where each archive's samples come from (a payload
+    folder: ``DIR/<archive>/`` when it exists, else ``DIR`` itself), and who keeps the answers."""
+    chooser: SampleChooser | None = None
+    if args.payloads is not None:
+        from conch.ensembles.payloads import read_payloads
+        from conch.harness.recording import folder_of
+
+        root: Path = args.payloads
+
+        def chooser(archive: Path, manifest: Manifest) -> list[Payload]:
+            own = folder_of(root, archive.name)
+            return read_payloads(own if own.is_dir() else root)
+
+    recorder = None
+    if args.record is not None:
+        from conch.harness.recording import Recorder
+
+        recorder = Recorder(args.record)
+    return chooser, recorder
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +103,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
                    help="replay through this endpoint only (repeatable; default: every one)")
     r.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
+    r.add_argument("--payloads", type=Path, metavar="DIR",
+                   help="replay the samples of this payload folder instead of the archive's own: NAME.request.json "
+                   "(or .bin) with NAME.expected.json beside it, in DIR/<archive>/ or DIR (docs/harness.md)")
+    r.add_argument("--record", type=Path, metavar="DIR",
+                   help="write each sample's request and the answer it got to DIR/<archive>/, as a payload folder "
+                   "(the outputs marked as recorded, not checked)")
+    r.add_argument("--junit-xml", type=Path, metavar="PATH",
+                   help="also write the rows as JUnit XML (one testcase per sample and endpoint) for CI")
     r.add_argument("--profile", action="store_true", help="also profile each archive after its replay (`conch "
                    "profile`'s report: per-step figures, critical path, findings)")
     add_load_flags(r)

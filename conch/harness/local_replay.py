@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +60,39 @@ def target_name(archive: Path) -> str:
     return archive.name
 
 
+class ReplaySample(Protocol):
+    """What a replay sends and judges: a sample the archive carries (its manifest's ``SampleRecord``) or one
+    read from a payload folder (``conch.ensembles.payloads.Payload``); either kind of archive."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def checks(self) -> Mapping[str, OutputCheck]: ...
+
+    def input_arrays(self) -> dict[str, np.ndarray]: ...
+
+    def expected_arrays(self) -> dict[str, np.ndarray]: ...
+
+
+#: Where a replay takes an archive's samples from (default: its manifest's).
+SampleChooser = Callable[[Path, Manifest], Sequence[ReplaySample]]
+#: Hears each answer a replay judged: (the loaded archive, the sample, the endpoint, the outputs).
+Listener = Callable[["LoadedArchive", ReplaySample, str, Mapping[str, np.ndarray]], None]
+
+
+@dataclass(frozen=True)
+class LoadedArchive:
+    """An archive staged, checked and loaded on a local server, with what its samples' replay needs."""
+
+    archive: Path
+    name: str  # the TargetModel
+    manifest: Manifest
+    sequenced: tuple[str, ...]  # its models with a sequence batcher
+    refusal: str | None  # why JSON bodies cannot carry its tensors, if they cannot
+    load_ms: float
+
+
 def replay_archives(
     archives: Sequence[Path],
     *,
@@ -67,13 +101,13 @@ def replay_archives(
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
     done: Callable[[Path], None] | None = None,
+    samples: SampleChooser | None = None,
+    heard: Listener | None = None,
 ) -> ReplayReport:
     """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
-    ``done`` hears of each archive once its rows are in (for a progress bar)."""
-    endpoints = tuple(endpoints)
-    for e in endpoints:
-        if e not in ENDPOINTS:
-            raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
+    ``done`` hears of each archive once its rows are in (for a progress bar); ``samples`` chooses each
+    archive's samples (default: those its manifest carries); ``heard`` hears every answer judged."""
+    endpoints = check_endpoints(endpoints)
     report = ReplayReport()
     own = server is None
     if server is None:
@@ -87,7 +121,7 @@ def replay_archives(
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress)
+            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard)
             if done:
                 done(archive)
     finally:
@@ -96,22 +130,30 @@ def replay_archives(
     return report
 
 
-def _replay_one(
+def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
+    """The endpoints as a tuple; ServeError for a name replay does not know."""
+    endpoints = tuple(endpoints)
+    for e in endpoints:
+        if e not in ENDPOINTS:
+            raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
+    return endpoints
+
+
+def load_archive(
     archive: Path,
     triton: LocalTriton,
     client: MultiModelClient,
-    endpoints: tuple[str, ...],
-    load_timeout: float,
-    report: ReplayReport,
-    progress: Callable[[str], None] | None,
-) -> None:
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
+) -> LoadedArchive | ReplayRow:
+    """Stage, check and load one archive as SageMaker's MME does: the loaded archive, or the failed row
+    (endpoint ``check`` or ``load``) saying why it did not load."""
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
         manifest, configs = _checked(archive, folder)
     except ConchError as exc:
-        report.rows.append(ReplayRow(name, "-", "check", False, str(exc)))
-        return
+        return ReplayRow(name, "-", "check", False, str(exc))
     try:
         lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
         if lacking:
@@ -126,25 +168,58 @@ def _replay_one(
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
     except ConchError as exc:
-        report.rows.append(ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}"))
+        return ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}")
+    return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)),
+                         json_refusal(manifest.schema.tensors()), load_ms)
+
+
+def _replay_one(
+    archive: Path,
+    triton: LocalTriton,
+    client: MultiModelClient,
+    endpoints: tuple[str, ...],
+    load_timeout: float,
+    report: ReplayReport,
+    progress: Callable[[str], None] | None,
+    samples: SampleChooser | None = None,
+    heard: Listener | None = None,
+) -> None:
+    loaded = load_archive(archive, triton, client, load_timeout, progress)
+    if isinstance(loaded, ReplayRow):
+        report.rows.append(loaded)
         return
-    report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
-    if not manifest.samples:
+    name = loaded.name
+    report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
+    chosen = samples(archive, loaded.manifest) if samples else loaded.manifest.samples
+    if not chosen:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    sequenced = _sequence_batched(configs)
-    refusal = json_refusal(manifest.schema.tensors())
-    for sample in manifest.samples:
-        inputs, expected = sample.input_arrays(), sample.expected_arrays()
+    for sample in chosen:
         for endpoint in endpoints:
-            if endpoint == "sagemaker-json" and refusal:
-                row = not_applicable(name, sample.name, endpoint, refusal)
-            else:
-                row = _replay_sample(client, name, sample.name, endpoint, inputs, expected, sample.checks, sequenced)
-                if sequenced:
-                    row.detail += f" (sent as a sequence of one: {', '.join(sequenced)} has a sequence batcher)"
+            row = replay_sample(client, loaded, sample, endpoint, heard)
             report.rows.append(row)
             if progress:
                 progress(_short(row))
+
+
+def replay_sample(
+    client: MultiModelClient,
+    loaded: LoadedArchive,
+    sample: ReplaySample,
+    endpoint: str,
+    heard: Listener | None = None,
+) -> ReplayRow:
+    """One sample of a loaded archive sent through one endpoint and judged (n/a where the endpoint cannot
+    carry it); ``heard`` hears the answer before it is judged."""
+    if endpoint == "sagemaker-json" and loaded.refusal:
+        return not_applicable(loaded.name, sample.name, endpoint, loaded.refusal)
+    answer: list[Mapping[str, np.ndarray]] = []
+    row = _replay_sample(client, loaded.name, sample.name, endpoint, sample.input_arrays(), sample.expected_arrays(),
+                         sample.checks, loaded.sequenced, answer)
+    if loaded.sequenced:
+        row.detail += f" (sent as a sequence of one: {', '.join(loaded.sequenced)} has a sequence batcher)"
+    if heard and answer:
+        heard(loaded, sample, endpoint, answer[0])
+    return row
 
 
 def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
@@ -167,6 +242,7 @@ def _replay_sample(
     expected: dict[str, np.ndarray],
     checks: Mapping[str, OutputCheck],
     sequenced: Sequence[str] = (),
+    answer: list[Mapping[str, np.ndarray]] | None = None,
 ) -> ReplayRow:
     call: Callable[..., dict[str, Any]] = {
         "kserve": client.invoke_kserve,
@@ -183,4 +259,6 @@ def _replay_sample(
     except ConchError as exc:
         return ReplayRow(name, sample, endpoint, False, str(exc))
     millis = (time.perf_counter() - start) * 1000
+    if answer is not None:
+        answer.append(got)
     return judge(name, sample, endpoint, got, expected, checks, millis)
