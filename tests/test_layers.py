@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("harness", "sagemaker"),
     ("__init__", "plan"),
     ("importer",),
-    ("cli",),
+    ("cli", "pytest_plugin"),  # pytest_plugin: `pytest --conch`, samples as test items
     ("__main__",),  # `python -m conch`
 )
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

@@ -1,6 +1,6 @@
 """A replay's rows as JUnit XML (`conch replay --junit-xml PATH`), for CI systems that read it and harnesses that
 do not run pytest: one ``testsuite`` per ensemble (TargetModel), one ``testcase`` per sample and endpoint named
-as the pytest plugin names its items (``ensemble[sample] @ endpoint``), a ``failure`` holding the check's figures,
+as the pytest plugin names its items (``ensemble[sample @ endpoint]``), a ``failure`` holding the check's figures,
 ``skipped`` for an endpoint that cannot carry a sample. Written with the standard library's ElementTree."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from conch.verdicts import ReplayReport, ReplayRow
 
 
 def item_name(ensemble: str, sample: str, endpoint: str) -> str:
-    """``text_embeddings[hello] @ kserve``: one sample through one endpoint (the pytest plugin's item names)."""
-    return f"{ensemble.removesuffix('.tar.gz')}[{sample}] @ {endpoint}"
+    """``text_embeddings[hello @ kserve]``: one sample through one endpoint (the pytest plugin's item names; the
+    bracket closes the name, as pytest's node ids and its JUnit report expect of parameters)."""
+    return f"{ensemble.removesuffix('.tar.gz')}[{sample} @ {endpoint}]"
 
 
 def junit_tree(report: ReplayReport, suite_prefix: str = "conch replay") -> ET.Element:

@@ -128,7 +128,7 @@ def test_junit_xml_has_a_suite_per_ensemble_and_a_case_per_sample_and_endpoint(t
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == ["conch replay: a", "conch replay: b"]
     cases = suites[0].findall("testcase")
-    assert [c.get("name") for c in cases] == ["a[-] @ load", "a[s1] @ kserve", "a[s1] @ sagemaker-json"]
+    assert [c.get("name") for c in cases] == ["a[- @ load]", "a[s1 @ kserve]", "a[s1 @ sagemaker-json]"]
     failure = cases[2].find("failure")
     assert failure is not None and "min cosine 0.5, max abs err 3" in (failure.text or "")
     assert suites[1].find("testcase/skipped") is not None and suites[1].get("skipped") == "1"

@@ -1,0 +1,443 @@
+"""conch's pytest plugin (entry point ``conch.pytest_plugin`` in the ``pytest11`` group): each sample of the
+ensembles in the paths given becomes one test item, ``ensemble[sample @ endpoint]``, replayed on a local Triton
+loaded as SageMaker's MME loads archives and judged by conch's verdicts (conch.verdicts), so pytest's own
+``--junitxml`` reports per sample. ``pytest --conch ensembles/`` (or the ini option ``conch_paths``) collects
+declaration files and folders (built once per session for the local target) and ``.tar.gz`` archives. Fixtures:
+``conch_triton`` (the session's local Triton with the archives loaded), ``conch_mme`` (a local MME over the
+session's archives, a folder or an S3 prefix, with a boto3 ``sagemaker-runtime`` client). With
+``--conch-endpoint NAME`` the same samples go to a deployed MME instead. docs/harness.md tells the whole story.
+
+Nothing heavy is imported until a conch item or fixture runs: with autoload on, every pytest run loads this."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from conch.ensembles.ensemble import Ensemble
+    from conch.ensembles.payloads import Payload
+    from conch.harness.endpoint.local import LocalMME
+    from conch.harness.local_replay import LoadedArchive, ReplaySample
+    from conch.harness.mme import MultiModelClient
+    from conch.harness.server import LocalTriton
+    from conch.verdicts import ReplayRow
+
+LOCAL_ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")  # conch.wire.ENDPOINTS, without importing it
+DEPLOYED_BODIES = ("json", "binary")  # conch.wire.BODIES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conch", "conch: replay ensembles' samples as test items")
+    group.addoption("--conch", action="store_true", default=False,
+                    help="collect each sample of the ensembles in the paths given (declaration .py files or folders, "
+                    "built for the local target once per session, and .tar.gz archives) as one test item per "
+                    "endpoint: ensemble[sample @ endpoint]")
+    group.addoption("--conch-payloads", metavar="DIR", type=Path, default=None,
+                    help="replay the samples of this payload folder (DIR/<ensemble>/ when it exists, else DIR) "
+                    "instead of the archives' own (docs/harness.md)")
+    group.addoption("--conch-release", metavar="YY.MM", default=None,
+                    help="the Triton release declarations are built for (default: conch's)")
+    group.addoption("--conch-load-timeout", metavar="S", type=float, default=300.0,
+                    help="seconds before an archive's load counts as hung (default 300)")
+    group.addoption("--conch-endpoint", metavar="NAME", default=None,
+                    help="send the samples to this deployed SageMaker MME instead (TargetModel: the archive's "
+                    "name), with JSON and binary+json bodies")
+    group.addoption("--conch-region", metavar="REGION", default=None, help="the deployed endpoint's AWS region")
+    group.addoption("--conch-endpoint-url", metavar="URL", default=None,
+                    help="a SageMaker-compatible runtime URL for --conch-endpoint (e.g. `conch serve`'s)")
+    group.addoption("--conch-mme-source", metavar="FOLDER_OR_S3", default=None,
+                    help="what the conch_mme fixture serves: a folder of archives or s3://bucket/prefix (default: "
+                    "the session's archives)")
+    group.addoption("--conch-s3-endpoint-url", metavar="URL", default=None,
+                    help="an S3-compatible server for an s3:// --conch-mme-source (e.g. moto)")
+    parser.addini("conch_paths", "paths whose ensembles (declarations, archives) are collected as conch samples "
+                  "whenever pytest collects them", type="paths", default=[])
+
+
+@dataclass
+class Source:
+    """One ensemble a session replays: an archive, or a declaration built once per session."""
+
+    name: str  # the ensemble's name, as items show it (an archive: its file name without .tar.gz)
+    path: Path  # the declaration file or the archive
+    ensemble: Ensemble | None = None
+    payloads: dict[str, Payload] | None = None  # from --conch-payloads: these instead of the archive's samples
+
+    @property
+    def target_model(self) -> str:
+        return f"{self.name}.tar.gz"
+
+
+class SampleFailed(Exception):
+    """An item's verdict: the replay row that failed (the check's figures in its detail)."""
+
+    def __init__(self, row: ReplayRow) -> None:
+        super().__init__(row.detail)
+        self.row = row
+
+
+@dataclass
+class ConchTriton:
+    """The session's local tritonserver, with the session's archives loaded as SageMaker's MME loads them."""
+
+    triton: LocalTriton
+    client: MultiModelClient
+    loaded: dict[str, LoadedArchive] = field(default_factory=dict)  # TargetModel -> its load
+
+    @property
+    def http_url(self) -> str:
+        return self.triton.http_url
+
+    @property
+    def sagemaker_url(self) -> str:
+        return self.triton.sagemaker_url
+
+
+@dataclass
+class ConchMME:
+    """A local SageMaker MME: call it with ``client.invoke_endpoint(EndpointName=endpoint_name, TargetModel=...)``
+    (boto3's ``sagemaker-runtime`` client pointed at ``url``), or ``invoke``."""
+
+    url: str
+    endpoint_name: str
+    client: Any  # boto3 sagemaker-runtime
+    target_models: list[str]  # the archives of a folder source (an S3 prefix's are not listed)
+    mme: LocalMME
+
+    def invoke(self, target_model: str, inputs: Any, body: str = "binary") -> dict[str, Any]:
+        """``inputs`` (name -> numpy array) sent to ``target_model`` as a ``json`` or ``binary`` body; the outputs."""
+        from conch.wire import encode_request, parse_response
+
+        content, content_type = encode_request(inputs, body)
+        answer = self.client.invoke_endpoint(EndpointName=self.endpoint_name, TargetModel=target_model,
+                                             ContentType=content_type, Body=content)
+        return parse_response(answer["Body"].read(), str(answer.get("ContentType", "")), body)
+
+
+class ConchSession:
+    """What one pytest session shares: the sources collected, their archives (built once), one local Triton
+    started on first need and stopped at the end, and each archive loaded once."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.sources: dict[str, Source] = {}
+        self.selected: list[str] = []  # the sources of the items pytest will run
+        self.archives: dict[str, Path | ReplayRow] = {}
+        self.loads: dict[str, LoadedArchive | ReplayRow] = {}
+        self._scratch: Any = None
+        self._triton: ConchTriton | None = None
+        self._mme: ConchMME | None = None
+
+    def add(self, source: Source) -> None:
+        other = self.sources.get(source.name)
+        if other is not None and other.path != source.path:
+            raise ValueError(f"ensemble {source.name!r} is in both {other.path} and {source.path}; each name is "
+                             "one TargetModel: rename one of them")
+        self.sources[source.name] = source
+
+    def archive(self, source: Source) -> Path | ReplayRow:
+        """The source's archive: itself, or its declaration built for the local target (once)."""
+        if source.name not in self.archives:
+            self.archives[source.name] = self._build(source)
+        return self.archives[source.name]
+
+    def _build(self, source: Source) -> Path | ReplayRow:
+        from conch.builder.repository_build import build_ensemble
+        from conch.ensembles.target import DEFAULT_RELEASE
+        from conch.scratch import scratch_temp
+        from conch.verdicts import ReplayRow
+
+        if source.ensemble is None:
+            return source.path
+        if self._scratch is None:
+            self._scratch = scratch_temp("conch-pytest-")
+        folder = Path(self._scratch.name)
+        try:
+            return build_ensemble(source.ensemble, folder, "local", self.config.getoption("conch_release")
+                                  or DEFAULT_RELEASE)
+        except Exception as exc:  # every item of this ensemble fails with it; the others run
+            return ReplayRow(source.target_model, "-", "build", False, f"{type(exc).__name__}: {exc}")
+
+    def triton(self) -> ConchTriton:
+        """The local Triton, started on first need with shared memory sized for every archive to run."""
+        if self._triton is None:
+            from conch.builder.shm_sizing import archives_settings
+            from conch.harness.mme import MultiModelClient
+            from conch.harness.server import LocalTriton
+
+            built = [a for a in (self.archive(self.sources[n]) for n in self.selected or self.sources)
+                     if isinstance(a, Path)]
+            default, growth, _ = archives_settings(built)
+            server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+            server.start()
+            self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url))
+        return self._triton
+
+    def load(self, source: Source) -> LoadedArchive | ReplayRow:
+        """The source's archive loaded on the session's Triton (once), or the row saying why it did not."""
+        if source.name not in self.loads:
+            from conch.harness.local_replay import LoadedArchive, load_archive
+
+            archive = self.archive(source)
+            if not isinstance(archive, Path):
+                self.loads[source.name] = archive
+            else:
+                triton = self.triton()
+                loaded = load_archive(archive, triton.triton, triton.client,
+                                      self.config.getoption("conch_load_timeout"))
+                self.loads[source.name] = loaded
+                if isinstance(loaded, LoadedArchive):
+                    triton.loaded[loaded.name] = loaded
+        return self.loads[source.name]
+
+    def replay(self, source: Source, sample: str, endpoint: str) -> ReplayRow:
+        """One sample through one local endpoint, judged."""
+        from conch.harness.local_replay import LoadedArchive, replay_sample
+
+        loaded = self.load(source)
+        if not isinstance(loaded, LoadedArchive):
+            return loaded
+        return replay_sample(self.triton().client, loaded, self._sample(source, sample, loaded), endpoint)
+
+    def replay_deployed(self, source: Source, sample: str, body: str, label: str) -> ReplayRow:
+        """One sample sent to the deployed endpoint (--conch-endpoint) with a ``json`` or ``binary`` body."""
+        from conch.archive.manifest import read_manifest
+        from conch.aws import AwsTarget
+        from conch.errors import ConchError
+        from conch.harness.local_replay import target_name
+        from conch.sagemaker.runtime import invoke
+        from conch.verdicts import ReplayRow, judge, not_applicable
+        from conch.wire import json_refusal
+
+        archive = self.archive(source)
+        if not isinstance(archive, Path):
+            return archive
+        target = target_name(archive)
+        try:
+            manifest = read_manifest(archive)
+            chosen = self._sample(source, sample, manifest)
+            refusal = json_refusal(manifest.schema.tensors())
+            if body == "json" and refusal:
+                return not_applicable(target, sample, label, refusal)
+            aws = AwsTarget.resolve(self.config.getoption("conch_region"),
+                                    self.config.getoption("conch_endpoint_url"))
+            start = time.perf_counter()
+            got = invoke(aws, self.config.getoption("conch_endpoint"), target, chosen.input_arrays(), body=body)
+        except ConchError as exc:
+            return ReplayRow(target, sample, label, False, str(exc))
+        return judge(target, sample, label, got, chosen.expected_arrays(), chosen.checks,
+                     (time.perf_counter() - start) * 1000)
+
+    def _sample(self, source: Source, name: str, loaded: Any) -> ReplaySample:
+        from conch.errors import ServeError
+
+        if source.payloads is not None:
+            return source.payloads[name]
+        manifest = getattr(loaded, "manifest", loaded)
+        found = manifest.sample(name)
+        if found is None:
+            raise ServeError(f"{source.target_model} has no sample {name!r} (collected from {source.path}); run "
+                             "pytest again")
+        return found
+
+    def mme(self) -> ConchMME:
+        """A local MME over --conch-mme-source, or over a folder holding the session's archives."""
+        if self._mme is None:
+            import boto3
+
+            from conch.harness.endpoint.local import ENDPOINT_NAME, LocalMME
+
+            source = self.config.getoption("conch_mme_source")
+            if source is None:
+                from conch.scratch import scratch_temp
+
+                if self._scratch is None:
+                    self._scratch = scratch_temp("conch-pytest-")
+                folder = Path(self._scratch.name) / "mme"
+                folder.mkdir(exist_ok=True)
+                for name in self.sources:
+                    archive = self.archive(self.sources[name])
+                    if isinstance(archive, Path) and not (folder / archive.name).exists():
+                        (folder / archive.name).symlink_to(archive.resolve())
+                source = folder
+            mme = LocalMME(source, s3_endpoint_url=self.config.getoption("conch_s3_endpoint_url")).start()
+            # the local front checks no signature; boto3 wants some credentials to sign with
+            client = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
+                                  aws_access_key_id="local", aws_secret_access_key="local")
+            names = [] if str(source).startswith("s3://") else sorted(p.name for p in Path(source).glob("*.tar.gz"))
+            self._mme = ConchMME(mme.url, ENDPOINT_NAME, client, names, mme)
+        return self._mme
+
+    def close(self) -> None:
+        if self._mme is not None:
+            self._mme.mme.stop()
+            self._mme = None
+        if self._triton is not None:
+            self._triton.triton.stop()
+            self._triton = None
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+
+SESSION = pytest.StashKey[ConchSession]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[SESSION] = ConchSession(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        session.close()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not _ours(parent.config, file_path):
+        return None
+    if file_path.name.endswith(".tar.gz"):
+        return ConchArchive.from_parent(parent, path=file_path)
+    return ConchDeclaration.from_parent(parent, path=file_path)
+
+
+def _ours(config: pytest.Config, path: Path) -> bool:
+    """A file this plugin collects: an archive or a declaration under --conch's paths or ``conch_paths``; never
+    a test module, a conftest or a ``_private.py`` helper."""
+    if not (path.name.endswith(".tar.gz") or path.suffix == ".py") or path.name.startswith("_"):
+        return False
+    if path.suffix == ".py" and (path.name == "conftest.py" or any(
+            fnmatch.fnmatch(path.name, pattern) for pattern in config.getini("python_files"))):
+        return False
+    if config.getoption("conch"):
+        return True
+    return any(path == root or root in path.parents for root in config.getini("conch_paths"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    chosen = session.config.stash[SESSION]
+    chosen.selected = list(dict.fromkeys(i.source.name for i in session.items if isinstance(i, SampleItem)))
+
+
+class _ConchFile(pytest.File):
+    def items(self, source: Source, samples: list[str]) -> Iterator[SampleItem]:
+        conch = self.config.stash[SESSION]
+        try:
+            conch.add(source)
+        except ValueError as exc:
+            raise self.CollectError(str(exc)) from None
+        from conch.harness.junit_xml import item_name
+
+        payloads = self.config.getoption("conch_payloads")
+        if payloads is not None:
+            source.payloads = _payloads(payloads, source.name, self)
+            samples = list(source.payloads)
+        deployed = self.config.getoption("conch_endpoint")
+        routes = [(f"{deployed} ({b})", b) for b in DEPLOYED_BODIES] if deployed else \
+            [(e, e) for e in LOCAL_ENDPOINTS]
+        for sample in samples:
+            for label, route in routes:
+                yield SampleItem.from_parent(self, name=item_name(source.name, sample, label), source=source,
+                                             sample=sample, endpoint=label, route=route, deployed=bool(deployed))
+
+
+def _payloads(root: Path, name: str, collector: pytest.Collector) -> dict[str, Payload]:
+    from conch.ensembles.payloads import read_payloads
+    from conch.errors import ConchError
+    from conch.harness.recording import folder_of
+
+    own = folder_of(root, name)
+    try:
+        return {p.name: p for p in read_payloads(own if own.is_dir() else root)}
+    except ConchError as exc:
+        raise collector.CollectError(str(exc)) from None
+
+
+class ConchArchive(_ConchFile):
+    """A built archive: its samples, read from its manifest (nothing is unpacked)."""
+
+    def collect(self) -> Iterator[SampleItem]:
+        from conch.archive.manifest import read_manifest
+        from conch.errors import ConchError
+
+        try:
+            manifest = read_manifest(self.path)
+        except ConchError as exc:
+            raise self.CollectError(str(exc)) from None
+        yield from self.items(Source(self.path.name.removesuffix(".tar.gz"), self.path),
+                              [s.name for s in manifest.samples])
+
+
+class ConchDeclaration(_ConchFile):
+    """A declaration file: each ensemble it declares, and each of its samples (built on first need)."""
+
+    def collect(self) -> Iterator[SampleItem]:
+        import conch  # noqa: F401 - the public names register what the declaration layer runs through
+        from conch.builder.discover import load_module_ensembles
+        from conch.errors import ConchError
+
+        try:
+            ensembles = load_module_ensembles(self.path)
+        except ConchError as exc:
+            raise self.CollectError(str(exc)) from None
+        for ensemble in ensembles:
+            yield from self.items(Source(ensemble.name, self.path, ensemble), [s.name for s in ensemble.samples])
+
+
+class SampleItem(pytest.Item):
+    """One sample of one ensemble through one endpoint, judged as ``conch replay`` judges it."""
+
+    def __init__(self, *, source: Source, sample: str, endpoint: str, route: str, deployed: bool,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source, self.sample, self.endpoint, self.route, self.deployed = source, sample, endpoint, route, deployed
+
+    def runtest(self) -> None:
+        from conch.errors import ConchError
+        from conch.verdicts import ReplayRow
+
+        conch = self.config.stash[SESSION]
+        try:
+            row = (conch.replay_deployed(self.source, self.sample, self.route, self.endpoint) if self.deployed
+                   else conch.replay(self.source, self.sample, self.route))
+        except ConchError as exc:
+            row = ReplayRow(self.source.target_model, self.sample, self.endpoint, False, str(exc))
+        self.user_properties.append(("conch", row.detail))
+        if not row.applicable:
+            pytest.skip(row.detail)
+        if not row.passed:
+            raise SampleFailed(row)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | Any:
+        if isinstance(excinfo.value, SampleFailed):
+            row = excinfo.value.row
+            where = "" if row.endpoint == self.endpoint else f" ({row.endpoint}: the archive failed before the replay)"
+            return f"{self.name} failed{where}:\n  " + "\n  ".join(row.detail.splitlines() or ["(no detail)"])
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+@pytest.fixture(scope="session")
+def conch_triton(pytestconfig: pytest.Config) -> ConchTriton:
+    """The session's local tritonserver with every collected archive loaded (each once, as SageMaker's MME
+    loads it); an archive that failed to build or load is left out, and its items say why."""
+    conch = pytestconfig.stash[SESSION]
+    for source in conch.sources.values():
+        conch.load(source)
+    return conch.triton()
+
+
+@pytest.fixture(scope="session")
+def conch_mme(pytestconfig: pytest.Config) -> ConchMME:
+    """A local SageMaker MME (conch serve's) over --conch-mme-source, or over the session's archives: its URL,
+    endpoint name, a boto3 ``sagemaker-runtime`` client pointed at it and the TargetModels it serves."""
+    return pytestconfig.stash[SESSION].mme()
