@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from conch.version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from conch.api import BuildReport, LocalEndpoint, ReplayResult, build, replay, serve
     from conch.backends.dali import DaliStep
     from conch.backends.onnx import OnnxStep
     from conch.backends.python import PythonModelStep, PythonStep
@@ -36,7 +37,10 @@ if TYPE_CHECKING:
 
 
 def _public() -> dict[str, Any]:
-    """Every public name but the stamping ones, imported (the executor among them registers Ensemble.run)."""
+    """Every public name but the stamping ones, imported (the executor among them registers Ensemble.run, the
+    diagram how an Ensemble displays in Jupyter)."""
+    import conch.diagram  # noqa: F401 - registers the picture
+    from conch.api import BuildReport, LocalEndpoint, ReplayResult, build, replay, serve
     from conch.backends.dali import DaliStep
     from conch.backends.onnx import OnnxStep
     from conch.backends.python import PythonModelStep, PythonStep
@@ -62,7 +66,8 @@ def _public() -> dict[str, Any]:
         "RunError": RunError, "RunResult": RunResult, "ServeError": ServeError, "Target": Target, "Tensor": Tensor,
         "TensorFlowStep": TensorFlowStep, "TensorHandle": TensorHandle, "TensorRTStep": TensorRTStep,
         "Tolerance": Tolerance, "TopK": TopK, "TorchScriptStep": TorchScriptStep, "VersionPolicy": VersionPolicy,
-        "Warmup": Warmup, "run": run,
+        "Warmup": Warmup, "run": run, "build": build, "replay": replay, "serve": serve, "BuildReport": BuildReport,
+        "LocalEndpoint": LocalEndpoint, "ReplayResult": ReplayResult,
     }
 
 
@@ -89,6 +94,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DEFAULT_RELEASE",
     "BuildError",
+    "BuildReport",
     "ConchError",
     "DType",
     "DaliStep",
@@ -100,12 +106,14 @@ __all__ = [
     "Executor",
     "InstanceGroup",
     "InstanceKind",
+    "LocalEndpoint",
     "OnnxStep",
     "PackError",
     "PythonEnv",
     "PythonModelStep",
     "PythonStep",
     "Release",
+    "ReplayResult",
     "RunError",
     "RunResult",
     "ServeError",
@@ -120,6 +128,9 @@ __all__ = [
     "TorchScriptStep",
     "VersionPolicy",
     "Warmup",
+    "build",
+    "replay",
     "run",
+    "serve",
     "stamp_archive",
 ]

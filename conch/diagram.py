@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from conch.ensembles.ensemble import use_pictures
 from conch.errors import BuildError, ConchError
 
 if TYPE_CHECKING:
@@ -180,3 +181,25 @@ def _fontconfig_chatter_dropped() -> Iterator[None]:
             for line in caught.read().decode(errors="replace").splitlines():
                 if not line.startswith("Fontconfig "):
                     print(line, file=sys.stderr)
+
+
+def mime_bundle(ensemble: Ensemble) -> dict[str, str]:
+    """How an ensemble displays in Jupyter: its DAG as SVG laid out by Graphviz; where Graphviz is missing, its
+    Mermaid flowchart in a Markdown fence (JupyterLab 4.1+ draws it) and, as text, the steps and the edges."""
+    g = graph(ensemble)
+    try:
+        return {"image/svg+xml": render(to_dot(g), "svg").decode()}
+    except GraphvizMissing:
+        return {"text/markdown": f"```mermaid\n{to_mermaid(g)}```\n", "text/plain": to_text(g)}
+
+
+def to_text(g: Graph) -> str:
+    """The graph as lines of text: the title, each step with its settings, then each edge."""
+    lines = [g.title]
+    lines += [f"  {' | '.join(n.lines)}" for n in g.nodes if n.shape == "step"]
+    names = {n.id: n.lines[0] for n in g.nodes}
+    lines += [f"  {names[e.source]} -> {names[e.target]}: {e.label}" for e in g.edges]
+    return "\n".join(lines)
+
+
+use_pictures(mime_bundle)  # Ensemble shows its DAG in Jupyter (the declaration layer does not import this one)

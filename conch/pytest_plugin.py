@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from conch.api import LocalEndpoint
     from conch.ensembles.ensemble import Ensemble
     from conch.ensembles.payloads import Payload
-    from conch.harness.endpoint.local import LocalMME
     from conch.harness.local_replay import LoadedArchive, ReplaySample
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
@@ -100,27 +100,6 @@ class ConchTriton:
         return self.triton.sagemaker_url
 
 
-@dataclass
-class ConchMME:
-    """A local SageMaker MME: call it with ``client.invoke_endpoint(EndpointName=endpoint_name, TargetModel=...)``
-    (boto3's ``sagemaker-runtime`` client pointed at ``url``), or ``invoke``."""
-
-    url: str
-    endpoint_name: str
-    client: Any  # boto3 sagemaker-runtime
-    target_models: list[str]  # the archives of a folder source (an S3 prefix's are not listed)
-    mme: LocalMME
-
-    def invoke(self, target_model: str, inputs: Any, body: str = "binary") -> dict[str, Any]:
-        """``inputs`` (name -> numpy array) sent to ``target_model`` as a ``json`` or ``binary`` body; the outputs."""
-        from conch.wire import encode_request, parse_response
-
-        content, content_type = encode_request(inputs, body)
-        answer = self.client.invoke_endpoint(EndpointName=self.endpoint_name, TargetModel=target_model,
-                                             ContentType=content_type, Body=content)
-        return parse_response(answer["Body"].read(), str(answer.get("ContentType", "")), body)
-
-
 class ConchSession:
     """What one pytest session shares: the sources collected, their archives (built once), one local Triton
     started on first need and stopped at the end, and each archive loaded once."""
@@ -133,7 +112,7 @@ class ConchSession:
         self.loads: dict[str, LoadedArchive | ReplayRow] = {}
         self._scratch: Any = None
         self._triton: ConchTriton | None = None
-        self._mme: ConchMME | None = None
+        self._mme: LocalEndpoint | None = None
 
     def add(self, source: Source) -> None:
         other = self.sources.get(source.name)
@@ -247,17 +226,14 @@ class ConchSession:
                              "pytest again")
         return found
 
-    def mme(self) -> ConchMME:
+    def mme(self) -> LocalEndpoint:
         """A local MME over --conch-mme-source, or over a folder holding the session's archives."""
         if self._mme is None:
-            import boto3
-
-            from conch.harness.endpoint.local import ENDPOINT_NAME, LocalMME
+            from conch.api import serve
+            from conch.scratch import scratch_temp
 
             source = self.config.getoption("conch_mme_source")
             if source is None:
-                from conch.scratch import scratch_temp
-
                 if self._scratch is None:
                     self._scratch = scratch_temp("conch-pytest-")
                 folder = Path(self._scratch.name) / "mme"
@@ -267,17 +243,12 @@ class ConchSession:
                     if isinstance(archive, Path) and not (folder / archive.name).exists():
                         (folder / archive.name).symlink_to(archive.resolve())
                 source = folder
-            mme = LocalMME(source, s3_endpoint_url=self.config.getoption("conch_s3_endpoint_url")).start()
-            # the local front checks no signature; boto3 wants some credentials to sign with
-            client = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
-                                  aws_access_key_id="local", aws_secret_access_key="local")
-            names = [] if str(source).startswith("s3://") else sorted(p.name for p in Path(source).glob("*.tar.gz"))
-            self._mme = ConchMME(mme.url, ENDPOINT_NAME, client, names, mme)
+            self._mme = serve(source, s3_endpoint_url=self.config.getoption("conch_s3_endpoint_url"))
         return self._mme
 
     def close(self) -> None:
         if self._mme is not None:
-            self._mme.mme.stop()
+            self._mme.stop()
             self._mme = None
         if self._triton is not None:
             self._triton.triton.stop()
@@ -437,7 +408,7 @@ def conch_triton(pytestconfig: pytest.Config) -> ConchTriton:
 
 
 @pytest.fixture(scope="session")
-def conch_mme(pytestconfig: pytest.Config) -> ConchMME:
+def conch_mme(pytestconfig: pytest.Config) -> LocalEndpoint:
     """A local SageMaker MME (conch serve's) over --conch-mme-source, or over the session's archives: its URL,
     endpoint name, a boto3 ``sagemaker-runtime`` client pointed at it and the TargetModels it serves."""
     return pytestconfig.stash[SESSION].mme()

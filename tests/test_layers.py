@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("archive",),  # reading archives
     ("builder",),  # writing them
     ("harness", "sagemaker"),
+    ("api",),  # conch.build, conch.replay, conch.serve and their report objects
     ("__init__", "plan"),
     ("importer",),
     ("cli", "pytest_plugin"),  # pytest_plugin: `pytest --conch`, samples as test items

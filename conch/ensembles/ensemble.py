@@ -142,6 +142,15 @@ def use_runner(runner: Runner) -> None:
     _runner[:] = [runner]
 
 
+_pictures: list[Callable[[Ensemble], dict[str, str]]] = []  # filled by conch.diagram when it is imported
+
+
+def use_pictures(draw: Callable[[Ensemble], dict[str, str]]) -> None:
+    """Make an ensemble display in Jupyter through ``draw`` (conch.diagram registers its picture of the DAG:
+    the declaration layer does not import the layers above it)."""
+    _pictures[:] = [draw]
+
+
 class Ensemble:
     """A Triton ensemble declared in Python.
 
@@ -198,6 +207,15 @@ class Ensemble:
 
     def __repr__(self) -> str:
         return f"<Ensemble {self.name!r}: {len(self.calls)} steps>"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """Jupyter's display: the DAG as SVG (Graphviz), or as Mermaid and text where Graphviz is missing."""
+        bundle = dict(_pictures[0](self)) if _pictures else {}
+        bundle.setdefault("text/plain", repr(self))
+        return bundle
+
+    def _repr_svg_(self) -> str | None:
+        return self._repr_mimebundle_().get("image/svg+xml")
 
     # -- declaring -------------------------------------------------------------------------------
 
