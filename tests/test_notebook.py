@@ -33,7 +33,7 @@ def test_the_docs_notebook_runs_and_shows_the_ensemble_as_svg(tmp_path: Path, mo
     for cell in (run, built, replayed, endpoint):
         assert "text/html" in {key for o in cell.outputs for key in o.get("data", {})}
     run_html = next(o["data"]["text/html"] for o in run.outputs if "text/html" in o.get("data", {}))
-    assert "<td>scale</td>" in run_html and "[3, 5, 7]" in run_html
+    assert "<td>scale</td>" in run_html and "<code>y</code> float32 [1, 3]: [2, 4, 6]" in run_html
     replay_html = next(o["data"]["text/html"] for o in replayed.outputs if "text/html" in o.get("data", {}))
     assert "4 passed, 0 failed" in replay_html  # the load and three endpoints
     assert any("[3.0, 5.0, 7.0]" in str(o.get("data", {}).get("text/plain")) for o in code[-2].outputs), shown

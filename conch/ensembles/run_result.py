@@ -48,9 +48,12 @@ class RunResult:
         (every name and value escaped)."""
         head = ("<tr><th>step</th><th>kind</th><th>model</th><th>inputs</th><th>outputs</th><th>ms</th>"
                 "<th>problems</th></tr>")
+        dropped = '<td colspan="2"><i>not kept: run(..., intermediates=True) keeps them</i></td>'
         rows = [f"<tr><td>{_e(s.step)}</td><td>{_e(s.kind)}</td><td>{_e(s.model_name)}</td>"
-                f"<td>{tensors_html(s.inputs)}</td><td>{tensors_html(s.outputs)}</td><td>{s.millis:.2f}</td>"
-                f"<td>{'<br/>'.join(_e(p) for p in s.problems)}</td></tr>" for s in self.steps]
+                + (f"<td>{tensors_html(s.inputs)}</td><td>{tensors_html(s.outputs)}</td>" if s.inputs or s.outputs
+                   else dropped)
+                + f"<td>{s.millis:.2f}</td><td>{'<br/>'.join(_e(p) for p in s.problems)}</td></tr>"
+                for s in self.steps]
         return (f"<div><b>ensemble {_e(self.ensemble)}</b>: {len(self.steps)} steps ran"
                 f"<table>{head}{''.join(rows)}</table>"
                 f"<b>outputs</b>{tensors_html(self.outputs)}</div>")
