@@ -84,6 +84,8 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
         from conch.harness.recording import folder_of
 
         root: Path = args.payloads
+        if not root.is_dir():
+            read_payloads(root)  # refused before a server starts: the folder is missing
 
         def chooser(archive: Path, manifest: Manifest) -> list[Payload]:
             own = folder_of(root, archive.name)
