@@ -173,12 +173,14 @@ def serve(source: str | Path | BuildReport, *, s3_endpoint_url: str | None = Non
     (``options``: conch.harness.endpoint.LocalMME's), with a boto3 ``sagemaker-runtime`` client pointed at it."""
     import boto3
 
+    from conch.errors import ServeError
     from conch.harness.endpoint.local import ENDPOINT_NAME, LocalMME
 
     if isinstance(source, BuildReport):
         folders = {p.parent for p in source.paths}
         if len(folders) != 1:
-            raise ValueError(f"the build wrote to {len(folders)} folders; serve one of them: {sorted(folders)}")
+            raise ServeError(f"the build wrote to {len(folders)} folders ({', '.join(map(str, sorted(folders)))}); "
+                             "one endpoint serves one folder: serve one of them")
         source = folders.pop()
     mme = LocalMME(source, s3_endpoint_url=s3_endpoint_url, **options).start()
     # the local front checks no signature, but boto3 wants credentials to sign with: none of the user's are sent

@@ -183,7 +183,7 @@ class ConchSession:
         loaded = self.load(source)
         if not isinstance(loaded, LoadedArchive):
             return loaded
-        return replay_sample(self.triton().client, loaded, self._sample(source, sample, loaded), endpoint)
+        return replay_sample(self.triton().client, loaded, self.sample_of(source, sample, loaded), endpoint)
 
     def replay_deployed(self, source: Source, sample: str, body: str, label: str) -> ReplayRow:
         """One sample sent to the deployed endpoint (--conch-endpoint) with a ``json`` or ``binary`` body."""
@@ -201,7 +201,7 @@ class ConchSession:
         target = target_name(archive)
         try:
             manifest = read_manifest(archive)
-            chosen = self._sample(source, sample, manifest)
+            chosen = self.sample_of(source, sample, manifest)
             refusal = json_refusal(manifest.schema.tensors())
             if body == "json" and refusal:
                 return not_applicable(target, sample, label, refusal)
@@ -214,7 +214,8 @@ class ConchSession:
         return judge(target, sample, label, got, chosen.expected_arrays(), chosen.checks,
                      (time.perf_counter() - start) * 1000)
 
-    def _sample(self, source: Source, name: str, loaded: Any) -> ReplaySample:
+    def sample_of(self, source: Source, name: str, loaded: Any) -> ReplaySample:
+        """The sample an item names: from the payload folder, or the manifest of the loaded (or read) archive."""
         from conch.errors import ServeError
 
         if source.payloads is not None:

@@ -73,20 +73,17 @@ def write_payload(folder: Path, stem: str, sample: str, inputs: Mapping[str, np.
     ``stem.expected.json``, each written atomically."""
     from conch.builder.archive import write_bytes_atomic
 
-    folder.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"sample": sample, "recorded": True, "note": NOTE}
-    tensors = [("input", k, DType.of(v.dtype).wire) for k, v in inputs.items()]
-    if json_refusal(tensors) or not all(_utf8(v) for v in inputs.values()):
-        body, content_type = binary_request(inputs)
-        meta["request_content_type"] = content_type
-        (folder / f"{stem}{REQUEST_JSON}").unlink(missing_ok=True)
-        write_bytes_atomic(folder / f"{stem}{REQUEST_BINARY}", body)
-    else:
-        body, _ = json_request(inputs)
-        (folder / f"{stem}{REQUEST_BINARY}").unlink(missing_ok=True)
-        write_bytes_atomic(folder / f"{stem}{REQUEST_JSON}", body)
-    meta["outputs"] = {k: _tensor(v) for k, v in sorted(outputs.items())}
+    meta["outputs"] = {k: _tensor(v) for k, v in sorted(outputs.items())}  # before any file: none is left half
     meta["checks"] = {k: check_to_json(c) for k, c in sorted(checks.items()) if k in outputs}
+    tensors = [("input", k, DType.of(v.dtype).wire) for k, v in inputs.items()]
+    binary = bool(json_refusal(tensors)) or not all(_utf8(v) for v in inputs.values())
+    body, content_type = binary_request(inputs) if binary else json_request(inputs)
+    if binary:
+        meta["request_content_type"] = content_type
+    folder.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(folder / f"{stem}{REQUEST_BINARY if binary else REQUEST_JSON}", body)
+    (folder / f"{stem}{REQUEST_JSON if binary else REQUEST_BINARY}").unlink(missing_ok=True)
     write_bytes_atomic(folder / f"{stem}{EXPECTED}", (json.dumps(meta, indent=1) + "\n").encode())
 
 
