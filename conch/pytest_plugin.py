@@ -113,6 +113,7 @@ class ConchSession:
         self._scratch: Any = None
         self._triton: ConchTriton | None = None
         self._mme: LocalEndpoint | None = None
+        self._aws: tuple[Any, Any] | None = None  # the deployed endpoint's AwsTarget and runtime client
 
     def add(self, source: Source) -> None:
         other = self.sources.get(source.name)
@@ -191,7 +192,7 @@ class ConchSession:
         from conch.aws import AwsTarget
         from conch.errors import ConchError
         from conch.harness.local_replay import target_name
-        from conch.sagemaker.runtime import invoke
+        from conch.sagemaker.runtime import READ_TIMEOUT_S, invoke
         from conch.verdicts import ReplayRow, judge, not_applicable
         from conch.wire import json_refusal
 
@@ -205,10 +206,14 @@ class ConchSession:
             refusal = json_refusal(manifest.schema.tensors())
             if body == "json" and refusal:
                 return not_applicable(target, sample, label, refusal)
-            aws = AwsTarget.resolve(self.config.getoption("conch_region"),
-                                    self.config.getoption("conch_endpoint_url"))
+            if self._aws is None:  # one client for the session's calls
+                aws = AwsTarget.resolve(self.config.getoption("conch_region"),
+                                        self.config.getoption("conch_endpoint_url"))
+                self._aws = (aws, aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S))
+            aws, runtime = self._aws
             start = time.perf_counter()
-            got = invoke(aws, self.config.getoption("conch_endpoint"), target, chosen.input_arrays(), body=body)
+            got = invoke(aws, self.config.getoption("conch_endpoint"), target, chosen.input_arrays(), body=body,
+                         runtime=runtime)
         except ConchError as exc:
             return ReplayRow(target, sample, label, False, str(exc))
         return judge(target, sample, label, got, chosen.expected_arrays(), chosen.checks,
