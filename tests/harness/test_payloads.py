@@ -79,11 +79,13 @@ def test_payloads_declare_samples_on_an_ensemble(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("files", "words"), [
     ({}, "no payloads in it"),
-    ({"a.request.json": "{}"}, "no a.expected.json beside it"),
+    ({"a.request.json": "{}"}, "a.request.json: no a.expected.json beside it, so nothing to compare the answer with; "
+     "write the expected outputs there (or record them: `conch replay --record DIR`)"),
     ({"a.expected.json": "{}"}, "no request beside it (a.request.json or a.request.bin)"),
-    ({"a.request.json": "{}", "a.request.bin": "{}", "a.expected.json": "{}"}, "has both a.request.json and"),
+    ({"a.request.json": "{}", "a.request.bin": "{}", "a.expected.json": "{}"},
+     "sample 'a' has both a.request.json and a.request.bin; keep one"),
     ({"a.request.json": "{}", "a.expected.json": "[1]"}, "expected a JSON object"),
-    ({"a.request.json": "{}", "a.expected.json": "{nope"}, "not JSON"),
+    ({"a.request.json": "{}", "a.expected.json": "{nope"}, "a.expected.json: not JSON (Expecting property name"),
     ({"a.request.json": "{}", "a.expected.json": "{}"}, "no \"outputs\": give the expected value"),
     ({"a.request.json": "{}", "a.expected.json": '{"outputs": {"Z": {"datatype": "FP32", "shape": [1], "data": [1]}},'
       ' "checks": {"W": {"kind": "exact"}}}'}, "\"checks\" must map outputs of \"outputs\" to checks"),
