@@ -1,5 +1,6 @@
 """`conch replay --record DIR`, then `--payloads DIR` of the same folder, and `--junit-xml PATH`, run in-process on
-the real tritonserver: green on the same archive, red (with the figures) once an expected output is changed."""
+the real tritonserver: green on the same archive, red (with the figures) for a changed model of the same name and
+once an expected output is changed."""
 
 from __future__ import annotations
 
@@ -7,11 +8,24 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import basic_steps
+import numpy as np
 import pytest
 from conftest import linear_ensemble
 
+from conch import Ensemble, PythonStep, Tensor
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
+
+
+def quadrupled(name: str) -> Ensemble:
+    """The linear ensemble's inputs and outputs, another model: Z = X * 4."""
+    ens = Ensemble(name, max_batch_size=8)
+    steps = [PythonStep(n, basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                        max_batch_size=8) for n in ("double", "double_again")]
+    ens.output("Z", steps[1](steps[0](ens.input("X", "FP32", [4]))))
+    ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 4, np.float32)})
+    return ens
 
 
 @pytest.mark.integration
@@ -30,6 +44,10 @@ def test_record_then_payloads_then_a_changed_expected_output(tmp_path: Path, cap
                      "cli_recorded[two rows @ sagemaker-json]", "cli_recorded[two rows @ sagemaker-binary]"]
 
     assert main(["replay", str(archive), "--payloads", str(recorded), "--endpoint", "kserve"]) == 0
+    capsys.readouterr()
+    changed = build_ensemble(quadrupled("cli_recorded"), tmp_path / "changed", "local")  # same name, X * 4
+    assert main(["replay", str(changed), "--payloads", str(recorded), "--endpoint", "kserve"]) == 1
+    assert "Z: max abs err 13 (atol=1e-05 rtol=1e-05)" in capsys.readouterr().out  # 4 * 7 against 2 * 7 + 1
     meta["outputs"]["Z"]["data"][7] = 17.5
     expected.write_text(json.dumps(meta))
     assert main(["replay", str(archive), "--payloads", str(recorded), "--endpoint", "kserve",
