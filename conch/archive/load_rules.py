@@ -214,7 +214,7 @@ def _has_field(config: Any, path: str) -> bool:
                "ModelSequenceBatching": [config.sequence_batching]}[kind]
     *inner, name = rest
     for part in inner:
-        nxt = []
+        nxt: list[Any] = []
         for h in holders:
             value = getattr(h, _FIELD_OF.get(part, part))
             nxt.extend(value if hasattr(value, "__len__") and not isinstance(value, str) else [value])

@@ -16,6 +16,7 @@ from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE
+from conch.archive.release_check import check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import DEFAULT_RELEASE, Release
@@ -88,6 +89,7 @@ def check_folder(root: Path, archive: str, release: Release | str = DEFAULT_RELE
                    ensemble.folder, report, release)
     for model in models.values():
         _check_model(model, root, report)
+    check_release(root, models, release, report)
     if ensemble is not None:
         refusal = json_refusal(_ensemble_tensors(ensemble.config))
         if refusal:
