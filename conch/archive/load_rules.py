@@ -399,10 +399,11 @@ def _io(config: Any, platform: str, file: str, report: Report) -> None:
     inputs = {t.name for t in config.input}
     outputs = {t.name for t in config.output}
     for b in config.batch_input:
+        target = ", ".join(b.target_name)
         if len(b.source_input) != 1:
-            report.error(file, f"batch_input {b.target_name!r} needs exactly 1 source_input")
+            report.error(file, f"batch_input {target!r} needs exactly 1 source_input")
         if b.data_type not in (8, 11):  # TYPE_INT32, TYPE_FP32
-            report.error(file, f"batch_input {b.target_name!r} data_type must be TYPE_INT32 or TYPE_FP32")
+            report.error(file, f"batch_input {target!r} data_type must be TYPE_INT32 or TYPE_FP32")
         for source in b.source_input:
             if source not in inputs:
                 report.error(file, f"batch_input source_input {source!r} is not an input of the model")

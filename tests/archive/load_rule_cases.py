@@ -122,6 +122,16 @@ def _two_steps(p: str, second_in: str = "MID", first_out: str = "MID", out: str 
     return [step(f"{p}add", {"IN": "INPUT0"}, {"OUT": first_out}), step(f"{p}add2", {"IN": second_in}, {"OUT": out})]
 
 
+def _batching(p: str, extra: str) -> Base:
+    """The step, batching up to 4 inside an ensemble batching up to 4, with ``extra`` in its config."""
+    return _with(p, ens_mbs=4, step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT")], mbs=4, extra=extra))
+
+
+def _step_io(p: str, first_input: str) -> Base:
+    """The step with ``first_input`` as its only input (mapped as IN)."""
+    return _with(p, step_config=model(f"{p}add", [first_input], [tensor("OUT")]))
+
+
 def _add2(p: str, config: str | None = None) -> dict[str, str | None]:
     return python_model(f"{p}add2", config or model(f"{p}add2", [tensor("IN")], [tensor("OUT")]))
 
@@ -188,7 +198,9 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
      ("ensemble output 'OUTPUT1' is written by no step's output_map",)),
     ("output_depends_on_unwritten", "ensemble-flow", lambda p: _with(
         p, steps=_two_steps(p, second_in="NOWHERE"), more=_add2(p)), REFUSED,
-     ("ensemble output 'OUTPUT0' is not written",)),
+     ("ensemble output 'OUTPUT0' is not written",
+      "tensor 'NOWHERE' is read by step(s) 1 but is neither an ensemble input nor written by any step",
+      "tensor 'MID' written by step 0 is read by no step")),
     ("intermediate_unread", "ensemble-flow", lambda p: _with(
         p, steps=[step(f"{p}add", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"}),
                   step(f"{p}add2", {"IN": "INPUT0"}, {"OUT": "SPARE"})], more=_add2(p)), REFUSED,
@@ -215,6 +227,71 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
     ("field_newer_than_release", "fields-by-release", lambda p: _with(p, scheduling="max_inflight_requests: 4 "),
      REFUSED, ("sets max_inflight_requests (ModelEnsembling.max_inflight_requests), which Triton 24.10 does not "
                "know",)),
+    # -- more of ValidateModelConfig, ValidateModelIOConfig and ValidateInstanceGroup, one field each
+    ("ensemble_platform_without_scheduling", "ensemble-scheduling", lambda p: _with(p, more={
+        f"{p}ens/config.pbtxt": f'name: "{p}ens"\nplatform: "ensemble"\nmax_batch_size: 0\ninput [ {tensor("INPUT0")} ]'
+        f'\noutput [ {tensor("OUTPUT0")} ]\n'}), REFUSED, ("is an ensemble without ensemble_scheduling",)),
+    ("default_priority_level_out_of_range", "dynamic-batching", lambda p: _batching(
+        p, "dynamic_batching { priority_levels: 2 default_priority_level: 3 }"), REFUSED,
+     ("dynamic_batching default_priority_level 3 must be in [1, 2]",)),
+    ("priority_queue_policy_level_out_of_range", "dynamic-batching", lambda p: _batching(
+        p, "dynamic_batching { priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 5 value: { "
+        "max_queue_size: 1 } } }"), REFUSED, ("dynamic_batching priority_queue_policy names a level outside [1, 2]",)),
+    ("preserve_ordering_with_priorities", "dynamic-batching", lambda p: _batching(
+        p, "dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }"), REFUSED,
+     ("dynamic_batching preserve_ordering allows one priority level only",)),
+    ("preserve_ordering_with_delay", "dynamic-batching", lambda p: _batching(
+        p, "dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: DELAY "
+        "default_timeout_microseconds: 100 } }"), REFUSED,
+     ("dynamic_batching preserve_ordering cannot have a DELAY timeout_action",)),
+    ("sequence_batching_with_response_cache", "sequence-batching", lambda p: _batching(
+        p, "sequence_batching { }\nresponse_cache { enable: true }"), REFUSED,
+     ("enables response_cache with sequence_batching",)),
+    ("sequence_preferred_batch_size_too_big", "sequence-batching", lambda p: _batching(
+        p, "sequence_batching { oldest { max_candidate_sequences: 4 preferred_batch_size: [ 8 ] } }"), REFUSED,
+     ("sequence_batching preferred_batch_size 8 must be between 1 and max_batch_size 4",)),
+    ("sequence_slot_utilization_out_of_range", "sequence-batching", lambda p: _batching(
+        p, "sequence_batching { direct { minimum_slot_utilization: 1.5 } }"), REFUSED,
+     ("sequence_batching minimum_slot_utilization must be in (0.0, 1.0]",)),
+    ("decoupled_with_response_cache", "response-cache", lambda p: _batching(
+        p, "model_transaction_policy { decoupled: true }\nresponse_cache { enable: true }"), REFUSED,
+     ("enables response_cache on a decoupled model",)),
+    ("tensor_without_name", "io", lambda p: _step_io(p, '{ data_type: TYPE_FP32 dims: [ 4 ] }'), REFUSED,
+     ("an input has no name",)),
+    ("tensor_without_data_type", "io", lambda p: _step_io(p, '{ name: "IN" dims: [ 4 ] }'), REFUSED,
+     ("input 'IN' has no data_type",)),
+    ("empty_reshape_without_batching", "io", lambda p: _step_io(
+        p, tensor("IN", "1", extra="reshape: { shape: [ ] } ")), REFUSED,
+     ("input 'IN' has an empty reshape in a non-batching model",)),
+    ("zero_in_reshape", "io", lambda p: _step_io(p, tensor("IN", extra="reshape: { shape: [ 0, 4 ] } ")), REFUSED,
+     ("input 'IN' reshape [0, 4]: each dimension is >= 1 or -1",)),
+    ("nchw_without_3_dims", "io", lambda p: _step_io(p, tensor("IN", extra="format: FORMAT_NCHW ")), REFUSED,
+     ("input 'IN' has format NHWC/NCHW, which needs 3 dims, not 1",)),
+    ("shape_tensor_off_tensorrt", "io", lambda p: _step_io(p, tensor("IN", extra="is_shape_tensor: true ")), REFUSED,
+     ("input 'IN' is a shape tensor, which only TensorRT models have",)),
+    ("non_linear_io_off_tensorrt", "io", lambda p: _step_io(p, tensor("IN", extra="is_non_linear_format_io: true ")),
+     REFUSED, ("input 'IN' is non-linear format IO, which only TensorRT models have",)),
+    ("batch_input_two_sources", "batch-io", lambda p: _batching(
+        p, 'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: [ "IN", '
+        '"IN" ] } ]'), REFUSED, ("batch_input 'N' needs exactly 1 source_input",)),
+    ("batch_input_wrong_type", "batch-io", lambda p: _batching(
+        p, 'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT64 source_input: "IN" } ]'),
+     REFUSED, ("batch_input 'N' data_type must be TYPE_INT32 or TYPE_FP32",)),
+    ("batch_input_unknown_source", "batch-io", lambda p: _batching(
+        p, 'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "NO" } ]'),
+     REFUSED, ("batch_input source_input 'NO' is not an input of the model",)),
+    ("batch_output_unknown_source", "batch-io", lambda p: _batching(
+        p, 'batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "OUT" source_input: "NO" } ]'),
+     REFUSED, ("batch_output source_input 'NO' is not an input of the model",)),
+    ("batch_output_unknown_target", "batch-io", lambda p: _batching(
+        p, 'batch_output [ { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "NO" source_input: "IN" } ]'),
+     REFUSED, ("batch_output target_name 'NO' is not an output of the model",)),
+    ("profile_off_tensorrt", "instance-group", lambda p: _batching(
+        p, 'instance_group [ { kind: KIND_CPU profile: [ "0" ] } ]'), REFUSED,
+     ("sets profile, which only TensorRT models have",)),
+    ("step_is_the_ensemble", "steps-present", lambda p: _with(
+        p, steps=[step(f"{p}ens", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
+     ("step model 'PREFens' is the ensemble itself",)),
     # -- the repository: steps present, versions
     ("step_model_missing", "steps-present", lambda p: _with(
         p, steps=[step(f"{p}gone", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
@@ -279,7 +356,7 @@ def cases() -> list[Case]:
     for i, (id, rule, make, refused, conch) in enumerate(CASES):
         p = f"c{i:02d}_"
         base = make(p)  # type: ignore[operator]
-        triton = TRITON_2_51[id] if refused else ""
+        triton = TRITON_2_51.get(id, "(not recorded)") if refused else ""
         out.append(Case(id, rule, base.files(), base.ens, triton.replace("PREF", p),
                         tuple(c.replace("PREF", p) for c in conch)))
     return out
@@ -416,4 +493,86 @@ TRITON_2_51 = {
     "shape_mismatch": (
         "load failed for model 'PREFens': in ensemble PREFens, ensemble tensor INPUT0: inconsistent shape: "
         "[4] is inferred from model PREFens while [5] is inferred from model PREFadd"),
+    "ensemble_platform_without_scheduling": (
+        "failed to load 'PREFens', failed to poll from model repository\nPREFens: ensemble scheduling must be "
+        "set for ensemble PREFens whose platform is ensemble"),
+    "default_priority_level_out_of_range": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: default priority level must be in range [1, 2] for PREFadd"),
+    "priority_queue_policy_level_out_of_range": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: priority queue policy must have priority level in range [1, 2] for "
+        "PREFadd"),
+    "preserve_ordering_with_priorities": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: Only one priority level is allowed when 'preserve_ordering' is true for "
+        "PREFadd"),
+    "preserve_ordering_with_delay": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: Queue policy can not have DELAY as timeout action when "
+        "'preserve_ordering' is true for PREFadd"),
+    "sequence_batching_with_response_cache": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: Response Cache does not currently support model PREFadd with sequence "
+        "batching scheduler. Please disable the response cache."),
+    "sequence_preferred_batch_size_too_big": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: sequence batching preferred batch size must be <= max batch size for "
+        "PREFadd"),
+    "sequence_slot_utilization_out_of_range": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: sequence batching minimum slot utilization must be in range (0.0, 1.0] "
+        "for PREFadd"),
+    "decoupled_with_response_cache": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: Response Cache does not currently support model PREFadd with "
+        "'decoupled' transaction policy. Please disable the response cache."),
+    "tensor_without_name": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: model input must specify 'name' for PREFadd"),
+    "tensor_without_data_type": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: model input 'IN' must specify 'data_type' for PREFadd"),
+    "empty_reshape_without_batching": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: model input 'IN' cannot have empty reshape for non-batching model as "
+        "scalar tensors are not supported for PREFadd"),
+    "zero_in_reshape": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: model input 'IN' reshape dimensions must be integer >= 1, or -1 to "
+        "indicate a variable-size dimension for PREFadd"),
+    "nchw_without_3_dims": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: model input NHWC/NCHW require 3 dims for PREFadd"),
+    "shape_tensor_off_tensorrt": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: shape tensors are only supported for TensorRT platform for PREFadd"),
+    "non_linear_io_off_tensorrt": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: Non-linear IO format is only supported for the TensorRT platform for "
+        "PREFadd"),
+    "batch_input_two_sources": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: batch input kind 'BATCH_ELEMENT_COUNT' expects 1 source input, got 2 "
+        "for PREFadd"),
+    "batch_input_wrong_type": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: batch input data type must be TYPE_INT32 or TYPE_FP32 for PREFadd"),
+    "batch_input_unknown_source": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: unknown source input name 'NO' for PREFadd"),
+    "batch_output_unknown_source": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: unknown source input name 'NO' for PREFadd"),
+    "batch_output_unknown_target": (
+        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
+        "ambiguous: PREFadd\nPREFadd: unknown target output name 'NO' for PREFadd"),
+    "profile_off_tensorrt": (
+        "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded "
+        "version. Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Invalid "
+        "argument: instance group PREFadd_0 of model PREFadd and platform specifies profile field which is "
+        "only supported for TensorRT models;"),
+    "step_is_the_ensemble": (
+        "load failed for model 'PREFens': circular dependency between ensembles: PREFens -> ... -> PREFens "
+        "-> PREFens"),
 }
