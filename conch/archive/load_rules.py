@@ -11,7 +11,7 @@ ensemble steps (missing, their own configs, their versions), then the ensemble's
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -112,35 +112,64 @@ def check_load(models: Mapping[str, ModelFolder], served: str, report: Report,
                release: Release | str = DEFAULT_RELEASE) -> None:
     """Every cause for which Triton (``release``) refuses to load the model folder ``served`` of ``models`` (the
     repository's model folders by name) with what it depends on, in the order Triton meets them."""
-    release = Release.of(release)
+    _load(models, served, report, Release.of(release), set())
+
+
+def _is_ensemble(model: ModelFolder) -> bool:
+    return bool(model.config.platform == ENSEMBLE and model.config.HasField("ensemble_scheduling"))
+
+
+def _load(models: Mapping[str, ModelFolder], served: str, report: Report, release: Release,
+          seen: set[str]) -> list[int]:
+    """The checks of one model and, for an ensemble, its steps (nested ensembles too); the versions Triton would
+    load of it ([] when it refuses it)."""
+    seen.add(served)
     model = models[served]
     own = check_config(model, report, release)
-    if model.config.platform != ENSEMBLE or not model.config.HasField("ensemble_scheduling"):
-        _check_versions(model, report)
-        return
-    _check_versions(model, report)
+    versions = _check_versions(model, report)
+    if not _is_ensemble(model):
+        return versions if own else []
     steps = list(model.config.ensemble_scheduling.step)
     missing = sorted({s.model_name for s in steps if s.model_name and s.model_name not in models})
     if missing:
         report.error(model.file, f"step model(s) {', '.join(missing)} have no folder with a config.pbtxt in the "
                      "archive (Triton: 'contains models that are not available'); every step's model must be in "
                      "the same archive")
+    loop = _cycle(models, served, [served])
+    if len(loop) > 2:
+        report.error(model.file, f"its steps lead back to it ({' -> '.join(loop)}): Triton refuses circular "
+                     "dependencies between ensembles; break the loop")
     loaded: dict[str, list[int]] = {}
     for name in dict.fromkeys(s.model_name for s in steps if s.model_name in models):
-        step = models[name]
         if name == served:
             report.error(model.file, f"step model {name!r} is the ensemble itself; a step runs another model")
-            continue
-        if check_config(step, report, release):
-            loaded[name] = _check_versions(step, report)
+        elif name not in seen:
+            loaded[name] = _load(models, name, report, release, seen)
     for s in steps:
-        versions = loaded.get(s.model_name)
-        if versions and s.model_version != -1 and s.model_version not in versions:
+        have = loaded.get(s.model_name)
+        if have and s.model_version != -1 and s.model_version not in have:
             report.error(model.file, f"step model {s.model_name!r} asks for model_version {s.model_version}, but "
-                         f"Triton loads version(s) {', '.join(map(str, versions))} of it (its folders and "
+                         f"Triton loads version(s) {', '.join(map(str, have))} of it (its folders and "
                          "version_policy); add that version folder, or set model_version: -1 (the one loaded)")
+    ready = own and bool(versions) and not missing and len(loop) <= 2 and all(loaded.values())
     if own:
-        _check_wiring(model, [(s, models[s.model_name]) for s in steps if s.model_name in loaded], report)
+        before = _count(report)
+        _check_wiring(model, [(s, models[s.model_name]) for s in steps if loaded.get(s.model_name)], report)
+        ready = ready and _count(report) == before
+    return versions if ready else []
+
+
+def _cycle(models: Mapping[str, ModelFolder], start: str, path: list[str]) -> list[str]:
+    """A path of ensemble steps from ``path[-1]`` back to ``start`` ([] when there is none)."""
+    for step in models[path[-1]].config.ensemble_scheduling.step:
+        name = step.model_name
+        if name == start:
+            return [*path, name]
+        if name in models and name not in path and _is_ensemble(models[name]):
+            found = _cycle(models, start, [*path, name])
+            if found:
+                return found
+    return []
 
 
 def _check_versions(model: ModelFolder, report: Report) -> list[int]:
@@ -316,14 +345,15 @@ def _ensemble_scheduling(config: Any, file: str, report: Report) -> None:
     read: dict[str, list[int]] = {}
     for i, step in enumerate(steps):
         where = f"step {i} ({step.model_name or 'no model_name'})"
-        for field in ("model_name", "input_map", "output_map"):
-            if not _set(step, field):
-                report.error(file, f"{where} has no {field}; Triton needs every step to name its model and map its "
+        for part in ("model_name", "input_map", "output_map"):
+            if not _set(step, part):
+                report.error(file, f"{where} has no {part}; Triton needs every step to name its model and map its "
                              "inputs and outputs")
         for tensor in step.output_map.values():
             if tensor in written:
-                report.error(file, f"tensor {tensor!r} is written by both step {written[tensor]} and {where}; each "
-                             "ensemble tensor is written once: rename one")
+                by = f"twice by {where}" if written[tensor] == i else f"by both step {written[tensor]} and {where}"
+                report.error(file, f"tensor {tensor!r} is written {by}; each ensemble tensor is written once: rename "
+                             "one")
             written.setdefault(tensor, i)
         for tensor in step.input_map.values():
             read.setdefault(tensor, []).append(i)
@@ -465,6 +495,7 @@ def _node(dtype: int, dims: Iterable[int], batching: bool, source: str) -> _Tens
 
 def _check_wiring(ensemble: ModelFolder, steps: list[tuple[Any, ModelFolder]], report: Report) -> None:
     config, file = ensemble.config, ensemble.file
+    before = _count(report)
     batching = config.max_batch_size > 0
     tensors: dict[str, _Tensor] = {}
     for t in (*config.input, *config.output):
@@ -499,6 +530,70 @@ def _check_wiring(ensemble: ModelFolder, steps: list[tuple[Any, ModelFolder]], r
                 continue
             _agree(tensors, tensor, _node(spec.data_type, spec.dims, step_batching,
                    f"output {key!r} of step {name!r}"), report, file)
+    if _count(report) == before:
+        _decoupled_origins(config, steps, report, file)
+
+
+@dataclass(eq=False)
+class _Flow:
+    """A tensor (or, for the outputs of one step together, its symbolic sibling) in Triton's walk of which decoupled
+    step each tensor's responses come from (ensemble_utils.cc ValidateEnsembleConfig)."""
+
+    model: str
+    writer: str = ""  # the step whose output it is
+    decoupled: bool = False
+    label: int = 0
+    visited: bool = False
+    prev: list[_Flow] = field(default_factory=list)
+    next: list[_Flow] = field(default_factory=list)
+    sibling: _Flow | None = None
+
+
+def _decoupled_origins(config: Any, steps: list[tuple[Any, ModelFolder]], report: Report, file: str) -> None:
+    """A step (or the ensemble's outputs) fed by tensors that come from different decoupled steps: Triton refuses
+    it, the responses of each decoupled step being a stream of their own."""
+    nodes: dict[str, _Flow] = {t.name: _Flow(config.name) for t in (*config.input, *config.output)}
+    sink = _Flow(config.name)
+    for t in config.output:
+        sink.prev.append(nodes[t.name])
+        nodes[t.name].next.append(sink)
+    for step, model in steps:
+        for tensor in [*step.input_map.values(), *step.output_map.values()]:
+            nodes.setdefault(tensor, _Flow(model.folder))
+        sibling = _Flow(model.folder)
+        for tensor in step.output_map.values():
+            node = nodes[tensor]
+            node.sibling, node.decoupled = sibling, model.config.model_transaction_policy.decoupled
+            node.writer = model.folder
+            for source in step.input_map.values():
+                node.prev.append(nodes[source])
+                nodes[source].next.append(node)
+    queue = [nodes[t.name] for t in config.input if t.name in nodes]
+    for node in queue:
+        node.visited = True
+    labels = 0
+    while queue:
+        current = queue.pop(0)
+        for node in current.next:
+            if node.visited or not all(p.visited for p in node.prev):
+                continue
+            if len({p.label for p in node.prev}) > 1:
+                who = f"step {node.writer!r}" if node.writer else f"ensemble {node.model!r}'s output"
+                report.error(file, f"{who} receives inputs that come from different decoupled models (each decoupled "
+                             "step answers with a stream of its own), which Triton refuses: feed it from one decoupled "
+                             "branch")
+                return
+            label = node.prev[0].label
+            if node.sibling is not None and node.sibling.visited:
+                node.label = node.sibling.label
+            else:
+                if node.decoupled:
+                    labels += 1
+                node.label = labels if node.decoupled else label
+                if node.sibling is not None:
+                    node.sibling.label, node.sibling.visited = node.label, True
+            node.visited = True
+            queue.append(node)
 
 
 def _agree(tensors: dict[str, _Tensor], name: str, new: _Tensor, report: Report, file: str) -> None:

@@ -122,6 +122,9 @@ def _two_steps(p: str, second_in: str = "MID", first_out: str = "MID", out: str 
     return [step(f"{p}add", {"IN": "INPUT0"}, {"OUT": first_out}), step(f"{p}add2", {"IN": second_in}, {"OUT": out})]
 
 
+_DECOUPLED = "model_transaction_policy { decoupled: true }"
+
+
 def _batching(p: str, extra: str) -> Base:
     """The step, batching up to 4 inside an ensemble batching up to 4, with ``extra`` in its config."""
     return _with(p, ens_mbs=4, step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT")], mbs=4, extra=extra))
@@ -191,6 +194,10 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
     ("tensor_written_twice", "ensemble-graph", lambda p: _with(
         p, steps=[_add_step(p), step(f"{p}add2", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})], more=_add2(p)), REFUSED,
      ("tensor 'OUTPUT0' is written by both step 0 and step 1",)),
+    ("tensor_written_twice_by_one_step", "ensemble-graph", lambda p: _with(
+        p, steps=[step(f"{p}add", {"IN": "INPUT0"}, {"OUT": "OUTPUT0", "OUT2": "OUTPUT0"})],
+        step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT"), tensor("OUT2")])), REFUSED,
+     ("tensor 'OUTPUT0' is written twice by step 0",)),
     ("ensemble_input_unused", "ensemble-flow", lambda p: _with(
         p, ens_inputs=[tensor("INPUT0"), tensor("INPUT1")]), REFUSED, ("ensemble input 'INPUT1' is read by no step",)),
     ("ensemble_output_not_written", "ensemble-flow", lambda p: _with(
@@ -289,6 +296,18 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
     ("profile_off_tensorrt", "instance-group", lambda p: _batching(
         p, 'instance_group [ { kind: KIND_CPU profile: [ "0" ] } ]'), REFUSED,
      ("sets profile, which only TensorRT models have",)),
+    ("ensembles_in_a_circle", "steps-present", lambda p: _with(p, more={
+        f"{p}inner/config.pbtxt": ensemble(f"{p}inner", [tensor("IN")], [tensor("OUT")],
+                                           [step(f"{p}ens", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})]),
+        f"{p}inner/1": None}, steps=[step(f"{p}inner", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
+     ("2 ensembles (PREFens, PREFinner): SageMaker serves one per archive",)),
+    ("decoupled_branches_joined", "decoupled-origins", lambda p: _with(p, steps=[
+        step(f"{p}add", {"IN": "INPUT0"}, {"OUT": "LEFT"}), step(f"{p}add2", {"IN": "INPUT0"}, {"OUT": "RIGHT"}),
+        step(f"{p}join", {"A": "LEFT", "B": "RIGHT"}, {"OUT": "OUTPUT0"})],
+        step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT")], extra=_DECOUPLED),
+        more={**_add2(p, model(f"{p}add2", [tensor("IN")], [tensor("OUT")], extra=_DECOUPLED)),
+              **python_model(f"{p}join", model(f"{p}join", [tensor("A"), tensor("B")], [tensor("OUT")]))}), REFUSED,
+     ("step 'PREFjoin' receives inputs that come from different decoupled models",)),
     ("step_is_the_ensemble", "steps-present", lambda p: _with(
         p, steps=[step(f"{p}ens", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
      ("step model 'PREFens' is the ensemble itself",)),
@@ -575,4 +594,13 @@ TRITON_2_51 = {
     "step_is_the_ensemble": (
         "load failed for model 'PREFens': circular dependency between ensembles: PREFens -> ... -> PREFens "
         "-> PREFens"),
+    "tensor_written_twice_by_one_step": (
+        "failed to load 'PREFens', failed to poll from model repository\nPREFens: ensemble tensor 'OUTPUT0' "
+        "can appear in an output map only once for ensemble 'PREFens' step 0"),
+    "ensembles_in_a_circle": (
+        "load failed for model 'PREFens': circular dependency between ensembles: PREFens -> ... -> PREFinner "
+        "-> PREFens"),
+    "decoupled_branches_joined": (
+        "load failed for model 'PREFens': in ensemble PREFens, step of model 'PREFens' receives inputs "
+        "originated from different decoupled models"),
 }

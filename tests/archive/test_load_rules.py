@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from load_rule_cases import Case, cases
 
+from conch.archive.check_report import CheckReport
+from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.verify import check_folder
+from conch.compiler.pbtxt import parse_config
 
 CASES = cases()
 
@@ -36,3 +39,17 @@ def test_every_rule_of_the_table_has_a_case() -> None:
     table = (Path(__file__).resolve().parents[2] / "docs" / "load-rules.md").read_text()
     for case in CASES:
         assert f"`{case.id}`" in table, f"docs/load-rules.md has no row naming case {case.id}"
+
+
+def test_ensembles_in_a_circle_are_named_by_the_load_rules(tmp_path: Path) -> None:
+    """SageMaker's front end refuses two ensembles in one archive before Triton loads anything (the archive check
+    says so); the load rules, fed the repository as Triton reads it, name the circle Triton refuses."""
+    case = next(c for c in CASES if c.id == "ensembles_in_a_circle")
+    repo = case.write(tmp_path)
+    models = {p.name: ModelFolder.read(p, parse_config((p / "config.pbtxt").read_text(), p.name))
+              for p in repo.iterdir()}
+    report = CheckReport(case.id)
+    check_load(models, case.served, report)
+    prefix = case.served.removesuffix("ens")
+    assert report.errors[0].message == (f"its steps lead back to it ({prefix}ens -> {prefix}inner -> {prefix}ens): "
+                                        "Triton refuses circular dependencies between ensembles; break the loop")
