@@ -186,11 +186,14 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
         step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT")], mbs=4)), REFUSED,
      ('another member of oneof "scheduling_choice"',)),
     ("step_without_model_name", "ensemble-graph", lambda p: _with(
-        p, steps=[step("", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED, ("has no model_name",)),
+        p, steps=[step("", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
+     ("step 0 (no model_name) has no model_name; Triton needs every step to name its model",)),
     ("step_without_input_map", "ensemble-graph", lambda p: _with(
-        p, steps=[step(f"{p}add", {}, {"OUT": "OUTPUT0"})]), REFUSED, ("has no input_map",)),
+        p, steps=[step(f"{p}add", {}, {"OUT": "OUTPUT0"})]), REFUSED, ("step 0 (PREFadd) has no input_map; "
+      "Triton needs every step to name its model",)),
     ("step_without_output_map", "ensemble-graph", lambda p: _with(
-        p, steps=[step(f"{p}add", {"IN": "INPUT0"}, {})]), REFUSED, ("has no output_map",)),
+        p, steps=[step(f"{p}add", {"IN": "INPUT0"}, {})]), REFUSED, ("step 0 (PREFadd) has no output_map; "
+      "Triton needs every step to name its model",)),
     ("tensor_written_twice", "ensemble-graph", lambda p: _with(
         p, steps=[_add_step(p), step(f"{p}add2", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})], more=_add2(p)), REFUSED,
      ("tensor 'OUTPUT0' is written by both step 0 and step 1",)),
@@ -206,7 +209,8 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
     ("output_depends_on_unwritten", "ensemble-flow", lambda p: _with(
         p, steps=_two_steps(p, second_in="NOWHERE"), more=_add2(p)), REFUSED,
      ("ensemble output 'OUTPUT0' is not written",
-      "tensor 'NOWHERE' is read by step(s) 1 but is neither an ensemble input nor written by any step",
+      "tensor 'NOWHERE' is read by step(s) 1 but is neither an ensemble input nor written by any step; write it or "
+      "read another",
       "tensor 'MID' written by step 0 is read by no step")),
     ("intermediate_unread", "ensemble-flow", lambda p: _with(
         p, steps=[step(f"{p}add", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"}),
@@ -362,10 +366,12 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
      ("output_map key 'NOPE' is not an output of that model",)),
     ("dtype_mismatch", "tensor-consistency", lambda p: _with(
         p, step_config=model(f"{p}add", [tensor("IN", dtype="TYPE_INT32")], [tensor("OUT")])), REFUSED,
-     ("step 'PREFadd' input 'IN' is TYPE_INT32 but ensemble input 'INPUT0' is TYPE_FP32",)),
+     ("step 'PREFadd' input 'IN' is TYPE_INT32 but ensemble input 'INPUT0' is TYPE_FP32 (tensor 'INPUT0'); make the "
+      "data types equal",)),
     ("shape_mismatch", "tensor-consistency", lambda p: _with(
         p, step_config=model(f"{p}add", [tensor("IN", "5")], [tensor("OUT")])), REFUSED,
-     ("step 'PREFadd' input 'IN' has shape [5] but ensemble input 'INPUT0' has shape [4]",)),
+     ("step 'PREFadd' input 'IN' has shape [5] but ensemble input 'INPUT0' has shape [4] (batch included; -1 matches "
+      "any size; tensor 'INPUT0'); make them agree",)),
 ]
 
 

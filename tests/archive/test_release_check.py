@@ -26,15 +26,21 @@ def lines(archive: Path, release: str) -> list[str]:
     return check_archive(archive, release).lines()
 
 
+def text(archive: Path, release: str) -> str:
+    return "\n".join(lines(archive, release))
+
+
 def test_a_packed_environment_is_judged_against_the_stub_of_the_release(tmp_path: Path) -> None:
     archive = pack_repo(bert_repo(), tmp_path / "bert.tar.gz")  # its environment is Python 3.10
     assert check_archive(archive, "24.10").ok
-    found = lines(archive, "26.05")
+    found = text(archive, "26.05")
     assert ("bert.tar.gz/preprocess/config.pbtxt: error: its environment preprocess/processing_env.tar.gz is for "
             "Python 3.10, but the Python-backend stub of Triton 26.05 runs Python 3.12 and cannot load it: rebuild "
             "with `conch build --release 26.05` (or pack the environment with Python 3.12)") in found
-    assert any("the Python backend no longer runs the environment's bin/activate (from 25.08): it sets only "
-               "VIRTUAL_ENV, PATH and LD_LIBRARY_PATH" in line for line in found), found
+    assert ("bert.tar.gz/preprocess/processing_env.tar.gz: warning: on Triton 26.05 the Python backend no longer runs "
+            "the environment's bin/activate (from 25.08): it sets only VIRTUAL_ENV, PATH and LD_LIBRARY_PATH, so "
+            "anything else the script (or conda's etc/conda/activate.d) sets is missing; set it in model.py "
+            "instead") in found
     assert not any("bin/activate" in line for line in lines(archive, "24.11"))  # 3.12 already, activate still run
 
 
@@ -43,7 +49,7 @@ def test_tensorflow_models_are_refused_from_25_03(tmp_path: Path) -> None:
     assert check_archive(archive, "25.02").ok
     assert ("inception.tar.gz/inception_graphdef/config.pbtxt: error: runs on the TensorFlow backend, which Triton "
             "25.03 does not ship (gone from 25.03): serve it on a 25.02 or older image, or convert the model (e.g. to "
-            "ONNX)") in lines(archive, "25.03")
+            "ONNX)") in text(archive, "25.03")
 
 
 def test_a_field_the_release_does_not_know_is_refused_there(tmp_path: Path) -> None:
