@@ -16,7 +16,7 @@ from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE
-from conch.archive.release_check import check_release
+from conch.archive.release_check import built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import DEFAULT_RELEASE, Release
@@ -41,14 +41,15 @@ MODEL_FILES = {
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
-def check_archive(archive: Path, release: Release | str = DEFAULT_RELEASE) -> CheckReport:
-    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it for Triton ``release``."""
+def check_archive(archive: Path, release: Release | str | None = None) -> CheckReport:
+    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it for Triton ``release`` (None:
+    the release it was built for, else 24.10)."""
     with checked(archive, release) as (report, _):
         return report
 
 
 @contextmanager
-def checked(archive: Path, release: Release | str = DEFAULT_RELEASE) -> Iterator[tuple[CheckReport, Path | None]]:
+def checked(archive: Path, release: Release | str | None = None) -> Iterator[tuple[CheckReport, Path | None]]:
     """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
     until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
@@ -64,9 +65,13 @@ def checked(archive: Path, release: Release | str = DEFAULT_RELEASE) -> Iterator
         yield check_folder(folder, archive.name, release), folder
 
 
-def check_folder(root: Path, archive: str, release: Release | str = DEFAULT_RELEASE) -> CheckReport:
-    """Check an archive already unpacked at ``root`` (as replay stages it) for Triton ``release``."""
+def check_folder(root: Path, archive: str, release: Release | str | None = None) -> CheckReport:
+    """Check an archive already unpacked at ``root`` (as replay stages it) for Triton ``release`` (None: the release
+    its manifest says it was built for, else the default, 24.10)."""
     report = CheckReport(archive)
+    if release is None:
+        manifest = built_for(root)
+        release = manifest.release if manifest is not None else DEFAULT_RELEASE
     if (root / "config.pbtxt").exists():
         report.error("config.pbtxt", "a config.pbtxt at the archive root makes SageMaker load the archive as one "
                      "model, not an ensemble; put each model in its own folder at the root")

@@ -22,7 +22,7 @@ from conch.errors import BuildError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lines(archive: Path, release: str) -> list[str]:
+def lines(archive: Path, release: str | None) -> list[str]:
     return check_archive(archive, release).lines()
 
 
@@ -68,6 +68,14 @@ def test_an_archive_built_for_24_10_checked_for_26_05_says_so(tmp_path: Path) ->
     assert lines(archive, "26.05")[0] == ("upg.tar.gz/conch-manifest.json: warning: built for Triton 24.10, checked "
                                           "for 26.05: the findings name what differs there (none below: nothing "
                                           "conch knows of)")
+
+
+def test_without_a_release_an_archive_is_checked_for_the_one_it_was_built_for(tmp_path: Path) -> None:
+    """An archive built for 25.11 is checked for 25.11 unless another release is asked for."""
+    archive = build_ensemble(linear_ensemble("newer"), tmp_path, "production", release="25.11")
+    assert lines(archive, "25.11") == lines(archive, None) == ["newer.tar.gz: ok: ensemble 'newer', 3 model folders"]
+    assert text(archive, "24.10").startswith("newer.tar.gz/conch-manifest.json: warning: built for Triton 25.11, "
+                                              "checked for 24.10")
 
 
 def test_conch_check_release_on_the_command_line(tmp_path: Path) -> None:
