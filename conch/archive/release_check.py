@@ -37,14 +37,16 @@ def check_release(root: Path, models: Mapping[str, Model], release: Release | st
     release = Release.of(release)
     manifest = built_for(root)
     built = Release.of(manifest.release) if manifest is not None else None
-    if built is not None and built != release:
-        report.warning(MANIFEST_NAME, f"built for Triton {built}, checked for {release}: the findings name what "
-                       f"differs there (none below: nothing conch knows of)")
     for model in models.values():
         _backend(model, release, report)
         env = model.config.parameters.get("EXECUTION_ENV_PATH")
         if env is not None and env.startswith(ENV_PREFIX):
             _environment(model, env, root, manifest, release, built, report)
+    if built is not None and built != release:  # said first, over every finding of the check
+        differs = (f"the {len(report.findings)} findings below say what differs there" if report.findings
+                   else "nothing conch knows of differs there")
+        report.warning(MANIFEST_NAME, f"built for Triton {built}, checked for {release}: {differs}")
+        report.findings.insert(0, report.findings.pop())
 
 
 def _backend(model: Model, release: Release, report: CheckReport) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,23 @@ def test_an_archive_built_for_24_10_checked_for_26_05_says_so(tmp_path: Path) ->
     archive = build_ensemble(linear_ensemble("upg"), tmp_path, "production")
     assert lines(archive, "24.10") == ["upg.tar.gz: ok: ensemble 'upg', 3 model folders"]
     assert lines(archive, "26.05")[0] == ("upg.tar.gz/conch-manifest.json: warning: built for Triton 24.10, checked "
-                                          "for 26.05: the findings name what differs there (none below: nothing "
-                                          "conch knows of)")
+                                          "for 26.05: nothing conch knows of differs there")
+    assert lines(archive, "24.10") == ["upg.tar.gz: ok: ensemble 'upg', 3 model folders"]
+
+
+def test_the_upgrade_check_says_how_many_findings_differ(tmp_path: Path) -> None:
+    """seed 002's archive with the manifest of a conch build for 24.10: on 26.05 its two environments (Python
+    3.10) cannot load, and bin/activate is no longer run."""
+    built = build_ensemble(linear_ensemble("upg2"), tmp_path, "production")
+    with tarfile.open(built) as tar:
+        member = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("conch-manifest.json")))
+        assert member is not None
+        manifest = member.read()
+    archive = pack_repo({**bert_repo(), "conch-manifest.json": manifest}, tmp_path / "bert.tar.gz")
+    found = lines(archive, "26.05")
+    assert found[0] == ("bert.tar.gz/conch-manifest.json: warning: built for Triton 24.10, checked for 26.05: the 4 "
+                        "findings below say what differs there")
+    assert sum("runs Python 3.12 and cannot load it" in line for line in found) == 2
 
 
 def test_without_a_release_an_archive_is_checked_for_the_one_it_was_built_for(tmp_path: Path) -> None:
@@ -75,7 +91,7 @@ def test_without_a_release_an_archive_is_checked_for_the_one_it_was_built_for(tm
     archive = build_ensemble(linear_ensemble("newer"), tmp_path, "production", release="25.11")
     assert lines(archive, "25.11") == lines(archive, None) == ["newer.tar.gz: ok: ensemble 'newer', 3 model folders"]
     assert text(archive, "24.10").startswith("newer.tar.gz/conch-manifest.json: warning: built for Triton 25.11, "
-                                              "checked for 24.10")
+                                              "checked for 24.10: nothing conch knows of differs there")
 
 
 def test_conch_check_release_on_the_command_line(tmp_path: Path) -> None:
