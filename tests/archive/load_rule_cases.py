@@ -312,6 +312,10 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
         more={**_add2(p, model(f"{p}add2", [tensor("IN")], [tensor("OUT")], extra=_DECOUPLED)),
               **python_model(f"{p}join", model(f"{p}join", [tensor("A"), tensor("B")], [tensor("OUT")]))}), REFUSED,
      ("step 'PREFjoin' receives inputs that come from different decoupled models",)),
+    ("force_cpu_only_not_yes_or_no", "python-backend", lambda p: _with(
+        p, step_config=model(f"{p}add", [tensor("IN")], [tensor("OUT")], extra='parameters { key: '
+                             '"FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "true" } }')), REFUSED,
+     ("parameter FORCE_CPU_ONLY_INPUT_TENSORS is 'true'; the Python backend takes \"yes\" or \"no\" only",)),
     ("step_is_the_ensemble", "steps-present", lambda p: _with(
         p, steps=[step(f"{p}ens", {"IN": "INPUT0"}, {"OUT": "OUTPUT0"})]), REFUSED,
      ("step model 'PREFens' is the ensemble itself",)),
@@ -609,4 +613,8 @@ TRITON_2_51 = {
     "decoupled_branches_joined": (
         "load failed for model 'PREFens': in ensemble PREFens, step of model 'PREFens' receives inputs "
         "originated from different decoupled models"),
+    "force_cpu_only_not_yes_or_no": (
+        "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded "
+        "version. Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Unsupported: "
+        "Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: true';"),
 }
