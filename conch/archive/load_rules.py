@@ -215,16 +215,17 @@ def check_config(model: ModelFolder, report: Report, release: Release | str = DE
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
         report.error(file, "enables response_cache on a decoupled model, which Triton refuses; disable one")
     _io(config, platform, file, report)
+    if config.name and config.name != model.folder:
+        report.error(file, f"names model {config.name!r}, but its folder is {model.folder!r}; Triton refuses a "
+                     "config whose name differs from its folder: make them equal")
+    # what the backend's model refuses when it is created, after the repository accepted the config
     if not config.HasField("ensemble_scheduling"):
         _instance_groups(config, platform, file, report)
     force = config.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS")
     if backend == "python" and force is not None and force.string_value not in ("yes", "no"):
-        # python_backend src/python_be.cc ModelState: refused when the model loads
+        # python_backend src/python_be.cc ModelState
         report.error(file, f"parameter FORCE_CPU_ONLY_INPUT_TENSORS is {force.string_value!r}; the Python backend "
                      "takes \"yes\" or \"no\" only")
-    if config.name and config.name != model.folder:
-        report.error(file, f"names model {config.name!r}, but its folder is {model.folder!r}; Triton refuses a "
-                     "config whose name differs from its folder: make them equal")
     return _count(report) == before
 
 
