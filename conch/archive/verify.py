@@ -88,10 +88,12 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     ensemble = _find_ensemble(models, report)
     if ensemble is not None:
         report.ensemble = ensemble.folder
-        # Triton's load rules (load_rules.py) over a plain description of the folders, each config parsed once;
-        # Triton meets them before a backend looks for its model file
-        check_load({name: ModelFolder.read(m.path, m.config.message()) for name, m in models.items()},
-                   ensemble.folder, report, release)
+    # Triton's load rules (load_rules.py) over a plain description of the folders, each config parsed once; Triton
+    # meets them before a backend looks for its model file. Without the one ensemble SageMaker would serve, each
+    # folder is judged as the model it might serve.
+    described = {name: ModelFolder.read(m.path, m.config.message()) for name, m in models.items()}
+    for served in [ensemble.folder] if ensemble is not None else list(models):
+        check_load(described, served, report, release)
     for model in models.values():
         _check_model(model, root, report)
     check_release(root, models, release, report)
