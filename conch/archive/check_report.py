@@ -1,5 +1,5 @@
 """What `conch check` finds in one archive, and the model folders it reads: the types the archive check
-(verify.py) and its wiring check (wiring.py) share."""
+(verify.py) and its release check (release_check.py) share."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX, checked
 from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import ConfigParseError
+from conch.ensembles.target import Release
 from conch.errors import ArchiveError
 
 LISTED = 5  # archives named in one line before "and N more"
@@ -96,12 +97,14 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
     return _archive_models(target_model, configs, found.get(MANIFEST_NAME))
 
 
-def check_archive_models(path: Path) -> tuple[CheckReport, ArchiveModels | None]:
-    """`conch check` of a local archive and, when it passes, what the fleet check needs of it (TargetModel: its
-    file name), from one unpacking: each config is parsed once, by the check."""
+def check_archive_models(path: Path, release: Release | str | None = None
+                         ) -> tuple[CheckReport, ArchiveModels | None]:
+    """`conch check` of a local archive for Triton ``release`` (None: the one it was built for) and, when it passes,
+    what the fleet check needs of it (TargetModel: its file name), from one unpacking: each config is parsed once,
+    by the check."""
     path = Path(path)
     identity = file_identity(path)
-    with checked(path) as (report, folder):
+    with checked(path, release) as (report, folder):
         if folder is None or not report.ok:
             return report, None
         manifest = folder / MANIFEST_NAME

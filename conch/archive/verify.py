@@ -14,10 +14,12 @@ from pathlib import Path
 
 from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
+from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE
-from conch.archive.wiring import check_wiring
+from conch.archive.release_check import built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
+from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal
@@ -39,14 +41,15 @@ MODEL_FILES = {
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
-def check_archive(archive: Path) -> CheckReport:
-    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
-    with checked(archive) as (report, _):
+def check_archive(archive: Path, release: Release | str | None = None) -> CheckReport:
+    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it for Triton ``release`` (None:
+    the release it was built for, else 24.10)."""
+    with checked(archive, release) as (report, _):
         return report
 
 
 @contextmanager
-def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
+def checked(archive: Path, release: Release | str | None = None) -> Iterator[tuple[CheckReport, Path | None]]:
     """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
     until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
@@ -59,12 +62,16 @@ def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
             report.error("", str(exc))
             yield report, None
             return
-        yield check_folder(folder, archive.name), folder
+        yield check_folder(folder, archive.name, release), folder
 
 
-def check_folder(root: Path, archive: str) -> CheckReport:
-    """Check an archive already unpacked at ``root`` (as replay stages it)."""
+def check_folder(root: Path, archive: str, release: Release | str | None = None) -> CheckReport:
+    """Check an archive already unpacked at ``root`` (as replay stages it) for Triton ``release`` (None: the release
+    its manifest says it was built for, else the default, 24.10)."""
     report = CheckReport(archive)
+    if release is None:
+        manifest = built_for(root)
+        release = manifest.release if manifest is not None else DEFAULT_RELEASE
     if (root / "config.pbtxt").exists():
         report.error("config.pbtxt", "a config.pbtxt at the archive root makes SageMaker load the archive as one "
                      "model, not an ensemble; put each model in its own folder at the root")
@@ -79,11 +86,18 @@ def check_folder(root: Path, archive: str) -> CheckReport:
     report.models = len(models)
     report.configs = {name: m.config for name, m in models.items()}
     ensemble = _find_ensemble(models, report)
-    for model in models.values():
-        _check_model(model, root, report)
     if ensemble is not None:
         report.ensemble = ensemble.folder
-        check_wiring(ensemble, models, report)
+    # Triton's load rules (load_rules.py) over a plain description of the folders, each config parsed once; Triton
+    # meets them before a backend looks for its model file. Without the one ensemble SageMaker would serve, each
+    # folder is judged as the model it might serve.
+    described = {name: ModelFolder.read(m.path, m.config.message()) for name, m in models.items()}
+    for served in [ensemble.folder] if ensemble is not None else list(models):
+        check_load(described, served, report, release)
+    for model in models.values():
+        _check_model(model, root, report)
+    check_release(root, models, release, report)
+    if ensemble is not None:
         refusal = json_refusal(_ensemble_tensors(ensemble.config))
         if refusal:
             report.warning(f"{ensemble.folder}/config.pbtxt", f"needs binary bodies: {refusal}")
@@ -115,9 +129,6 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
-    if config.name != name:
-        report.error(file, f"names model {config.name!r}, but its folder is {name!r}; Triton refuses a config whose "
-                     "name differs from its folder: make them equal")
     return Model(name, path, text, config)
 
 
@@ -143,46 +154,19 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
     return ensembles[0]
 
 
-def versions_served(model: Model, report: CheckReport) -> list[str]:
-    """The version folders Triton serves under the model's version policy (checking they exist)."""
-    found = sorted((p.name for p in model.path.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
-    which, specific, latest = _version_policy(model.config)
-    if which == "specific":
-        missing = [str(v) for v in specific if str(v) not in found]
-        if missing:
-            report.error(f"{model.folder}/config.pbtxt", f"version_policy names version(s) {', '.join(missing)}, "
-                         f"but the folder holds {', '.join(found) or 'no version folders'}; Triton fails to load it")
-        return [str(v) for v in specific if str(v) in found]
-    if not found:
-        report.error(f"{model.folder}/", "has no version folder (1/); Triton loads nothing from it")
-        return []
-    if which == "all":
-        return found
-    return found[-max(latest, 1):]
-
-
-def _version_policy(config: ReadConfig) -> tuple[str | None, tuple[int, ...], int]:
-    """(which policy, its specific versions, its latest count) from the typed policy, or, for a policy conch
-    cannot declare (e.g. versions other than 1), from the config's carried part."""
-    typed = config.version_policy
-    if typed is not None:
-        which = "all" if typed.all else "specific" if typed.specific else "latest"
-        return which, typed.specific, typed.latest or 1
-    policy = config.carried.version_policy
-    which = policy.WhichOneof("policy_choice")
-    return which, tuple(policy.specific.versions), policy.latest.num_versions if which == "latest" else 1
+def versions_served(model: Model) -> list[str]:
+    """The version folders Triton serves under the model's version policy (load_rules reports when none)."""
+    return [str(v) for v in ModelFolder.read(model.path, model.config.message()).versions_to_load()]
 
 
 def _check_model(model: Model, root: Path, report: CheckReport) -> None:
     config, file = model.config, f"{model.folder}/config.pbtxt"
-    served = versions_served(model, report)
+    served = versions_served(model)
     if config.carried.model_transaction_policy.decoupled:
         report.error(file, "is a decoupled model, which SageMaker's front end refuses to serve")
     if config.is_ensemble:
         return
     kind = model.kind
-    if not kind:
-        report.error(file, "names neither platform nor backend; Triton cannot tell how to run it")
     default = config.carried.default_model_filename
     wanted = (default,) if default else MODEL_FILES.get(kind, ())
     if not wanted and kind:

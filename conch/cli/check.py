@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, progress_bar, result, say
+from conch.ensembles.target import DEFAULT_RELEASE, Release
 
 if TYPE_CHECKING:
     from conch.archive.fleet_check import ArchiveModels
@@ -17,6 +18,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from conch.archive.check_report import CheckReport
     from conch.archive.fleet_check import check_archive_models, check_fleet
 
+    if args.release is not None:
+        Release.of(args.release)  # a malformed release is one error line before any archive is read
     archives: list[Path] = []
     prefixes: list[str] = []
     for item in args.archives:
@@ -36,7 +39,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     reports: list[CheckReport] = []
     with progress_bar("checking", len(archives)) as bar:
         for archive in archives:
-            report, models = check_archive_models(archive)
+            report, models = check_archive_models(archive, args.release)
             reports.append(report)
             result("\n".join(report.lines()))
             if models is not None:  # one failing alone is refused already; the fleet is of those that could deploy
@@ -76,6 +79,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "and several together as one endpoint serves them")
     c.add_argument("archives", nargs="+", help=".tar.gz archives, folders of them, or s3://bucket/prefix (the archives "
                    "under it: their configs are read as a fleet, not unpacked)")
+    c.add_argument("--release",
+                   help="the Triton release (YY.MM) whose image the archives are checked for: its load rules, its "
+                   "Python-backend stub, its backends; on archives built for another release, what will break there "
+                   f"(default: the release each archive was built for, else {DEFAULT_RELEASE})")
     c.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// prefixes (e.g. a local moto)")
     c.add_argument("--region", help="AWS region for s3:// prefixes (default: AWS_REGION or the profile's)")
     c.set_defaults(func=cmd_check)

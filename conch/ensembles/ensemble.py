@@ -156,7 +156,8 @@ class Ensemble:
 
     Args:
         name: the ensemble's model name (SageMaker MME renames it to the TargetModel when it loads).
-        max_batch_size: 0 for no batching; otherwise at most every step's max_batch_size.
+        max_batch_size: 0 for no batching; otherwise at most every batching step's max_batch_size (a step with
+            0 takes the whole batch as its first dimension).
         step_prefix: prefix of the steps' model names; defaults to the ensemble name so that many
             ensembles' steps load side by side on one server without model namespacing ("" names each
             step's model after the step alone).
@@ -384,6 +385,12 @@ class Ensemble:
                     f"{where}: expects {spec.dtype.wire} but {handle.describe()} is {handle.dtype.wire}; "
                     "convert it in a step before, or fix the declared dtype"
                 )
+            if self.max_batch_size and not step.max_batch_size and len(spec.dims) != len(handle.dims) + 1:
+                raise DeclarationError(
+                    f"{where}: the step does not batch (max_batch_size 0) inside an ensemble that does, so it gets "
+                    f"the whole batch: declare its dims with the batch first, e.g. {[-1, *handle.dims]} (Triton "
+                    f"loads dims {list(spec.dims)}, but every request with a batch then fails)"
+                )
             want = self._seen_dims(step, spec)
             if not dims_compatible(want, handle.dims):
                 raise DeclarationError(
@@ -418,9 +425,12 @@ class Ensemble:
         )
 
     def _seen_dims(self, step: Step, spec: Tensor) -> tuple[int, ...]:
-        """A step tensor's dims as the ensemble sees them: without batch if both batch, else full."""
+        """A step tensor's dims as the ensemble sees them: without batch if both batch, else full (a non-batching
+        step in a batching ensemble declares the batch as its first dimension, as Triton compares them)."""
         if self.max_batch_size == 0 and step.max_batch_size > 0:
             return (-1, *spec.dims)
+        if self.max_batch_size > 0 and step.max_batch_size == 0:
+            return spec.dims[1:]
         return spec.dims
 
     # -- checking ----------------------------------------------------------------------------------
@@ -466,7 +476,9 @@ class Ensemble:
                         f"{where}: output {out!r} of step {call.step.name!r} is never used; pass it to a "
                         "step, make it an ensemble output with ensemble.output(), or ensemble.discard() it"
                     )
-            if self.max_batch_size and call.step.max_batch_size < self.max_batch_size:
+            # Triton (core ensemble_utils.cc ValidateEnsembleConfig) holds batching steps to this; a step that does
+            # not batch takes the whole batch as its first dimension
+            if self.max_batch_size and 0 < call.step.max_batch_size < self.max_batch_size:
                 raise DeclarationError(
                     f"{where}: max_batch_size {self.max_batch_size} exceeds step {call.step.name!r}'s "
                     f"max_batch_size {call.step.max_batch_size}; lower the ensemble's or raise the step's"

@@ -94,26 +94,25 @@ BAD = {
     "config does not parse": (lambda r: edit(r, "postprocess/config.pbtxt", "max_batch_size: 0", "max_batch: 0"),
                               "postprocess/config.pbtxt: error: does not parse as Triton's ModelConfig"),
     "ensemble without 1/": (lambda r: {k: v for k, v in r.items() if k != "ensemble/1"},
-                            "ensemble/: error: has no version folder (1/)"),
+                            "ensemble/: error: has no version folder Triton loads under its version_policy"),
     "model file missing": (lambda r: {**{k: v for k, v in r.items() if k != "bert-trt/1/model.plan"},
                                       "bert-trt/1": None},
                            "bert-trt/1/: error: lacks model.plan"),
     "input not mapped": (lambda r: edit(r, "ensemble/config.pbtxt", 'input_map { key: "input_ids" value: "input_ids" }',
-                                        ""), "step 'bert-trt': required input 'input_ids' is not in its input_map"),
+                                        ""), "step 1 (bert-trt) has no input_map"),
     "dtype mismatch": (lambda r: edit(r, "bert-trt/config.pbtxt", "TYPE_INT32", "TYPE_INT64"),
                        "step 'bert-trt' input 'input_ids' is TYPE_INT64 but output 'input_ids' of step 'preprocess' "
-                       "is TYPE_INT32"),
+                       "is TYPE_INT32 (tensor 'input_ids')"),
     "dims mismatch": (lambda r: edit(r, "postprocess/config.pbtxt", "-1, 128, 384", "-1, 128, 768"),
                       "step 'postprocess' input 'last_hidden_state' has shape [-1, 128, 768] but"),
-    "ensemble batches, a step does not": (
-        lambda r: edit(r, "ensemble/config.pbtxt", "max_batch_size: 0", "max_batch_size: 4"),
-        "max_batch_size 4 exceeds step 'preprocess''s max_batch_size 0"),
-    "tensor written twice": (lambda r: edit(r, "ensemble/config.pbtxt", 'value: "SENT_EMBED"', 'value: "INPUT0"'),
-                             "tensor 'INPUT0' is written by both ensemble input 'INPUT0' and output 'SENT_EMBED'"),
+    "ensemble output left unwritten": (
+        lambda r: edit(r, "ensemble/config.pbtxt", 'value: "SENT_EMBED"', 'value: "INPUT0"'),
+        "ensemble output 'SENT_EMBED' is written by no step's output_map"),
     "version policy names a missing version": (
         lambda r: edit(r, "bert-trt/config.pbtxt", "max_batch_size: 0", "max_batch_size: 0\n"
                        "version_policy: { specific: { versions: [ 2 ] } }"),
-        "bert-trt/config.pbtxt: error: version_policy names version(s) 2, but the folder holds 1"),
+        "bert-trt/: error: has no version folder Triton loads under its version_policy (Triton: 'at least one "
+        "version must be available under the version policy'); found 1"),
     "env path without the model-directory prefix": (
         lambda r: edit(r, "preprocess/config.pbtxt", "$$TRITON_MODEL_DIRECTORY/", "/opt/"),
         "EXECUTION_ENV_PATH '/opt/processing_env.tar.gz' must start with $$TRITON_MODEL_DIRECTORY/"),
@@ -142,6 +141,13 @@ BAD = {
                        "instance_group [ { kind: KIND_CPU } ]"),
         "ensemble/config.pbtxt: error: sets instance_group, which Triton refuses on an ensemble"),
 }
+
+
+def test_a_non_batching_step_in_a_batching_ensemble_passes(tmp_path: Path) -> None:
+    """Triton loads it when the shapes agree with the batch dimension added (load_rule_cases.py's
+    non_batching_step_in_batching_ensemble, confirmed on tritonserver 2.51); conch once refused it."""
+    report = check_repo(tmp_path, edit(bert_repo(), "ensemble/config.pbtxt", "max_batch_size: 0", "max_batch_size: 4"))
+    assert report.ok, report.lines()
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -175,10 +181,10 @@ def test_a_config_conch_cannot_declare_is_checked_as_triton_reads_it(tmp_path: P
                 'name: "input ids" data_type: TYPE_BF16')
     repo = edit(repo, "ensemble/config.pbtxt", 'input_map { key: "input_ids"', 'input_map { key: "input ids"')
     assert only_error(check_repo(tmp_path, repo)).splitlines() == [
-        "hand.tar.gz/bert-trt/config.pbtxt: warning: conch does not know which model file backend 'openvino' "
-        "needs; not checked",
         "hand.tar.gz/ensemble/config.pbtxt: error: step 'bert-trt' input 'input ids' is TYPE_BF16 but output "
-        "'input_ids' of step 'preprocess' is TYPE_INT32"]
+        "'input_ids' of step 'preprocess' is TYPE_INT32 (tensor 'input_ids'); make the data types equal",
+        "hand.tar.gz/bert-trt/config.pbtxt: warning: conch does not know which model file backend 'openvino' "
+        "needs; not checked"]
     for file in ("ensemble/config.pbtxt", "preprocess/config.pbtxt"):
         repo = edit(repo, file, 'name: "INPUT0" data_type: TYPE_STRING', 'name: "INPUT0" data_type: TYPE_BF16')
     repo = edit(repo, "preprocess/config.pbtxt", "TYPE_INT32", "TYPE_BF16")

@@ -87,8 +87,10 @@ def test_config_not_utf8_is_an_error(tmp_path: Path) -> None:
                  "hand.tar.gz/dali/config.pbtxt: error: is a decoupled model, which SageMaker's front end refuses "
                  "to serve", id="decoupled-model"),
     pytest.param('backend: "dali"\n', "",
-                 "hand.tar.gz/dali/config.pbtxt: error: names neither platform nor backend; Triton cannot tell how "
-                 "to run it", id="neither-platform-nor-backend"),
+                 "hand.tar.gz/dali/config.pbtxt: error: names no platform or backend, and its first version folder "
+                 "holds no model file Triton recognises (model.py, model.onnx, model.pt, model.plan, model.graphdef, "
+                 "model.savedmodel), so Triton cannot tell which backend runs it; set backend or platform",
+                 id="neither-platform-nor-backend"),
     pytest.param('backend: "dali"', 'backend: "mystery"',
                  "hand.tar.gz/dali/config.pbtxt: warning: conch does not know which model file backend 'mystery' "
                  "needs; not checked", id="unknown-backend-warns-unchecked"),
@@ -137,15 +139,16 @@ def test_ensemble_without_steps_is_an_error(tmp_path: Path) -> None:
     assert data is not None
     head = data.split(b"ensemble_scheduling")[0]
     text = checked(tmp_path, {**inception_repo(), ENSEMBLE: head})
-    assert "hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: has no ensemble_scheduling steps" in text
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: is an ensemble without ensemble_scheduling; add "
+            "its steps (ensemble_scheduling { step [...] })") in text
 
 
 def test_step_reading_an_unknown_tensor_is_an_error(tmp_path: Path) -> None:
     repo = edit(inception_repo(), ENSEMBLE, 'key: "input" value: "preprocessed_image"',
                 'key: "input" value: "preprocesed_image"')
     text = checked(tmp_path, repo)
-    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'inception_graphdef' input 'input' "
-            "reads tensor 'preprocesed_image', which is neither an ensemble input nor written by any step") in text
+    assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: tensor 'preprocesed_image' is read by step(s) 1 "
+            "but is neither an ensemble input nor written by any step; write it or read another") in text
 
 
 def test_map_key_the_model_lacks_is_an_error(tmp_path: Path) -> None:
@@ -160,7 +163,7 @@ def test_shape_mismatch_between_steps_is_an_error(tmp_path: Path) -> None:
     text = checked(tmp_path, repo)
     assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: error: step 'inception_graphdef' input 'input' has "
             "shape [-1, 224, 224, 3] but output 'DALI_OUTPUT_0' of step 'dali' has shape [-1, 299, 299, 3] (batch "
-            "included; -1 matches any size)") in text
+            "included; -1 matches any size; tensor 'preprocessed_image'); make them agree") in text
 
 
 # --- safe extraction: refusals of hand-made tarballs ----------------------------------------------------------------

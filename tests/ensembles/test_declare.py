@@ -239,11 +239,20 @@ def test_ensemble_batch_must_fit_every_step() -> None:
         ens.validate()
 
 
-def test_non_batching_step_in_batching_ensemble() -> None:
+def test_non_batching_step_in_batching_ensemble_takes_the_batch_as_its_first_dim() -> None:
+    """Triton loads a step with max_batch_size 0 inside an ensemble with max_batch_size 4 when the step's dims are
+    the ensemble's with the batch in front (tests/archive/load_rule_cases.py,
+    non_batching_step_in_batching_ensemble, confirmed on tritonserver 2.51)."""
     ens = ensemble(mbs=4)
-    ens.output("Y", step(max_batch_size=0)(ens.input("X", "FP32", [4])))
-    with pytest.raises(DeclarationError, match="max_batch_size 0"):
-        ens.validate()
+    with pytest.raises(DeclarationError, match=r"the step does not batch \(max_batch_size 0\) inside an ensemble that "
+                       r"does, so it gets the whole batch: declare its dims with the batch first, e.g. \[-1, 4\]"):
+        step(max_batch_size=0)(ens.input("X", "FP32", [4]))
+    ens = ensemble(mbs=4)
+    whole = step(max_batch_size=0, inputs=[Tensor("x", "FP32", [-1, 4])], outputs=[Tensor("y", "FP32", [-1, 4])])
+    y = whole(ens.input("X", "FP32", [4]))
+    assert y.dims == (4,)
+    ens.output("Y", y)
+    ens.validate()
 
 
 def test_non_batching_ensemble_sees_batching_steps_with_batch_dim() -> None:

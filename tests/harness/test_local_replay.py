@@ -231,3 +231,16 @@ def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: 
     client = MultiModelClient(triton.sagemaker_url, triton.http_url)
     with pytest.raises(InvokeError, match=r"receiving FP16 data via JSON is not supported"):
         client.invoke_json("halves.tar.gz", {"X": np.ones((2, 4), np.float16)})
+
+
+def test_a_non_batching_step_inside_a_batching_ensemble_replays(tmp_path: Path, triton: LocalTriton) -> None:
+    """Triton loads and runs a step with max_batch_size 0 inside an ensemble that batches, when the step's dims are
+    the batch and then the ensemble's (tests/archive/load_rule_cases.py, non_batching_step_in_batching_ensemble)."""
+    ens = Ensemble("wholebatch", max_batch_size=2)
+    whole = PythonStep("whole", basic_steps.double, [Tensor("x", "FP32", [-1, 4])], [Tensor("y", "FP32", [-1, 4])],
+                       max_batch_size=0)
+    ens.output("Y", whole(ens.input("X", "FP32", [4])))
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    ens.sample("two rows", {"X": data}, {"Y": data * 2})
+    report = replay_archives([build_ensemble(ens, tmp_path, "local")], server=triton)
+    assert report.passed, report.table()
