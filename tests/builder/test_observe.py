@@ -92,35 +92,6 @@ def test_refresh_runs_it_again(steps: ModuleType) -> None:
     assert runs_for(declared(steps), refresh=True)[0] == 1
 
 
-@pytest.mark.parametrize("target", ["local", "production"])
-def test_each_config_text_is_parsed_once_in_a_build_that_runs_the_ensemble(
-    steps: ModuleType, monkeypatch: pytest.MonkeyPatch, target: str
-) -> None:
-    """The build renders each config and parses it back once; running the ensemble in this process reuses
-    that parse for the config its model.py is given (as in a fresh process: no shape parsed before)."""
-    from google.protobuf import text_format
-
-    from conch.compiler import pbtxt
-
-    monkeypatch.setattr(pbtxt, "_shapes", set())
-    monkeypatch.setattr(pbtxt, "_parsed", {})
-    parse, parsed = text_format.Parse, []
-
-    def counted(text: str, message: object, *args: object, **kwargs: object) -> object:
-        if isinstance(text, str) and text.startswith("name: "):  # a whole config, not a config_fields fragment
-            parsed.append(text)
-        return parse(text, message, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(text_format, "Parse", counted)
-    before = observe.runs
-    files = render_repository(declared(steps), target, "24.10", refresh=True).files
-    assert observe.runs - before == 1  # the warmup ran in this process, from the step's local config
-    twice = sorted({text.splitlines()[0] for text in parsed if parsed.count(text) > 1})
-    assert twice == [], f"configs parsed more than once: {twice}"
-    configs = {name: source.decode() for name, source in files.items() if name.endswith("/config.pbtxt")}  # type: ignore[attr-defined]
-    assert len(configs) == 2 and all(parsed.count(text) == 1 for text in configs.values()), sorted(configs)
-
-
 @pytest.fixture
 def no_local_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Python steps lay out for production only: the in-process run (the local target) cannot be made."""
