@@ -202,29 +202,32 @@ def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]
     return name, qualname, path
 
 
-_import_problems: dict[tuple[str, int, int], str | None] = {}
+_import_problems: dict[tuple[str, int, int, int, int, int], str | None] = {}
 
 
 def _import_problem(path: Path) -> str | None:
     """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
-    None; read once per process for a file of the same size and mtime (200 steps of one module parse it once)."""
-    st = path.stat()
-    identity = (str(path), st.st_size, st.st_mtime_ns)
-    if identity not in _import_problems:
-        _import_problems[identity] = None
-        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    _import_problems[identity] = "relative"
-                    break
-                names = [node.module or ""]
-            if any(n == "conch" or n.startswith("conch.") for n in names):
-                _import_problems[identity] = "conch"
+    None; read once per process for a file of the same ``stat_identity`` (200 steps of one module parse it
+    once), every time while the file is racy."""
+    identity = stat_identity(path)
+    if identity is not None and identity in _import_problems:
+        return _import_problems[identity]
+    problem = None
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                problem = "relative"
                 break
-    return _import_problems[identity]
+            names = [node.module or ""]
+        if any(n == "conch" or n.startswith("conch.") for n in names):
+            problem = "conch"
+            break
+    if identity is not None:
+        _import_problems[identity] = problem
+    return problem
 
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"

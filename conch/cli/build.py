@@ -103,10 +103,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--shard", metavar="K/N", help="build only shard K of N (1 <= K <= N), split by ensemble name: "
                    "N jobs with the same sources build every ensemble once (docs/ci-matrix.md)")
     b.add_argument("--refresh", action="store_true",
-                   help="ask the package index again, recompute sample expected outputs, derive what conch "
-                   "remembers of steps (PyTorch bindings, DALI pipelines) and run the warmup and samples "
-                   "in-process again, also for steps and samples declared cache=True (docs/declare.md, "
-                   "\"What a build remembers\")")
+                   help="ask the package index again and derive again what conch remembers by content (PyTorch "
+                   "bindings, DALI CPU checks, step checks, the in-process run of pure steps) and what functions "
+                   "declared cache=True computed (docs/declare.md, \"What a build remembers\"); user code not "
+                   "declared pure runs at every build anyway")
     b.add_argument("-v", "--verbose", action="store_true",
                    help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
                         "full, not one line per ensemble")
