@@ -6,9 +6,8 @@ alternating (medians over rounds):
   many   `conch build` of 200 small ensembles (-j: every core) vs one `tar czf` per tree, in a shell loop
   again  an unchanged rebuild vs a cold build (new --out, no build records, pins or expected outputs
          cached; the exported ONNX file and the packed environment stay in the cache: they are shared
-         downloads, not this build's work). The unchanged rebuild is answered from the command's ledger
-         (conch.ledger); the ordinary unchanged build (CONCH_BUILD_LEDGER=0: the ensemble files imported and
-         the build run) is measured beside it, and whether the ledger answered is checked after the rounds
+         downloads, not this build's work). The unchanged rebuild imports the ensemble files and builds
+         (user code runs again unless declared pure: docs/declare.md); the archive is not rewritten
   examples  the same for every example (`conch build ensembles/ --target local`): the cold build keeps
          only the exported/downloaded artifacts, packed environments and Triton backend folders (and pip's
          own caches); serialized DALI pipelines, bindings, observations, pins, checks and records start empty
@@ -163,37 +162,21 @@ def row_again(tmp: Path, rounds: int, what: Path = TEXT, *flags: str) -> dict[st
                      env={**ENV, "CONCH_CACHE_DIR": str(cache)}, label="cold")
 
     command = conch("build", what, "--out", out, *flags)
-    ordinary_env = {**ENV, "CONCH_BUILD_LEDGER": "0"}
-    timed(command, label="warm")  # the ordinary unchanged build that keeps the ledger
+    timed(command, label="warm")
     cases: dict[str, Callable[[], float]] = {
         "unchanged rebuild": lambda: timed(command, label="unchanged"),
         "cold build": cold,
-        "ordinary unchanged": lambda: timed(command, env=ordinary_env, label="ordinary"),
     }
     for timings in (CPU, INNER):  # a second row of this kind starts its own lists
-        for label in ("unchanged", "ordinary"):
-            timings.pop(label, None)
+        timings.pop("unchanged", None)
     CPU.pop("cold", None)
     samples = alternate(cases, rounds)
     row = "unchanged rebuild vs cold build" + ("" if what == TEXT else f" of {what.name}/ {' '.join(flags)}")
     return {"row": row, "samples": samples,
             "speedup": median(samples["cold build"]) / median(samples["unchanged rebuild"]),
-            "cpu": {"unchanged rebuild": CPU["unchanged"], "cold build": CPU["cold"],
-                    "ordinary unchanged": CPU["ordinary"]},
-            "answered_from_ledger": answered_from_ledger(command), "load_average": os.getloadavg(),
-            "unchanged_build_itself_s": INNER.get("ordinary", []), "target": ">= 50"}
-
-
-def answered_from_ledger(command: list[str]) -> bool:
-    """Whether ``command`` (``python -m conch.cli build ...``) is answered from its ledger: run the same way
-    (``sys.path[0]`` the working folder, as ``-m`` sets it), it must not import numpy or the ensemble files."""
-    probe = ("import os, runpy, sys\n"
-             "sys.argv = [sys.argv[0], *sys.argv[1:]]; sys.path[0] = os.getcwd()\n"
-             "try:\n    runpy.run_module('conch.cli', run_name='__main__', alter_sys=True)\n"
-             "except SystemExit as exc:\n    code = exc.code\n"
-             "print('numpy' not in sys.modules and code == 0, file=sys.__stdout__)\n")
-    result = subprocess.run([sys.executable, "-c", probe, *command[3:]], capture_output=True, text=True, env=ENV)
-    return result.stdout.strip().endswith("True")
+            "cpu": {"unchanged rebuild": CPU["unchanged"], "cold build": CPU["cold"]},
+            "load_average": os.getloadavg(), "unchanged_build_itself_s": INNER.get("unchanged", []),
+            "target": "none (correctness first: issue 29)"}
 
 
 def main() -> int:
@@ -244,12 +227,8 @@ def main() -> int:
         if r.get("unchanged_build_itself_s"):
             itself = median(r["unchanged_build_itself_s"])  # type: ignore[arg-type]
             cold = median(r["samples"]["cold build"])  # type: ignore[index]
-            ordinary = median(r["samples"]["ordinary unchanged"])  # type: ignore[index]
-            ordinary_cpu = median(r["cpu"]["ordinary unchanged"])  # type: ignore[index]
-            print(f"{r['row']}: answered from the ledger: {r['answered_from_ledger']}; the ordinary unchanged "
-                  f"build (CONCH_BUILD_LEDGER=0) {ordinary:.3f} s wall, {ordinary_cpu:.3f} s CPU: cold/ordinary "
-                  f"{cold / ordinary:.1f}x; the unchanged build itself (no interpreter start, no imports): "
-                  f"{itself:.3f} s; cold/itself {cold / itself:.0f}x")
+            print(f"{r['row']}: the unchanged build itself (no interpreter start, no imports): {itself:.3f} s; "
+                  f"cold/itself {cold / itself:.0f}x")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     path = write_json("build_speed", {"rounds": args.rounds, "rows": results})
     print(f"wrote {path.relative_to(ROOT)}")

@@ -89,10 +89,12 @@ def refreshed_key(kind: str, key: str) -> str:
 
 
 def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
-    """A JSON value computed once for ``material`` (what it depends on, JSON-able) and kept under
-    ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that computes it.
-    A failure is not remembered; a lost race between processes only repeats the work."""
-    key = key_of(material)[:32]
+    """A JSON value that conch's own code computes from ``material`` (the content it depends on, JSON-able),
+    kept under ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that
+    computes it. The key also covers conch's code (``own_code``) and the Python and distributions installed
+    (``environment``: the framework's version among them). Never for user code: ``compute`` must run nothing
+    but conch and the libraries it imports. A failure is not remembered; a lost race only repeats the work."""
+    key = key_of([material, own_code(), environment()])[:32]
     where = cache_dir() / kind / f"{key}.json"
     known = None if _refresh else read_json(where)
     if known is not None:
@@ -103,27 +105,88 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
 
 
 def code_digest(fn: Callable[..., Any]) -> str | None:
-    """Digest of the user code a function can reach (a sample's expected outputs, a step's code, a DALI
-    pipeline): the source of the file defining it and of the Python files beside it that it imports, read
-    from the code (``import x`` / ``from x import`` anywhere in the file, followed through those siblings),
-    and the arguments a ``functools.partial`` binds: the key must not depend on which other ensembles this
-    process happened to load first. None when the code cannot be told by content (a function without a
-    source file, e.g. defined in a notebook, or a partial binding values whose repr is not their content):
-    what it computes must then not be remembered."""
+    """Digest of the user code a function can reach as far as conch can tell (a sample's expected outputs, a
+    step's code, a DALI pipeline): the source of the file defining it and of the Python files beside it that
+    it imports, read from the code (``import x`` / ``from x import`` anywhere in the file, followed through
+    those siblings), its default arguments and closure values, and the arguments a ``functools.partial``
+    binds. None when the code cannot be told by content (a function without a source file, e.g. defined in a
+    notebook, or values whose repr is not their content). It does not cover what the code reads (files,
+    environment variables), modules outside its folder or installed libraries: only a declaration that says
+    its function is pure (``cache=True``) is answered from a key built on it (``pure_key``)."""
     bound: list[object] = []
     while isinstance(fn, functools.partial):
         bound.append([fn.args, sorted(fn.keywords.items())])
         fn = fn.func
-    if not plain(bound):
-        return None
     fn = getattr(fn, "__wrapped__", fn)  # a decorated function (DALI's @pipeline_def): the user's own
     code = getattr(fn, "__code__", None)
+    if code is not None:
+        cells = [cell.cell_contents for cell in getattr(fn, "__closure__", None) or ()]
+        bound.append([getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells,
+                      getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)])
+    if not plain(bound):
+        return None
     origin = _real_file(code.co_filename if code is not None else
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
     if origin is None:
         return None
     files = _imported_siblings(Path(origin))
     return key_of([sorted((os.path.basename(f), _file_sha256(f)) for f in files), repr(bound)])
+
+
+def pure_key(fn: Callable[..., Any]) -> list[object] | None:
+    """The key of what a function declared pure (``cache=True``) computes: its code (``code_digest``), the
+    Python that runs it and every distribution installed where it imports from (``environment``); None when
+    its code cannot be told by content (it is then computed every time)."""
+    code = code_digest(fn)
+    return None if code is None else [code, environment()]
+
+
+def environment() -> list[object]:
+    """The Python and the installed distributions this process imports from: the interpreter's version and
+    build, and the ``*.dist-info`` / ``*.egg-info`` names (which hold each distribution's version) of every
+    folder on ``sys.path``. Read at each call (a few folder listings): a distribution installed while a
+    process runs changes it."""
+    found: list[str] = []
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = os.listdir(folder)
+        except OSError:  # a zip, or a folder that does not exist
+            continue
+        found.extend(f"{os.path.abspath(folder)}/{n}" for n in names if n.endswith((".dist-info", ".egg-info")))
+    return [sys.version, sys.implementation.cache_tag, sys.platform, sorted(found)]
+
+
+_own: list[str] = []
+
+
+def own_code() -> str:
+    """Digest of conch's own code (every ``.py`` and template of the package): a cache of what conch's code
+    derives keys on it, so a conch edited between two runs (an editable install) is not answered from what
+    the older code derived. Taken once per process: the code a process runs is what it imported."""
+    if not _own:
+        package = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".j2") and p.is_file()):
+            h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _own.append(h.hexdigest())
+    return _own[0]
+
+
+RACY_NS = 2 * 10**9  # a file changed this recently may change again within its file system's clock tick
+
+
+def stat_identity(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int, int] | None:
+    """What tells a file's content apart without reading it, as git's index does: its path, size, inode,
+    device, and the ns mtime and ctime (ctime cannot be set back by a program). None when the file changed
+    less than ``RACY_NS`` ago: a write within the same clock tick would keep all of these (git's "racily
+    clean" entries), so its content must be read. Raises OSError for a file that cannot be stat'ed."""
+    import time
+
+    st = os.stat(path)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS:
+        return None
+    return (os.path.abspath(path), st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -167,19 +230,18 @@ def _module_files(base: Path, name: str) -> list[Path]:
     return []
 
 
-_parsed: dict[tuple[str, int, int], tuple[tuple[int, str], ...]] = {}
+_parsed: dict[tuple[str, int, int, int, int, int], tuple[tuple[int, str], ...]] = {}
 
 
 def _imports(path: Path) -> tuple[tuple[int, str], ...]:
     """(level, first name) of the imports anywhere in a Python file (level 0: absolute; ``from . import x``
-    gives (1, x)); parsed once per process for a file of the same size and mtime (a build asks for each file
+    gives (1, x)); parsed once per process for the same file by ``stat_identity`` (a build asks for each file
     once per ensemble and step)."""
-    import ast  # here: `conch build` checks its ledger (conch.ledger, through this module) without it
+    import ast
 
     try:
-        st = path.stat()
-        identity = (str(path), st.st_size, st.st_mtime_ns)
-        if identity not in _parsed:
+        identity = stat_identity(path)
+        if identity is None or identity not in _parsed:
             tree = ast.parse(path.read_bytes())
             names: list[tuple[int, str]] = []
             for node in ast.walk(tree):
@@ -189,7 +251,10 @@ def _imports(path: Path) -> tuple[tuple[int, str], ...]:
                     names.append((node.level, node.module))
                 elif isinstance(node, ast.ImportFrom):
                     names.extend((node.level, a.name) for a in node.names)
-            _parsed[identity] = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
+            found = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
+            if identity is None:
+                return found
+            _parsed[identity] = found
     except (OSError, SyntaxError, ValueError):
         return ()
     return _parsed[identity]

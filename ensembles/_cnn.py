@@ -5,12 +5,13 @@ as ONNX, and reference logits computed by running it directly with torch."""
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from conch.cache import cached_file
+from conch.cache import cached_file, code_digest, key_of
 
 CHANNELS, SIZE, CLASSES = 3, 224, 1000
 _RECIPE = "tiny-resnet-v2"  # bump when the architecture or weights change
@@ -45,8 +46,10 @@ def model():  # type: ignore[no-untyped-def]
 
 
 def _key(kind: str) -> str:
-    # torch's version from its installed metadata: an unchanged rebuild need not import torch for a key
-    return f"{_RECIPE}-{kind}-torch{importlib.metadata.version('torch')}"
+    # torch's version from its installed metadata (an unchanged rebuild need not import torch for a key), the
+    # Python, and this file's code (and the files beside it that it imports): an edited export is made again
+    material = [_RECIPE, kind, importlib.metadata.version("torch"), sys.version, code_digest(_key)]
+    return f"{_RECIPE}-{kind}-{key_of(material)[:16]}"
 
 
 def _example():  # type: ignore[no-untyped-def]

@@ -9,11 +9,12 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from conch.cache import cached_file
+from conch.cache import cached_file, code_digest, key_of
 
 SIZE = 299
 CLASSES = 1001  # 1000 ImageNet classes and "background", as Inception v3's graph has
@@ -66,7 +67,8 @@ def _key(kind: str) -> str:
     # unchanged rebuild need not import TensorFlow for a key
     for wheel in ("tensorflow", "tensorflow-cpu"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return f"{_RECIPE}-{kind}-tf{importlib.metadata.version(wheel)}"
+            material = [_RECIPE, kind, importlib.metadata.version(wheel), sys.version, code_digest(_key)]
+            return f"{_RECIPE}-{kind}-{key_of(material)[:16]}"  # an edited export (this file's code) is made again
     raise ModuleNotFoundError("this example needs TensorFlow: pip install tensorflow-cpu")
 
 

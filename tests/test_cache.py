@@ -1,14 +1,18 @@
-"""conch.cache's code digest: what user code a remembered value (a sample's expected outputs, a DALI pipeline)
-is keyed by, so an edit of that code is never answered from the cache."""
+"""conch.cache's keys: the code digest a pure function (a sample's expected outputs, a DALI pipeline declared
+``cache=True``) is keyed by, so an edit of that code is never answered from the cache; the installed
+distributions; and the stat of a file, which tells nothing while the file changed in the last seconds."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conch.cache import code_digest
+from conch.cache import RACY_NS, code_digest, environment, pure_key, stat_identity
 
 
 def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> object:
@@ -44,3 +48,53 @@ def test_a_relative_import_inside_a_package_is_followed(tmp_path: Path, monkeypa
     (tmp_path / "unrelated_sibling.py").write_text("x = 1\n")  # a file nothing imports changes nothing
     (pkg / "ops.py").write_text("SIZE = 224\n")
     assert code_digest(fn) == before
+
+
+def test_a_closure_value_is_part_of_the_digest_and_an_object_leaves_none(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "closing.py").write_text("def make(k):\n    def expected():\n        return {'K': k}\n"
+                                         "    return expected\n")
+    module = _module(tmp_path, monkeypatch, "closing")
+    two, three = code_digest(module.make(2)), code_digest(module.make(3))  # type: ignore[attr-defined]
+    assert two is not None and three is not None and two != three
+    assert code_digest(module.make(object())) is None  # type: ignore[attr-defined]
+
+
+def test_pure_key_follows_the_installed_distributions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distribution installed or upgraded where the process imports from changes the key of a pure function."""
+    (tmp_path / "pure_fn.py").write_text("def expected():\n    return {}\n")
+    fn = _module(tmp_path, monkeypatch, "pure_fn").expected  # type: ignore[attr-defined]
+    before = pure_key(fn)
+    (tmp_path / "somelib-1.0.dist-info").mkdir()
+    at_one = pure_key(fn)
+    (tmp_path / "somelib-1.0.dist-info").rename(tmp_path / "somelib-2.0.dist-info")
+    at_two = pure_key(fn)
+    assert len({repr(before), repr(at_one), repr(at_two)}) == 3
+    assert environment()[0] == sys.version
+
+
+def test_a_file_changed_in_the_last_seconds_has_no_stat_identity(tmp_path: Path) -> None:
+    """git's racily clean rule: a write within the file system's clock tick would keep size and mtime."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"1234")
+    assert stat_identity(path) is None
+    old = time.time_ns() - 10 * RACY_NS
+    os.utime(path, ns=(old, old))  # the ctime is now: still too recent
+    assert stat_identity(path) is None
+
+
+def test_cache_must_be_true_or_false_on_a_sample_and_a_python_step() -> None:
+    import basic_steps
+    import numpy as np
+
+    from conch import DeclarationError, Ensemble, PythonStep, Tensor
+
+    with pytest.raises(DeclarationError, match="python step 'double': cache must be True or False, got 1"):
+        PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                   cache=1)  # type: ignore[arg-type]
+    ens = Ensemble("pure", max_batch_size=2)
+    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+                      max_batch_size=2)
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    with pytest.raises(DeclarationError, match="ensemble 'pure' sample 'one': cache must be True or False, got 'no'"):
+        ens.sample("one", {"X": np.ones((1, 4), np.float32)}, lambda: {}, cache="no")  # type: ignore[arg-type]

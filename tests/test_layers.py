@@ -15,7 +15,7 @@ CONCH = Path(__file__).resolve().parent.parent / "conch"
 # Lowest first. A part is a subpackage of conch or a module at its root ("__init__" is the package root).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "version", "startup_lines", "templates"),
-    ("scratch", "aws", "triton_wheel", "ledger"),
+    ("scratch", "aws", "triton_wheel"),
     ("ensembles",),  # the declaration
     ("backends", "compiler", "wire", "diagram", "verdicts"),
     ("executor",),  # the compiled plan run in this process

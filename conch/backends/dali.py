@@ -27,7 +27,7 @@ from conch.backends import dali_serialized
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
-from conch.cache import cached_file, code_digest, key_of, plain, refreshed_key, remembered
+from conch.cache import cached_file, key_of, own_code, pure_key, refreshed_key, remembered
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -106,23 +106,6 @@ def dali_identity() -> list[object] | None:
     return [version, spec.origin, st.st_size, st.st_mtime_ns]
 
 
-def definition_material(definition: Callable[..., Any]) -> list[object] | None:
-    """What a pipeline function's serialization depends on besides DALI and the pipeline's arguments: the
-    code of its module and of the modules beside it that it imports (``code_digest``), its name, and its
-    default arguments and closure values; None when those cannot be told by content (a function without a
-    source file, or one closing over objects), which is then serialized every time."""
-    target = getattr(definition, "__wrapped__", definition)
-    code = getattr(target, "__code__", None)
-    if code is None:
-        return None
-    digest = code_digest(target)
-    cells = [cell.cell_contents for cell in getattr(target, "__closure__", None) or ()]
-    extra = [getattr(target, "__defaults__", None), getattr(target, "__kwdefaults__", None), cells]
-    if digest is None or not plain(extra):
-        return None
-    return [digest, getattr(target, "__module__", None), getattr(target, "__qualname__", None), repr(extra)]
-
-
 def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: int, num_threads: int | None) -> bytes:
     """Serialize a pipeline function (decorated with ``@pipeline_def`` or not) without a GPU, deterministically."""
     dali = _dali(step)
@@ -163,6 +146,9 @@ class DaliStep(Step):
     ``probe=False`` skips the build-time run of the CPU pipeline on a generated input (a small JPEG for
     1-D UINT8 inputs, zeros otherwise) that checks the real output dtypes and dims. ``as_is=True`` lays
     out a serialized pipeline byte for byte instead of declaring the outputs' dtypes and ranks in it.
+    A pipeline function is run and serialized at every build; ``cache=True`` says it is pure (the graph
+    follows from its code, its folder's modules and the installed libraries, not from files it reads or
+    environment variables), so an unchanged rebuild reuses its serialization (``conch.cache.pure_key``).
     """
 
     kind = "dali"
@@ -180,6 +166,7 @@ class DaliStep(Step):
         autoserialize: bool = False,
         probe: bool = True,
         as_is: bool = False,
+        cache: bool = False,
         **options: Unpack[SettingsArgs],
     ) -> None:
         max_batch_size = whole(max_batch_size, f"dali step {name!r}: max_batch_size")
@@ -206,6 +193,9 @@ class DaliStep(Step):
         self.autoserialize = autoserialize
         self.probe = probe
         self.as_is = as_is
+        if not isinstance(cache, bool):
+            raise DeclarationError(f"dali step {name!r}: cache must be True or False, got {cache!r}")
+        self.cache = cache
         if as_is and not isinstance(pipeline, bytes | str | Path):
             raise DeclarationError(f"dali step {name!r}: as_is=True lays out a serialized pipeline byte for byte, "
                                    "so pass its file (or bytes), not a pipeline function")
@@ -241,21 +231,20 @@ class DaliStep(Step):
         return self._raw
 
     def _serialized_definition(self) -> bytes:
-        """The pipeline function serialized, remembered in conch's cache by content (the function's code and
-        the modules beside it that it imports, DALI's version, batch size, threads, declared I/O), so an
-        unchanged rebuild neither imports DALI nor runs the function."""
+        """The pipeline function serialized: at every build, or for a step declared ``cache=True``, remembered
+        in conch's cache under the function's ``pure_key`` (its code, closures, the Python and the installed
+        distributions, DALI's among them), batch size, threads and declared I/O."""
         definition = self._definition
         assert definition is not None
 
         def serialize() -> bytes:
             return serialize_pipeline(definition, self.name, self.max_batch_size, self.num_threads)
 
-        code = definition_material(definition)
-        dali = dali_identity()
-        if code is None or dali is None:  # cannot be keyed by content, or DALI is missing (serializing says so)
+        code = pure_key(definition) if self.cache else None
+        if code is None or dali_identity() is None:  # not declared pure, not told by content, or no DALI
             return serialize()
         tensors = [[t.name, t.dtype.wire, list(t.dims)] for t in (*self.inputs, *self.outputs)]
-        material = [_REMEMBERED_FORMAT, dali, code, self.max_batch_size, self.num_threads, tensors]
+        material = [_REMEMBERED_FORMAT, own_code(), code, self.max_batch_size, self.num_threads, tensors]
 
         def produce(where: Path) -> None:
             where.write_bytes(serialize())

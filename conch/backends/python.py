@@ -12,6 +12,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from conch.cache import stat_identity
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, Platform, StepLayout
@@ -34,6 +35,11 @@ class PythonStep(Step):
     its own that does not import conch (conch does not run inside Triton). ``env`` names the packages it
     needs beyond the Triton image's Python (see PythonEnv); without it, the step runs in the image's
     own Python (locally: the Python conch runs in).
+
+    A build runs the code in its own process when it derives a warmup or sizes shared memory from the
+    samples, at every build; ``cache=True`` says the code is pure (what it returns follows from its inputs,
+    its module, the modules beside it, the step's files and the installed libraries; not from other files
+    it reads or environment variables), so an unchanged rebuild reuses what that run found.
     """
 
     kind = "python"
@@ -50,11 +56,15 @@ class PythonStep(Step):
         files: Mapping[str, str | Path | bytes] | None = None,
         max_batch_size: int = 0,
         env: PythonEnv | None = None,
+        cache: bool = False,
         **options: Unpack[SettingsArgs],
     ) -> None:
         settings = StepSettings.of(max_batch_size, what=f"python step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         self.code = code
+        if not isinstance(cache, bool):
+            raise DeclarationError(f"python step {name!r}: cache must be True or False, got {cache!r}")
+        self.cache = cache
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"python step {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
@@ -80,6 +90,10 @@ class PythonStep(Step):
 
     def standin(self) -> PythonStep:
         return self
+
+    def runs_pure(self) -> bool:
+        """A stand-in runs conch's own runner on the step's files; user code is pure only when declared so."""
+        return self.cache or str(getattr(self.code, "__module__", "")).startswith("conch.")
 
     def check(self, release: Release) -> None:
         super().check(release)
@@ -122,29 +136,32 @@ def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-# the code objects located before, by id: (the code, its module and qualname then, its source file's size and
-# mtime then, what was found); 200 steps of one function are located once
-_located: dict[int, tuple[object, object, object, tuple[int, int], tuple[str, str, Path]]] = {}
+# the code objects located before, by id: (the code, its module and qualname then, its source file's
+# stat_identity then, what was found); 200 steps of one function are located once
+_located: dict[int, tuple[object, object, object, tuple[str, int, int, int, int, int], tuple[str, str, Path]]] = {}
 
 
 def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
     """Module name, attribute name and source file of a step's code; refuse what cannot be imported. The
-    answer for code located before stands while its names and its file's size and mtime do."""
+    answer for code located before stands while its names and its file's ``stat_identity`` do."""
     known = _located.get(id(code))
     if known is not None and known[0] is code and known[1:3] == (getattr(code, "__module__", None),
                                                                 getattr(code, "__qualname__", "")):
         try:
-            st = os.stat(known[4][2])
+            identity = stat_identity(known[4][2])
         except OSError:
-            st = None
-        if st is not None and (st.st_size, st.st_mtime_ns) == known[3]:
+            identity = None
+        if identity is not None and identity == known[3]:
             return known[4]
     found = _locate(step, code)
-    st = os.stat(found[2])
-    if os.path.isabs(inspect.getsourcefile(code) or ""):  # a relative one follows the working folder
+    try:
+        identity = stat_identity(found[2])
+    except OSError:
+        identity = None
+    if identity is not None and os.path.isabs(inspect.getsourcefile(code) or ""):  # a relative one follows cwd
         if len(_located) >= 1024:  # it holds the code objects alive: a long-lived process starts over
             _located.clear()
-        _located[id(code)] = (code, code.__module__, code.__qualname__, (st.st_size, st.st_mtime_ns), found)
+        _located[id(code)] = (code, code.__module__, code.__qualname__, identity, found)
     return found
 
 
@@ -185,29 +202,32 @@ def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]
     return name, qualname, path
 
 
-_import_problems: dict[tuple[str, int, int], str | None] = {}
+_import_problems: dict[tuple[str, int, int, int, int, int], str | None] = {}
 
 
 def _import_problem(path: Path) -> str | None:
     """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
-    None; read once per process for a file of the same size and mtime (200 steps of one module parse it once)."""
-    st = path.stat()
-    identity = (str(path), st.st_size, st.st_mtime_ns)
-    if identity not in _import_problems:
-        _import_problems[identity] = None
-        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    _import_problems[identity] = "relative"
-                    break
-                names = [node.module or ""]
-            if any(n == "conch" or n.startswith("conch.") for n in names):
-                _import_problems[identity] = "conch"
+    None; read once per process for a file of the same ``stat_identity`` (200 steps of one module parse it
+    once), every time while the file is racy."""
+    identity = stat_identity(path)
+    if identity is not None and identity in _import_problems:
+        return _import_problems[identity]
+    problem = None
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                problem = "relative"
                 break
-    return _import_problems[identity]
+            names = [node.module or ""]
+        if any(n == "conch" or n.startswith("conch.") for n in names):
+            problem = "conch"
+            break
+    if identity is not None:
+        _import_problems[identity] = problem
+    return problem
 
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -222,6 +242,9 @@ class PythonModelStep(Step):
     kind = "python_model"
     platform = Platform.PYTHON
     lays_out_with_code = False  # its folder is laid out as it is
+
+    def runs_pure(self) -> bool:
+        return False  # a hand-written model.py may read anything: what it computes is never remembered
 
     def __init__(
         self,

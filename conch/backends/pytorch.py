@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import io
 import json
-import os
 import sys
 import warnings
 import zipfile
@@ -26,7 +25,7 @@ from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
 from conch.backends.torchscript_names import canonical_names
-from conch.cache import remembered
+from conch.cache import remembered, stat_identity
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -233,8 +232,10 @@ class TorchScriptStep(Step):
         return self._binding
 
     def _binding_material(self) -> list[object] | None:
-        """What the binding depends on: the file (content, or path and stat for a file on disk), torch's
-        version, the declared tensors and the probe; None when torch is not installed (the load says so)."""
+        """What the binding depends on: the file (content, or its ``stat_identity`` for a file on disk that did
+        not change in the last seconds), torch's version, the declared tensors and the probe (``remembered``
+        adds conch's code and the installed distributions); None when torch is not installed (the load says
+        so)."""
         from importlib import metadata  # not at import: it costs ~0.02 s of every command
 
         try:
@@ -242,11 +243,9 @@ class TorchScriptStep(Step):
         except metadata.PackageNotFoundError:
             return None
         source = self.artifact.resolve()
-        if isinstance(source, bytes):
-            identity: list[object] = [hashlib.sha256(source).hexdigest()]
-        else:
-            st = source.stat()
-            identity = [os.path.abspath(source), st.st_size, st.st_mtime_ns, st.st_ino]
+        known = None if isinstance(source, bytes) else stat_identity(source)
+        identity: list[object] = list(known) if known is not None else [hashlib.sha256(
+            source if isinstance(source, bytes) else source.read_bytes()).hexdigest()]
         tensors = [[t.name, t.dtype.wire, list(t.dims), None if t.reshape is None else list(t.reshape)]
                    for t in (*self.inputs, *self.outputs)]
         return [_BINDING_FORMAT, torch_version, identity, tensors, len(self.inputs), self.max_batch_size,

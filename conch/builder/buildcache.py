@@ -5,31 +5,34 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import sha256
-from conch.cache import cache_dir, key_of, read_json, write_json
+from conch.cache import RACY_NS, cache_dir, environment, key_of, own_code, read_json, stat_identity, write_json
 from conch.ensembles.layout import FileSource
 from conch.version import __version__
 
 __all__ = ["BuildRecord", "Digests", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
-_known: dict[tuple[str, int, int, int], str] = {}
+_known: dict[tuple[str, int, int, int, int, int], str] = {}
 
 
 def digest(source: FileSource) -> str:
-    """sha256 of a file's content; for a file on disk, remembered under its path, size, mtime and inode
-    (in this process and in the cache), so an unchanged 90 MB model is not read again."""
+    """sha256 of a file's content; for a file on disk, remembered under its ``stat_identity`` (path, size,
+    inode, device, ns mtime and ctime: in this process and in the cache), so an unchanged 90 MB model is not
+    read again. A file changed in the last two seconds is read every time (git's racily clean rule)."""
     if isinstance(source, bytes):
         return sha256(source)
-    st = source.stat()
-    identity = (os.path.abspath(source), st.st_size, st.st_mtime_ns, st.st_ino)
+    identity = stat_identity(source)
+    if identity is None:
+        return sha256(source)
     if identity in _known:
         return _known[identity]
-    if st.st_size < _WORTH_REMEMBERING:
+    if identity[1] < _WORTH_REMEMBERING:
         value = sha256(source)
     else:
         where = _cache_root() / "digests" / key_of(list(identity))[:32]
@@ -72,8 +75,9 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
 
 
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
-    """Encoded expected outputs of a sample: from the cache under ``material``'s key, else computed."""
-    where = _cache_root() / "samples" / f"{key_of([__version__, material])[:32]}.json"
+    """Encoded expected outputs of a sample declared ``cache=True``: from the cache under ``material``'s key
+    (which holds the function's ``pure_key``), else computed."""
+    where = _cache_root() / "samples" / f"{key_of([__version__, own_code(), material])[:32]}.json"
     if not refresh:
         known = read_json(where)
         if isinstance(known, dict):
@@ -84,12 +88,19 @@ def cached_expected(material: object, compute: Callable[[], dict[str, Any]], ref
 
 
 def passed_before(material: object) -> bool:
-    """Whether checks with exactly these inputs passed before (see remember_passed)."""
-    return os.path.isfile(_cache_root() / "checks" / f"{key_of([__version__, material])[:32]}.json")
+    """Whether a step's checks with exactly these inputs passed before (see remember_passed)."""
+    return os.path.isfile(_check_record(material))
 
 
 def remember_passed(material: object) -> None:
-    write_json(_cache_root() / "checks" / f"{key_of([__version__, material])[:32]}.json", True)
+    """Note that a step's checks passed for ``material``: the step's declaration and the content of every
+    file it lays out. The checks are conch's code run on those files through the libraries installed
+    (onnx, torch, DALI): the record's key adds conch's code and the installed distributions."""
+    write_json(_check_record(material), True)
+
+
+def _check_record(material: object) -> Path:
+    return _cache_root() / "checks" / f"{key_of([__version__, own_code(), environment(), material])[:32]}.json"
 
 
 _roots: dict[tuple[str | None, str], Path] = {}
@@ -123,23 +134,42 @@ def _real_path(archive: Path) -> str:
 
 
 class BuildRecord:
-    """The key an archive was built from, and its size, mtime and inode then: if both still hold, the
-    archive on disk is the one this build would write."""
+    """The key an archive was built from and the archive's stat then (size, inode, device, ns mtime and
+    ctime): if both still hold, the archive on disk is the one this build would write. A record saved within
+    two seconds of the archive's last change also holds its sha256 (a write in the same clock tick would keep
+    its stat: git's racily clean entries); the first match reads the archive once against it and saves the
+    record again without it."""
 
     def __init__(self, archive: Path) -> None:
         self.archive = archive
         self.where = _cache_root() / "builds" / f"{key_of(_real_path(archive))[:32]}.json"
 
-    def _stat(self) -> list[int] | None:
+    def _stat(self) -> tuple[list[int], bool] | None:
+        """The archive's stat, and whether it changed too recently to be told by it."""
         try:
             st = self.archive.stat()
         except OSError:
             return None
-        return [st.st_size, st.st_mtime_ns, st.st_ino]
+        changed = max(st.st_mtime_ns, st.st_ctime_ns)
+        return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns], time.time_ns() - changed < RACY_NS
 
     def matches(self, key: str) -> bool:
         current = self._stat()  # first: a new --out has no archive, and then no record is worth reading
-        return current is not None and read_json(self.where) == {"key": key, "stat": current}
+        if current is None:
+            return False
+        record = read_json(self.where)
+        if not isinstance(record, dict) or record.get("key") != key or record.get("stat") != current[0]:
+            return False
+        if record.get("sha256") is None:
+            return True
+        if sha256(self.archive) != record["sha256"]:
+            return False
+        self.save(key)
+        return True
 
     def save(self, key: str) -> None:
-        write_json(self.where, {"key": key, "stat": self._stat()})
+        current = self._stat()
+        if current is None:
+            return
+        stat, racy = current
+        write_json(self.where, {"key": key, "stat": stat, "sha256": sha256(self.archive) if racy else None})

@@ -2,10 +2,12 @@
 for the warmup payload, and how large each step's tensors get for the samples (to size shared memory).
 Nothing runs when the ensemble declares no warmup and every tensor's size follows from its declaration.
 
-A run's findings are kept in conch's cache under a key of everything they follow from (the declaration,
-each step's local layout with the digests of its files, the step code's folder, the samples' and the
-warmup payload's arrays, the target and release, and the conch code that runs and reads them), so an
-unchanged rebuild runs nothing."""
+A run's findings are kept in conch's cache only when every step it runs is pure (``Step.runs_pure``: a
+model file run by its framework, conch's stand-ins, or user code declared ``cache=True``), under a key of
+everything they follow from (the declaration, each step's local layout with the digests of its files, the
+step code's folder and closures, the samples' and the warmup payload's arrays, the target and release,
+conch's code, the Python and the installed distributions), so an unchanged rebuild runs nothing. Any other
+run is made at every build."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import base64
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from conch.builder.archive import expand
 from conch.builder.buildcache import digest
 from conch.builder.shm_sizing import RowBytes, needs_samples, observe_row_bytes
 from conch.builder.warmup_inputs import DerivedWarmup, StepWarmup, derive_warmup
-from conch.cache import cache_dir, code_digest, key_of, read_json, write_json
+from conch.cache import cache_dir, code_digest, environment, key_of, own_code, read_json, write_json
 from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
@@ -75,10 +76,9 @@ def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[Fi
     """Run the warmup payload and, when sizes must be measured, the samples, with the steps loaded once.
     A warmup that cannot run fails the build; samples that cannot run leave the sizes unmeasured.
 
-    The findings come from the cache when everything they follow from is unchanged (``refresh`` runs
-    anyway); findings with unmeasured sizes are not kept, so a fixed environment is tried again. The
-    packages installed in this Python are not part of the key (as for sample expected outputs): after
-    upgrading one a step uses, build with ``--refresh``."""
+    The findings come from the cache when every step is pure and everything they follow from is unchanged
+    (``refresh`` runs anyway); findings with unmeasured sizes are not kept, so a fixed environment is tried
+    again."""
     request = plan.warmup_request
     measure = needs_samples(plan) and bool(plan.samples)
     if request is None and not measure:
@@ -87,6 +87,8 @@ def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[Fi
         local = plan.local()  # what runs in this process
     except ConchError as exc:  # a step this process cannot lay out: as if it failed to run
         return _unrunnable(plan, exc)
+    if not all(compiled.step.runs_pure() for compiled in local.steps):  # user code may read anything
+        return _run(local, measure)
     try:
         key = observation_key(plan.target, local, measure, digests)
     except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
@@ -140,15 +142,12 @@ def _run(local: CompiledEnsemble, measure: bool) -> Observed:
     return observed
 
 
-_OWN_CODE = ("executor.py", "compiler/compiled.py", "builder/observe.py", "builder/shm_sizing.py",
-             "builder/warmup_inputs.py")
-
-
 def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
                     digests: Callable[[FileSource], str] = digest) -> str:
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
-    the modules of the step code's folder, the wiring, the payloads, and conch's own code for it.
+    the modules of the step code's folder, the wiring, the payloads, conch's own code, the Python and the
+    installed distributions.
     Raises ConchError for a payload the run would refuse (observe() then lets the run report it)."""
     steps = []
     for compiled in local.steps:
@@ -163,10 +162,8 @@ def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
                                                  _arrays_key(request.resolve(local))],
         "samples": [[s.name, _arrays_key(s.inputs)] for s in local.samples] if measure else None,
     }
-    package = Path(__file__).resolve().parent.parent
-    own = [digest(package / rel) for rel in _OWN_CODE]
-    return key_of([__version__, own, local.name, target.value, str(local.release), repr(local.spec),
-                   steps, payloads])
+    return key_of([__version__, own_code(), environment(), local.name, target.value, str(local.release),
+                   repr(local.spec), steps, payloads])
 
 
 def _arrays_key(arrays: dict[str, Any]) -> dict[str, str]:

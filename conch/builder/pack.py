@@ -261,7 +261,7 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
     assert source is not None
     if not source.exists():
         raise PackError(f"packed environment {source} does not exist")
-    digest = _key({"kind": "archive", "sha": sha256(source) if source.is_file() else str(source.resolve())})
+    digest = _key({"kind": "archive", "sha": sha256(source) if source.is_file() else _folder_listing(source)})
 
     def produce(root: Path) -> None:
         say(f"adopting packed environment {source}")
@@ -283,12 +283,42 @@ def _adopt_archive(env: PythonEnv, python: str, say: Progress) -> PackedEnv:
     return _publish(digest, python, (), produce, say)
 
 
+def _folder_listing(folder: Path) -> list[object]:
+    """A folder's content as its files' paths, sizes, ns mtimes and ctimes (and links' targets): an adopted
+    environment folder changed in place is packed again."""
+    found: list[object] = [str(folder.resolve())]
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            found.append([os.path.relpath(path, folder), st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                          os.readlink(path) if os.path.islink(path) else None])
+    return found
+
+
 # -- cache ---------------------------------------------------------------------------------------------
 
 
 def _key(material: dict[str, object]) -> str:
-    material = {**material, "layout": LAYOUT_VERSION}
+    """The cache key of a packed environment or a resolution: ``material`` (what it is made from), the code
+    that packs it (this module and the archive writer) and pip's version."""
+    material = {**material, "layout": LAYOUT_VERSION, "packer": _packer()}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@functools.cache
+def _packer() -> list[str]:
+    """What packs an environment besides its pins: this module's and the archive writer's code, and pip."""
+    from importlib import metadata
+
+    from conch.builder import archive
+
+    try:
+        pip = metadata.version("pip")
+    except metadata.PackageNotFoundError:
+        pip = None
+    return [sha256(Path(__file__)), sha256(Path(archive.__file__)), str(pip)]
 
 
 def _publish(key: str, python: str, pins: tuple[str, ...], produce: Callable[[Path], None], say: Progress) -> PackedEnv:

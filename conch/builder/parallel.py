@@ -21,7 +21,6 @@ from conch.builder.capture import CapturedOutput
 from conch.builder.pack import Progress
 from conch.ensembles.ensemble import Ensemble
 from conch.errors import BuildError, ConchError
-from conch.ledger import said, traced
 from conch.scratch import die_with_parent
 
 
@@ -46,7 +45,6 @@ class BuildOutcome:
     seconds: float
     error: str | None = None
     output: tuple[CapturedOutput, ...] = ()  # what the ensemble's code said while it was built
-    inputs: tuple[tuple[str, str], ...] | None = ()  # what a forked worker read, for the command's ledger
 
 
 def default_jobs() -> int:
@@ -92,8 +90,7 @@ def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     except Exception as exc:  # a crash in user code or a bug: one line, and the other ensembles still build
         return BuildOutcome(job.ensemble, None, False, time.perf_counter() - start,
                             f"ensemble {job.ensemble!r}: {type(exc).__name__}: {exc}")
-    return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start, output=tuple(repo.output),
-                        inputs=traced(wrote=written))
+    return BuildOutcome(job.ensemble, path, written, time.perf_counter() - start, output=tuple(repo.output))
 
 
 def _before_fork() -> None:
@@ -106,7 +103,6 @@ def _before_fork() -> None:
 
 
 def _prefixed(ensemble: str, message: str) -> None:
-    said(f"{ensemble}: {message}")
     print(f"{ensemble}: {message}", file=sys.stderr, flush=True)
 
 

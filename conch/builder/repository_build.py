@@ -16,7 +16,7 @@ from conch.builder.envs import EnvLayout
 from conch.builder.observe import Observed, observe, runs_nothing
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
-from conch.cache import code_digest, key_of, refreshing
+from conch.cache import key_of, pure_key, refreshing
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -158,8 +158,9 @@ class RepositoryBuild:
         return Repository(plan.name, files, manifest, notes, output)
 
     def _samples(self, models_key: str) -> tuple[SampleRecord, ...]:
-        """Each sample with its expected outputs, computed once per content of the models, the sample and
-        the user code that computes them (``models_key`` covers every file of the archive)."""
+        """Each sample with its expected outputs: a function's computed at every build, or, for a sample
+        declared ``cache=True``, once per content of the models (``models_key`` covers every file of the
+        archive), the sample, the function's code and the installed distributions."""
         plan, output = self.plan, self.output
         inputs = {t.name: t.dtype for t in plan.inputs}
         outputs = {t.name: t.dtype for t in plan.outputs}
@@ -183,8 +184,9 @@ class RepositoryBuild:
                     raise BuildError(f"{where}: expects outputs {unknown}, but the ensemble outputs {sorted(outputs)}")
                 return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
 
-            code = code_digest(sample.expected) if callable(sample.expected) else None
-            if code is not None:  # a function told by content: its outputs are remembered
+            # a function declared pure and told by content: its outputs are remembered; any other runs every time
+            code = pure_key(sample.expected) if sample.cache and callable(sample.expected) else None
+            if code is not None:
                 expected = cached_expected([models_key, sample.name, encoded_inputs, code], compute, self.refresh)
             else:
                 expected = compute()

@@ -87,15 +87,8 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `conch` command (``argv`` None: this process's command line). `conch build` on the command line first
-    asks its ledger whether the build is unchanged (conch.ledger), before anything heavy is imported."""
+    """The `conch` command (``argv`` None: this process's command line)."""
     line = list(sys.argv[1:] if argv is None else argv)
-    if argv is None and line[:1] == ["build"]:
-        from conch.cli.build import unchanged_again
-
-        code = unchanged_again(line)
-        if code is not None:
-            return code
     args = parser(line[0] if line else None).parse_args(line)
     signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -111,13 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     from conch.errors import ConchError
 
     try:
-        if args.command == "build":  # what the ensemble files print on import is watched (conch.cli.build)
-            from conch.cli.build import watching_prints
-
-            with watching_prints():
-                check_command(args)  # a missing optional package is one line before any work
-        else:
-            check_command(args)
+        check_command(args)  # a missing optional package is one line before any work
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))

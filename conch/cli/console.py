@@ -18,7 +18,7 @@ ERROR = "conch: error"
 
 
 class _Session:
-    """The output flags in force (a plain class: `conch build`'s ledger check starts without dataclasses)."""
+    """The output flags in force."""
 
     def __init__(self) -> None:
         self.json = False

@@ -5,7 +5,6 @@ conch.compiler.config_reader, builds on it)."""
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +16,7 @@ from conch.ensembles.config import VersionPolicy
 from conch.ensembles.layout import ModelSpec
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError
-from conch.templates import pbtxt_string, render
+from conch.templates import render
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
@@ -40,34 +39,12 @@ def model_config_proto() -> ModuleType:
 
 
 def render_config(spec: ModelSpec) -> str:
-    """config.pbtxt for a model, parsed back through ModelConfig before it is returned (once per shape:
-    see _parsed_alike)."""
+    """config.pbtxt for a model, parsed back through ModelConfig before it is returned."""
     text = render("config.pbtxt.j2", **_context(spec))
     if spec.settings.config_fields:  # never a field the template writes (refused at declaration)
         text += spec.settings.config_fields.text
-    if not _parsed_alike(text, spec.name):
-        check_config(text, spec.name)
-        _shapes.add(_shape(text))
+    check_config(text, spec.name)
     return text
-
-
-# A string literal of protobuf text format as the template writes them (every string through `q`).
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_shapes: set[str] = set()
-
-
-def _shape(text: str) -> str:
-    return _STRING.sub('""', text)
-
-
-def _parsed_alike(text: str, name: str) -> bool:
-    """Whether a config that differs from this one only inside string literals parsed in this process (200
-    ensembles of one shape: 3 parses instead of 600, the parse being a third of their build). Sound for
-    rendered text: every string goes through `q` (escaped, valid UTF-8), so its content cannot make the
-    parse fail; text holding a comment or a single quote is parsed. The name is still compared."""
-    if "#" in text or "'" in text or not text.startswith(f"name: {pbtxt_string(name)}\n"):
-        return False
-    return _shape(text) in _shapes
 
 
 class ConfigParseError(BuildError):
@@ -91,30 +68,17 @@ def parse_config(text: str | bytes, where: str) -> model_config_pb2.ModelConfig:
 
 
 def check_config(text: str, expected_name: str) -> model_config_pb2.ModelConfig:
-    """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config.
-    A text parsed in this process is not parsed again (a build renders a config, then runs it in this
-    process): the caller gets its own copy of the message."""
-    parsed = _parsed.get(text)
-    if parsed is None:
-        try:
-            parsed = parse_config(text, "config.pbtxt")
-        except ConfigParseError as exc:
-            raise BuildError(
-                f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc.reason}\n"
-                f"--- rendered text ---\n{text}"
-            ) from exc
-        if len(_parsed) >= _PARSED_KEPT:
-            _parsed.pop(next(iter(_parsed)))
-        _parsed[text] = parsed
+    """Parse config text into Triton's ModelConfig; a failure is a conch bug or a bad hand-written config."""
+    try:
+        parsed = parse_config(text, "config.pbtxt")
+    except ConfigParseError as exc:
+        raise BuildError(
+            f"config.pbtxt of model {expected_name!r} does not parse as Triton's ModelConfig: {exc.reason}\n"
+            f"--- rendered text ---\n{text}"
+        ) from exc
     if parsed.name != expected_name:
         raise BuildError(f"config.pbtxt names model {parsed.name!r}, but its folder is {expected_name!r}")
-    config = model_config_proto().ModelConfig()
-    config.CopyFrom(parsed)
-    return config
-
-
-_PARSED_KEPT = 64  # the configs of the last few ensembles built or run
-_parsed: dict[str, model_config_pb2.ModelConfig] = {}
+    return parsed
 
 
 def _tensor(t: Tensor) -> dict[str, Any]:

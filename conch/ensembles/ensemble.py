@@ -310,13 +310,20 @@ class Ensemble:
         inputs: Mapping[str, Any],
         expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         tolerance: ToleranceSpec | None = None,
+        *,
+        cache: bool = False,
     ) -> None:
         """Add a sample payload (arrays include the batch dimension) and its expected outputs, compared with
-        ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check."""
+        ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check.
+        A function for ``expected`` runs at every build; ``cache=True`` says it is pure (its answer follows
+        from its code, its folder's modules and the installed libraries), so an unchanged rebuild reuses it."""
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
-        sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance)
+        if not isinstance(cache, bool):
+            raise DeclarationError(f"{what}: cache must be True or False, got {cache!r}")
+        sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance,
+                        cache)
         declared = {n: (h.dtype, h.dims) for n, h in self.outputs.items()}
         if not isinstance(tolerance, Mapping) or set(tolerance) <= set(declared):  # outputs may come later
             sample.check_outputs(declared, f"ensemble {self.name!r}")

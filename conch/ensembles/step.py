@@ -57,6 +57,12 @@ class Step(abc.ABC):
     #: then captures what that code says, for its report.
     lays_out_with_code: ClassVar[bool] = True
 
+    def runs_pure(self) -> bool:
+        """Whether what the step computes when run in this process follows from its laid-out files (their
+        content), conch's code and the installed libraries alone, so a run's findings may be remembered by
+        those (``conch.builder.observe``). A step that runs user code says so only when declared pure."""
+        return True
+
     def __init__(
         self,
         name: str,

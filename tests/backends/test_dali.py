@@ -22,7 +22,7 @@ from conch.backends import dali as dali_module
 from conch.backends import dali_serialized
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.builder.repository_build import render_repository
-from conch.cache import refreshing
+from conch.cache import pure_key, refreshing
 
 FIXTURES = Path(dali_pipelines.__file__).parent
 
@@ -283,9 +283,10 @@ def _pipeline_module(folder: Path, name: str, scale: float) -> object:
     return module
 
 
-def _scaled_step(definition: object) -> DaliStep:
+def _scaled_step(definition: object, cache: bool = True) -> DaliStep:
+    """A step over ``definition``, declared pure (``cache=True``) unless asked otherwise."""
     return DaliStep("scaled", definition, [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[arg-type]
-                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
+                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, cache=cache)
 
 
 class _Counted:
@@ -329,6 +330,10 @@ def test_an_unchanged_pipeline_is_not_serialized_or_built_on_the_cpu_again(
     assert (counted.serialized, counted.built) == (2, 2)
     assert third.files[dali_module.FILENAME] != first.files[dali_module.FILENAME]
 
+    for _ in range(2):  # not declared pure: serialized at every build
+        assert _scaled_step(changed.scaled, cache=False).serialized() == _scaled_step(changed.scaled).serialized()  # type: ignore[attr-defined]
+    assert counted.serialized == 4
+
 
 def test_a_pipeline_is_remembered_per_batch_size_and_closure_value(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -340,10 +345,15 @@ def test_a_pipeline_is_remembered_per_batch_size_and_closure_value(
     assert two != three and counted.serialized == 2
     assert _scaled_step(module.make(3.0)).serialized() == three and counted.serialized == 2  # type: ignore[attr-defined]
     wider = DaliStep("scaled", module.make(3.0), [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[attr-defined]
-                     [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16)
+                     [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16, cache=True)
     assert wider.serialized() != three and counted.serialized == 3
     opaque = module.make(object())  # type: ignore[attr-defined]
-    assert dali_module.definition_material(opaque) is None  # not told by content: serialized every time
+    assert pure_key(opaque) is None  # not told by content: serialized every time
+
+
+def test_cache_must_be_a_bool() -> None:
+    with pytest.raises(DeclarationError, match="dali step 'scaled': cache must be True or False, got 'yes'"):
+        _scaled_step(dali_pipelines.affine, cache="yes")  # type: ignore[arg-type]
 
 
 _UNCHANGED_LOCAL_BUILD = """
@@ -353,9 +363,9 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 from conch import DaliStep, Ensemble, Tensor
 from conch.builder.repository_build import render_repository
-from conch.cache import refreshing
+from conch.cache import pure_key, refreshing
 step = DaliStep("scaled", module.scaled, [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("DALI_OUTPUT_0", "FP32", [4])],
-                max_batch_size=8)
+                max_batch_size=8, cache=True)
 ens = Ensemble("pre", max_batch_size=8)
 ens.output("OUT", step(ens.input("IN", "FP32", [4])))
 repo = render_repository(ens, "local", "24.10")

@@ -48,7 +48,7 @@ def ensemble(name, code, files=None, batch=4):
 alpha = ensemble("alpha", double)
 beta = ensemble("beta", Scale, files={"k.txt": "k.txt"}, batch=BETA_BATCH)
 gamma = ensemble("gamma", double)
-gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted())
+gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted(), cache=SAMPLE_CACHE)
 
 def counted():
     with open("expected-calls.txt", "a") as fh:
@@ -59,12 +59,13 @@ def counted():
 NAMES = ("alpha", "beta", "gamma")
 
 
-def write_project(root: Path, beta_batch: int = 4) -> Path:
+def write_project(root: Path, beta_batch: int = 4, sample_cache: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "steps_a.py").write_text(textwrap.dedent(STEPS_A))
     (root / "steps_b.py").write_text(textwrap.dedent(STEPS_B))
     (root / "k.txt").write_text("3\n")
-    (root / "pipes.py").write_text(PIPES.replace("BETA_BATCH", str(beta_batch)))
+    (root / "pipes.py").write_text(PIPES.replace("BETA_BATCH", str(beta_batch))
+                                   .replace("SAMPLE_CACHE", str(sample_cache)))
     return root / "pipes.py"
 
 
@@ -134,7 +135,17 @@ def test_a_change_rebuilds_exactly_the_ensembles_it_reaches(project: Path, chang
     assert rebuilt(before, stamps(out)) == expected
 
 
-def test_expected_outputs_are_computed_once_per_content(project: Path) -> None:
+def test_expected_outputs_not_declared_pure_are_computed_at_every_build(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    project = write_project(tmp_path / "project", sample_cache=False)
+    calls = project.parent / "expected-calls.txt"
+    for _ in range(2):
+        assert conch(project.parent, "build", str(project), "--out", "a", "--only", "gamma").returncode == 0
+    assert len(calls.read_text().splitlines()) == 2
+
+
+def test_expected_outputs_declared_pure_are_computed_once_per_content(project: Path) -> None:
     calls = project.parent / "expected-calls.txt"
     for out in ("a", "b"):  # a second output folder: the archive is written, the expectation is cached
         assert conch(project.parent, "build", str(project), "--out", out).returncode == 0

@@ -112,25 +112,3 @@ def test_check_config_rejects_text_that_does_not_parse() -> None:
 def test_check_config_rejects_name_folder_mismatch() -> None:
     with pytest.raises(BuildError, match="names model 'a', but its folder is 'b'"):
         check_config('name: "a"\n', "b")
-
-
-def test_configs_of_one_shape_are_parsed_once_and_others_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Configs that differ only inside string literals (names) are parsed back once per process; a
-    different number or type is a parse of its own."""
-    from conch.compiler import pbtxt as render
-
-    parsed: list[str] = []
-    monkeypatch.setattr(render, "_shapes", set())
-    monkeypatch.setattr(render, "check_config", lambda text, name: parsed.append(name))
-
-    def spec(name: str, dims: int = 4, dtype: str = "FP32"):  # type: ignore[no-untyped-def]
-        step = PythonStep(name, basic_steps.double, [Tensor("x", dtype, [dims])], [Tensor("y", dtype, [dims])],
-                          max_batch_size=8)
-        return step.layout(f"ens__{name}", Target.LOCAL, Release.of("24.10"), "ens").spec
-
-    for name in ("first", "second", "third"):
-        assert f'name: "ens__{name}"' in render_config(spec(name))
-    render_config(spec("wider", dims=5))
-    render_config(spec("halves", dtype="FP16"))
-    render_config(spec("fourth"))
-    assert parsed == ["ens__first", "ens__wider", "ens__halves"]
