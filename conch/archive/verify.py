@@ -7,6 +7,7 @@ alone: no manifest and no declaration are needed, so hand-made archives are chec
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ MODEL_FILES = {
     "python": ("model.py",), "dali": ("model.dali", "dali.py"),
 }
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+ROOT_MODEL = "model"  # the folder SageMaker unpacks into (/opt/ml/models/<hash>/model): a root config's model
 
 
 def check_archive(archive: Path) -> CheckReport:
@@ -62,12 +64,33 @@ def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
         yield check_folder(folder, archive.name), folder
 
 
+def is_model_repository(folder: Path) -> bool:
+    """Whether ``folder`` is an unpacked model repository (a config.pbtxt at its root or in a folder of it)."""
+    return (folder / "config.pbtxt").is_file() or any(folder.glob("*/config.pbtxt"))
+
+
+def check_repository(folder: Path) -> CheckReport:
+    """`conch check` of an unpacked model repository, as the archive it would become (``tar -C folder -czf
+    NAME.tar.gz .``): the archive's checks, and the one rule of unpacking a folder can break (a link leaving it)."""
+    folder = Path(folder)
+    report = check_folder(folder, folder.resolve().name)
+    root = folder.resolve()
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            report.error(path.relative_to(folder).as_posix(), f"is a symlink to {os.readlink(path)!r}, outside "
+                         "the folder: safe unpacking (conch's, and a link that lands nowhere on SageMaker) refuses "
+                         "it; copy the file in")
+    return report
+
+
 def check_folder(root: Path, archive: str) -> CheckReport:
-    """Check an archive already unpacked at ``root`` (as replay stages it)."""
+    """Check an archive already unpacked at ``root`` (as replay stages it), in the shape SageMaker's front end
+    (server src/sagemaker_server.cc, the folder scan before ``POST /models``) gives it: a config.pbtxt at the
+    root makes the archive one model; else one folder at the root is that model (a single-model archive); else
+    the folder whose config matches the ensemble regex is served."""
     report = CheckReport(archive)
     if (root / "config.pbtxt").exists():
-        report.error("config.pbtxt", "a config.pbtxt at the archive root makes SageMaker load the archive as one "
-                     "model, not an ensemble; put each model in its own folder at the root")
+        _check_root_model(root, report)
         return report
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
     for link in sorted(p for p in root.iterdir() if p.is_symlink()):
@@ -78,16 +101,66 @@ def check_folder(root: Path, archive: str) -> CheckReport:
     models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
     report.models = len(models)
     report.configs = {name: m.config for name, m in models.items()}
-    ensemble = _find_ensemble(models, report)
+    single = _single_model(folders, models)
+    ensemble = None if single else _find_ensemble(models, report, folders)
+    served = single or ensemble
+    _check_names(models, served, report)
     for model in models.values():
         _check_model(model, root, report)
+    if single is not None:
+        report.single = single.folder
+        _check_body(single, report)
     if ensemble is not None:
         report.ensemble = ensemble.folder
         check_wiring(ensemble, models, report)
-        refusal = json_refusal(_ensemble_tensors(ensemble.config))
-        if refusal:
-            report.warning(f"{ensemble.folder}/config.pbtxt", f"needs binary bodies: {refusal}")
+        _check_body(ensemble, report)
     return report
+
+
+def _single_model(folders: list[Path], models: dict[str, Model]) -> Model | None:
+    """The model of a single-model archive: the one folder at the root, when it holds a model that is not an
+    ensemble (SageMaker's front end serves the only folder it lists, whatever its config says)."""
+    if len(folders) != 1 or folders[0].name not in models:
+        return None
+    model = models[folders[0].name]
+    return None if model.config.is_ensemble else model
+
+
+def _check_root_model(root: Path, report: CheckReport) -> None:
+    """A config.pbtxt at the root: SageMaker loads the archive itself as one model, from the folder it unpacked
+    into (``/opt/ml/models/<hash>/model``: its folder name is ``model``), its versions at the root."""
+    model = _read_model(root, report, folder=ROOT_MODEL, prefix="")
+    if model is None:
+        return
+    report.models, report.configs, report.single = 1, {ROOT_MODEL: model.config}, ROOT_MODEL
+    hidden = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+    if hidden:
+        report.warning("config.pbtxt", f"makes SageMaker load the archive as one model, so the model folder(s) "
+                       f"{', '.join(hidden)} at the root are not loaded; to serve an ensemble of them, remove the "
+                       "config.pbtxt at the root")
+    if model.config.is_ensemble:
+        report.error("config.pbtxt", "is an ensemble at the archive root: its steps would have to be folders beside "
+                     "it, but the root is this model's own folder; put the ensemble in a folder of its own (with "
+                     "1/) beside its steps' folders")
+    _check_model(model, root, report)
+    _check_body(model, report)
+
+
+def _check_body(model: Model, report: CheckReport) -> None:
+    refusal = json_refusal(_ensemble_tensors(model.config))
+    if refusal:
+        report.warning(f"{model.prefix}config.pbtxt",
+                       f"needs binary bodies: {refusal}")
+
+
+def _check_names(models: dict[str, Model], served: Model | None, report: CheckReport) -> None:
+    """Each config's name equals its folder, but for the model the front end serves: Triton loads that one under
+    the TargetModel (a model mapping), renaming it (core model_repository_manager.cc), whatever its config says."""
+    for model in models.values():
+        if model is not served and model.config.name != model.folder:
+            report.error(f"{model.folder}/config.pbtxt", f"names model {model.config.name!r}, but its folder is "
+                         f"{model.folder!r}; Triton refuses a config whose name differs from its folder: make them "
+                         "equal")
 
 
 def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
@@ -96,15 +169,19 @@ def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
             + [("output", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("output")])
 
 
-def _read_model(path: Path, report: CheckReport) -> Model | None:
-    name = path.name
-    if not SHELL_SAFE.fullmatch(name):
+def _read_model(path: Path, report: CheckReport, folder: str | None = None,
+                prefix: str | None = None) -> Model | None:
+    """The model folder at ``path`` (``folder``, ``prefix``: its name and where its files are in the archive, for
+    the archive root read as one model)."""
+    name = folder or path.name
+    if folder is None and not SHELL_SAFE.fullmatch(name):
         report.error(f"{name}/", f"model folder {name!r} is not a safe name: Triton starts Python stubs through a "
                      "shell with this path; use ASCII letters, digits, '_', '.' and '-' only")
     config_path = path / "config.pbtxt"
     if not config_path.is_file():
         return None  # not a model (e.g. conch-envs/); Triton only loads what the ensemble names
-    file = f"{name}/config.pbtxt"
+    prefix = f"{name}/" if prefix is None else prefix
+    file = f"{prefix}config.pbtxt"
     try:
         text = config_path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -115,13 +192,10 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
-    if config.name != name:
-        report.error(file, f"names model {config.name!r}, but its folder is {name!r}; Triton refuses a config whose "
-                     "name differs from its folder: make them equal")
-    return Model(name, path, text, config)
+    return Model(name, path, text, config, prefix)
 
 
-def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | None:
+def _find_ensemble(models: dict[str, Model], report: CheckReport, folders: list[Path]) -> Model | None:
     matched = [m for m in models.values() if ENSEMBLE_REGEX.search(m.text)]
     for m in models.values():
         file = f"{m.folder}/config.pbtxt"
@@ -132,15 +206,33 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
             report.error(file, "is not an ensemble, but its text matches SageMaker's ensemble regex "
                          "platform:(\\s)*\"ensemble\" (in a comment?), so SageMaker may serve it; remove that text")
     ensembles = [m for m in matched if m.config.is_ensemble]
+    if not ensembles and not models:
+        report.error("", "holds no model folder (a folder with a config.pbtxt) at its root; put the model's folder "
+                     "(config.pbtxt and 1/) at the archive root")
+        return None
     if not ensembles:
-        report.error("", "no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve "
-                     "whichever folder it lists last; add the ensemble's folder with its config.pbtxt and 1/")
+        _no_ensemble(models, folders, report)
         return None
     if len(ensembles) > 1:
         report.error("", f"{len(ensembles)} ensembles ({', '.join(m.folder for m in ensembles)}): SageMaker serves "
                      "one per archive and picks whichever it lists last; build one archive per ensemble")
         return None
     return ensembles[0]
+
+
+def _no_ensemble(models: dict[str, Model], folders: list[Path], report: CheckReport) -> None:
+    """Several folders at the root and no ensemble: the front end serves the folder ``readdir`` lists last."""
+    others = [p.name for p in folders if p.name not in models]
+    if len(models) == 1 and others:
+        (name,) = models
+        report.error("", f"holds model folder {name} and {len(others)} other folder(s) at its root "
+                     f"({', '.join(others)}) and no ensemble: SageMaker's front end serves whichever folder it lists "
+                     f"last, which may be one without a model; move {', '.join(others)} into {name}/ so the archive "
+                     "holds one folder (a single-model archive)")
+    else:
+        report.error("", "no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve "
+                     "whichever folder it lists last; add the ensemble's folder with its config.pbtxt and 1/, or "
+                     "pack one model folder per archive (a single-model archive)")
 
 
 def versions_served(model: Model, report: CheckReport) -> list[str]:
@@ -150,11 +242,11 @@ def versions_served(model: Model, report: CheckReport) -> list[str]:
     if which == "specific":
         missing = [str(v) for v in specific if str(v) not in found]
         if missing:
-            report.error(f"{model.folder}/config.pbtxt", f"version_policy names version(s) {', '.join(missing)}, "
+            report.error(f"{model.prefix}config.pbtxt", f"version_policy names version(s) {', '.join(missing)}, "
                          f"but the folder holds {', '.join(found) or 'no version folders'}; Triton fails to load it")
         return [str(v) for v in specific if str(v) in found]
     if not found:
-        report.error(f"{model.folder}/", "has no version folder (1/); Triton loads nothing from it")
+        report.error(model.prefix, "has no version folder (1/); Triton loads nothing from it")
         return []
     if which == "all":
         return found
@@ -174,7 +266,7 @@ def _version_policy(config: ReadConfig) -> tuple[str | None, tuple[int, ...], in
 
 
 def _check_model(model: Model, root: Path, report: CheckReport) -> None:
-    config, file = model.config, f"{model.folder}/config.pbtxt"
+    config, file = model.config, f"{model.prefix}config.pbtxt"
     served = versions_served(model, report)
     if config.carried.model_transaction_policy.decoupled:
         report.error(file, "is a decoupled model, which SageMaker's front end refuses to serve")
@@ -189,7 +281,7 @@ def _check_model(model: Model, root: Path, report: CheckReport) -> None:
         report.warning(file, f"conch does not know which model file backend {kind!r} needs; not checked")
     for version in served if wanted else []:
         if not any((model.path / version / name).exists() for name in wanted):
-            report.error(f"{model.folder}/{version}/", f"lacks {' or '.join(wanted)}, the model file {kind} loads")
+            report.error(f"{model.prefix}{version}/", f"lacks {' or '.join(wanted)}, the model file {kind} loads")
     for output in config.io("output"):
         labels = config.label_filename(output.name)
         if labels:
@@ -200,10 +292,10 @@ def _check_model(model: Model, root: Path, report: CheckReport) -> None:
 
 
 def _check_labels(model: Model, output: WrittenTensor, label_filename: str, report: CheckReport) -> None:
-    file = f"{model.folder}/{label_filename}"
+    file = f"{model.prefix}{label_filename}"
     path = (model.path / label_filename).resolve()
     if not path.is_relative_to(model.path.resolve()):
-        report.error(f"{model.folder}/config.pbtxt", f"output {output.name!r}: label_filename "
+        report.error(f"{model.prefix}config.pbtxt", f"output {output.name!r}: label_filename "
                      f"{label_filename!r} points outside the model folder; put the labels file in it")
         return
     if not path.is_file():
@@ -219,7 +311,7 @@ def _check_labels(model: Model, output: WrittenTensor, label_filename: str, repo
 
 
 def _check_env(model: Model, value: str, root: Path, report: CheckReport) -> None:
-    file = f"{model.folder}/config.pbtxt"
+    file = f"{model.prefix}config.pbtxt"
     if not value.startswith(ENV_PREFIX):
         report.error(file, f"EXECUTION_ENV_PATH {value!r} must start with {ENV_PREFIX} (the Python backend resolves "
                      "it against the model folder on the instance); point it at the environment in the archive")
