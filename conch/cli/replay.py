@@ -17,11 +17,12 @@ from conch.wire import ENDPOINTS
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.discover import sort_paths
     from conch.builder.repository_build import build_ensemble
-    from conch.harness.local_replay import replay_archives
+    from conch.harness.local_replay import read_payloads, replay_archives
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
 
     given = sort_paths(args.paths)
     archives, sources = given.archives, given.sources
+    payloads = read_payloads(args.payload) if args.payload is not None else None
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
@@ -46,7 +47,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             report = replay_archives(
                 archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
                 load_timeout=args.load_timeout, progress=say, server=profiler.server,
-                done=replayed,
+                done=replayed, payloads=payloads,
             ) if archives else None
     rows = failures + (report.rows if report else [])
     for row in rows:

@@ -5,24 +5,58 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from conch.archive.check_report import CheckReport
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
-from conch.archive.verify import check_folder
+from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
-from conch.ensembles.samples import OutputCheck
+from conch.ensembles.samples import OutputCheck, Tolerance, read_samples
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.server import LocalTriton
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
-from conch.wire import ENDPOINTS, json_refusal
+from conch.wire import ENDPOINTS, json_refusal, parse_json_request
 
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A request replayed instead of an archive's samples (``--payload FILE``): its inputs and, when the file
+    holds them (the samples `conch import` writes), the outputs expected and how each is compared."""
+
+    name: str
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
+
+
+def read_payloads(path: Path) -> list[Payload]:
+    """The requests of a ``--payload`` file: one KServe v2 JSON request (nothing expected: every endpoint must
+    answer with the served model's outputs, alike), or the samples file `conch import` writes (inputs and
+    expected outputs)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
+    if b'"samples"' in data:
+        try:
+            return [Payload(name, inputs, expected, checks) for name, inputs, expected, checks in read_samples(path)]
+        except ConchError as exc:
+            raise ServeError(f"--payload {exc}") from None
+    try:
+        return [Payload(path.name, parse_json_request(data))]
+    except (ValueError, ConchError) as exc:
+        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
+                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
+                         "samples file `conch import` writes") from None
 
 
 def stage(archive: Path, triton: LocalTriton) -> Path:
@@ -32,24 +66,53 @@ def stage(archive: Path, triton: LocalTriton) -> Path:
         raise ServeError(f"{archive.name} is given twice (or two archives share its name); each TargetModel is "
                          "loaded once: rename one of them")
     safe_extract(archive, folder)
+    return root_model_staged(folder)
+
+
+def root_model_staged(folder: Path) -> Path:
+    """An archive with a config.pbtxt at its root, moved into ``folder/model/``, the path SageMaker unpacks it to
+    (``/opt/ml/models/<hash>/model``): the front end then loads the root as model ``model``. Triton 2.51 finds
+    that folder only under such a path (its path regex leaves the repository empty elsewhere: "failed to
+    register ''"), so here the archive becomes the one folder of the folder loaded: the same model, same name.
+    Other archives are left as they are."""
+    if not (folder / "config.pbtxt").is_file():
+        return folder
+    inner = folder / f".{ROOT_MODEL}"
+    inner.mkdir()
+    for entry in list(folder.iterdir()):
+        if entry != inner:
+            entry.rename(inner / entry.name)
+    inner.rename(folder / ROOT_MODEL)
     return folder
+
+
+def _manifest_of(folder: Path) -> Path:
+    """Where a staged archive's manifest is (inside ``model/`` for an archive with a root config.pbtxt)."""
+    return folder / MANIFEST_NAME if (folder / MANIFEST_NAME).is_file() else folder / ROOT_MODEL / MANIFEST_NAME
 
 
 def staged_manifest(archive: Path, folder: Path) -> Manifest:
     """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
-    return _checked(archive, folder)[0]
+    manifest, _ = _checked(archive, folder, payloads=None)
+    assert manifest is not None  # without payloads, an archive without a manifest is refused
+    return manifest
 
 
-def _checked(archive: Path, folder: Path) -> tuple[Manifest, dict[str, ReadConfig]]:
-    """:func:`staged_manifest`, and each model folder's config as the check parsed it."""
+def _checked(archive: Path, folder: Path, payloads: Sequence[Payload] | None) -> tuple[Manifest | None, CheckReport]:
+    """:func:`staged_manifest` (None when ``payloads`` stand in for the samples of an archive without one), and
+    the check's report (each model folder's config as it parsed it)."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
-    if not (folder / MANIFEST_NAME).is_file():
-        raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; build it with "
+    manifest = _manifest_of(folder)
+    if not manifest.is_file():
+        if payloads is not None:
+            return None, report
+        raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; give --payload FILE (a "
+                         "KServe v2 JSON request, or the samples file `conch import` writes), or build it with "
                          "`conch build`")
     try:
-        return read_manifest(folder), report.configs
+        return read_manifest(manifest.parent), report
     except ArchiveError as exc:
         raise ServeError(str(exc).replace(str(folder), archive.name)) from None
 
@@ -67,9 +130,10 @@ def replay_archives(
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
     done: Callable[[Path], None] | None = None,
+    payloads: Sequence[Payload] | None = None,
 ) -> ReplayReport:
-    """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
-    ``done`` hears of each archive once its rows are in (for a progress bar)."""
+    """Load every archive into one server (as an MME does) and replay its samples (or ``payloads``, given) on
+    each endpoint; ``done`` hears of each archive once its rows are in (for a progress bar)."""
     endpoints = tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
@@ -82,18 +146,41 @@ def replay_archives(
         default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
     triton = server
+    clashing = fleet_clashes(archives)
     try:
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress)
+            if target_name(archive) in clashing:
+                report.rows.append(ReplayRow(target_name(archive), "-", "check", False,
+                                             clashing[target_name(archive)]))
+            else:
+                _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, payloads)
             if done:
                 done(archive)
     finally:
         if own:
             triton.stop()
     return report
+
+
+def fleet_clashes(archives: Sequence[Path]) -> dict[str, str]:
+    """{TargetModel: the fleet check's finding} for each archive that cannot load beside one before it on one
+    server: step model names another archive holds (`conch check`'s words; without this, Triton's raw error, e.g.
+    "ensemble tensor IN0: inconsistent data type"). The first holder of the names loads; the others do not."""
+    if len(archives) < 2:
+        return {}
+    from conch.archive.fleet_check import archive_models, check_fleet
+
+    report = check_fleet([archive_models(a) for a in archives if a.is_file()])
+    clashing: dict[str, str] = {}
+    for finding in report.errors:
+        if finding.kind == "shared-step-names":
+            for name in finding.archives[1:]:
+                clashing.setdefault(name, f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them "
+                                    "and loaded first)")
+    return clashing
 
 
 def _replay_one(
@@ -104,24 +191,21 @@ def _replay_one(
     load_timeout: float,
     report: ReplayReport,
     progress: Callable[[str], None] | None,
+    payloads: Sequence[Payload] | None = None,
 ) -> None:
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        manifest, configs = _checked(archive, folder)
+        manifest, check = _checked(archive, folder, payloads)
     except ConchError as exc:
         report.rows.append(ReplayRow(name, "-", "check", False, str(exc)))
         return
+    configs = check.configs
     try:
-        lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
-        if lacking:
-            names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
-            raise ServeError(
-                f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
-                "server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
-            )
+        _check_backends(archive, manifest, configs)
         if progress:
-            progress(f"loading {name} ({manifest.target} build for {manifest.release})")
+            built = f" ({manifest.target} build for {manifest.release})" if manifest else ""
+            progress(f"loading {name}{built}")
         start = time.perf_counter()
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
@@ -129,22 +213,59 @@ def _replay_one(
         report.rows.append(ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}"))
         return
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", load_ms))
-    if not manifest.samples:
+    sent = list(payloads) if payloads is not None else [
+        Payload(s.name, s.input_arrays(), s.expected_arrays(), s.checks) for s in manifest.samples] if manifest else []
+    if not sent:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
     sequenced = _sequence_batched(configs)
-    refusal = json_refusal(manifest.schema.tensors())
-    for sample in manifest.samples:
-        inputs, expected = sample.input_arrays(), sample.expected_arrays()
+    served = configs[check.served] if check.served else None
+    refusal = json_refusal(manifest.schema.tensors() if manifest else _tensors(served))
+    for sample in sent:
+        first: dict[str, np.ndarray] | None = None
+        first_endpoint = ""
         for endpoint in endpoints:
             if endpoint == "sagemaker-json" and refusal:
                 row = not_applicable(name, sample.name, endpoint, refusal)
             else:
-                row = _replay_sample(client, name, sample.name, endpoint, inputs, expected, sample.checks, sequenced)
+                expected, checks = sample.expected, sample.checks
+                if not expected and first is not None:  # nothing expected: the endpoints must agree
+                    expected, checks = first, {k: Tolerance() for k in first}
+                row, got = _replay_sample(client, name, sample.name, endpoint, sample.inputs, expected, checks,
+                                          sequenced, served)
+                if first is None and row.passed and not sample.expected:
+                    first, first_endpoint = got, endpoint
+                elif not sample.expected and first is not None:
+                    row.detail = f"the same as {first_endpoint} answered: {row.detail}"
                 if sequenced:
                     row.detail += f" (sent as a sequence of one: {', '.join(sequenced)} has a sequence batcher)"
             report.rows.append(row)
             if progress:
                 progress(_short(row))
+
+
+def _check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
+    """ServeError when a model needs a backend the local server lacks."""
+    if manifest is not None:
+        lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
+        if lacking:
+            raise ServeError(
+                f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need backends the "
+                "local server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
+            )
+        return
+    lacking = [f"{name} ({c.served})" for name, c in sorted(configs.items())
+               if not c.is_ensemble and c.served not in LOCAL_BACKENDS]
+    if lacking:
+        raise ServeError(f"{archive.name} holds model(s) {', '.join(lacking)} whose backends the local server lacks "
+                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); replay them where their backend runs (`conch "
+                         "deploy`), or declare them in conch for a local build with CPU stand-ins")
+
+
+def _tensors(config: ReadConfig | None) -> list[tuple[str, str, str]]:
+    """(kind, name, datatype) of the served model's inputs and outputs, the tensors a request body carries."""
+    if config is None:
+        return []
+    return [(kind, t.name, t.data_type.removeprefix("TYPE_")) for kind in ("input", "output") for t in config.io(kind)]
 
 
 def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
@@ -167,7 +288,10 @@ def _replay_sample(
     expected: dict[str, np.ndarray],
     checks: Mapping[str, OutputCheck],
     sequenced: Sequence[str] = (),
-) -> ReplayRow:
+    served: ReadConfig | None = None,
+) -> tuple[ReplayRow, dict[str, np.ndarray] | None]:
+    """One sample through one endpoint: its row, and the answer. With nothing expected (a KServe v2 request
+    given as --payload), the first answer must hold every output the served model declares."""
     call: Callable[..., dict[str, Any]] = {
         "kserve": client.invoke_kserve,
         "sagemaker-json": client.invoke_json,
@@ -179,8 +303,16 @@ def _replay_sample(
         # the replay sends each sample as a sequence of one, as a client of such an ensemble must
         got = call(name, inputs, sequence_id=1) if sequenced else call(name, inputs)
     except InvokeError as exc:
-        return ReplayRow(name, sample, endpoint, False, f"server error: {exc}")
+        return ReplayRow(name, sample, endpoint, False, f"server error: {exc}"), None
     except ConchError as exc:
-        return ReplayRow(name, sample, endpoint, False, str(exc))
+        return ReplayRow(name, sample, endpoint, False, str(exc)), None
     millis = (time.perf_counter() - start) * 1000
-    return judge(name, sample, endpoint, got, expected, checks, millis)
+    if expected:
+        return judge(name, sample, endpoint, got, expected, checks, millis), got
+    declared = [t.name for t in served.io("output")] if served is not None else []
+    missing = [o for o in declared if o not in got]
+    if missing or not got:
+        return ReplayRow(name, sample, endpoint, False, f"the answer lacks {', '.join(missing) or 'any output'}, "
+                         "which the served model declares", millis), got
+    return ReplayRow(name, sample, endpoint, True, f"answered {', '.join(sorted(got))} (nothing expected: the "
+                     "other endpoints must answer the same)", millis), got

@@ -182,8 +182,8 @@ def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
     (row,) = replay_archives([bare], server=triton).rows
     assert not row.passed and row.endpoint == "check"
-    assert "no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; build it with `conch build`" \
-        in row.detail
+    assert ("no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; give --payload FILE (a KServe v2 "
+            "JSON request, or the samples file `conch import` writes), or build it with `conch build`") in row.detail
 
 
 def test_a_sample_that_expects_nothing_fails_its_row() -> None:
