@@ -19,6 +19,7 @@ from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.samples import OutputCheck, Tolerance, read_samples
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
+from conch.harness.mme_contract import root_model_staged
 from conch.harness.server import LocalTriton
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal, parse_json_request
@@ -67,23 +68,6 @@ def stage(archive: Path, triton: LocalTriton) -> Path:
                          "loaded once: rename one of them")
     safe_extract(archive, folder)
     return root_model_staged(folder)
-
-
-def root_model_staged(folder: Path) -> Path:
-    """An archive with a config.pbtxt at its root, moved into ``folder/model/``, the path SageMaker unpacks it to
-    (``/opt/ml/models/<hash>/model``): the front end then loads the root as model ``model``. Triton 2.51 finds
-    that folder only under such a path (its path regex leaves the repository empty elsewhere: "failed to
-    register ''"), so here the archive becomes the one folder of the folder loaded: the same model, same name.
-    Other archives are left as they are."""
-    if not (folder / "config.pbtxt").is_file():
-        return folder
-    inner = folder / f".{ROOT_MODEL}"
-    inner.mkdir()
-    for entry in list(folder.iterdir()):
-        if entry != inner:
-            entry.rename(inner / entry.name)
-    inner.rename(folder / ROOT_MODEL)
-    return folder
 
 
 def _manifest_of(folder: Path) -> Path:
