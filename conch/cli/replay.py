@@ -17,7 +17,8 @@ from conch.wire import ENDPOINTS
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.discover import sort_paths
     from conch.builder.repository_build import build_ensemble
-    from conch.harness.local_replay import read_payloads, replay_archives
+    from conch.harness.local_replay import replay_archives
+    from conch.harness.payloads import read_payloads
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
 
     given = sort_paths(args.paths)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,48 +15,17 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
-from conch.ensembles.samples import OutputCheck, Tolerance, read_samples
+from conch.ensembles.samples import OutputCheck, Tolerance
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.mme_contract import root_model_staged
+from conch.harness.payloads import Payload
 from conch.harness.server import LocalTriton
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
-from conch.wire import ENDPOINTS, json_refusal, parse_json_request
+from conch.wire import ENDPOINTS, json_refusal
 
 DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
-
-
-@dataclass(frozen=True)
-class Payload:
-    """A request replayed instead of an archive's samples (``--payload FILE``): its inputs and, when the file
-    holds them (the samples `conch import` writes), the outputs expected and how each is compared."""
-
-    name: str
-    inputs: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray] = field(default_factory=dict)
-    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
-
-
-def read_payloads(path: Path) -> list[Payload]:
-    """The requests of a ``--payload`` file: one KServe v2 JSON request (nothing expected: every endpoint must
-    answer with the served model's outputs, alike), or the samples file `conch import` writes (inputs and
-    expected outputs)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
-    if b'"samples"' in data:
-        try:
-            return [Payload(name, inputs, expected, checks) for name, inputs, expected, checks in read_samples(path)]
-        except ConchError as exc:
-            raise ServeError(f"--payload {exc}") from None
-    try:
-        return [Payload(path.name, parse_json_request(data))]
-    except (ValueError, ConchError) as exc:
-        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
-                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
-                         "samples file `conch import` writes") from None
 
 
 def stage(archive: Path, triton: LocalTriton) -> Path:

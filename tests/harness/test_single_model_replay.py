@@ -18,7 +18,8 @@ from single_models import ADD_SUB_INPUTS, add_sub_payload, add_sub_repo, simple_
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.dtypes import DType
 from conch.errors import ServeError
-from conch.harness.local_replay import read_payloads, replay_archives
+from conch.harness.local_replay import replay_archives
+from conch.harness.payloads import read_payloads
 from conch.harness.server import LocalTriton
 from conch.importer.generated_samples import record, write_samples
 
