@@ -92,10 +92,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def targets_of(named: list[tuple[Path, str]], body: str, payload: Path | None = None) -> list[Any]:
     from conch.harness.load.spec import archive_targets
+
+    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body,
+                           payloads=targets_payloads(payload))
+
+
+def targets_payloads(payload: Path | None) -> list[Any] | None:
+    """The requests of ``--payload FILE``, or None to send each archive's samples."""
     from conch.harness.payloads import read_payloads
 
-    payloads = read_payloads(payload) if payload is not None else None
-    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body, payloads=payloads)
+    return read_payloads(payload) if payload is not None else None
 
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
@@ -176,7 +182,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             f"{copy.loaded} loaded")
 
     found = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
-                  progress=show, step_names=args.step_names).to_json()
+                  progress=show, step_names=args.step_names, payloads=targets_payloads(args.payload)).to_json()
     write_json(found, args.out / "probe.json")
     plot_probe(found, args.out / "probe.png")
     shown(json.dumps({k: v for k, v in found.items() if k != "copies"}, indent=1))
