@@ -43,16 +43,15 @@ def _manifest_of(folder: Path) -> Path:
     return folder / MANIFEST_NAME if (folder / MANIFEST_NAME).is_file() else folder / ROOT_MODEL / MANIFEST_NAME
 
 
-def staged_manifest(archive: Path, folder: Path) -> Manifest:
-    """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
-    manifest, _ = _checked(archive, folder, payloads=None)
-    assert manifest is not None  # without payloads, an archive without a manifest is refused
-    return manifest
+def staged_check(archive: Path, folder: Path, manifest_needed: bool = True) -> tuple[Manifest | None, CheckReport]:
+    """The manifest of a staged archive that passes `conch check` (None for one without, unless
+    ``manifest_needed``) and the check's report; ServeError saying why not."""
+    return _checked(archive, folder, payloads=None if manifest_needed else ())
 
 
 def _checked(archive: Path, folder: Path, payloads: Sequence[Payload] | None) -> tuple[Manifest | None, CheckReport]:
-    """:func:`staged_manifest` (None when ``payloads`` stand in for the samples of an archive without one), and
-    the check's report (each model folder's config as it parsed it)."""
+    """The manifest of a staged archive that passes `conch check` (None when ``payloads`` stand in for the
+    samples of an archive without one), and the check's report (each model folder's config as it parsed it)."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
@@ -154,7 +153,7 @@ def _replay_one(
         return
     configs = check.configs
     try:
-        _check_backends(archive, manifest, configs)
+        check_backends(archive, manifest, configs)
         if progress:
             built = f" ({manifest.target} build for {manifest.release})" if manifest else ""
             progress(f"loading {name}{built}")
@@ -195,7 +194,7 @@ def _replay_one(
                 progress(_short(row))
 
 
-def _check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
+def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
     """ServeError when a model needs a backend the local server lacks."""
     if manifest is not None:
         lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]

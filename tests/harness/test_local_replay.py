@@ -196,14 +196,14 @@ def test_a_sample_that_expects_nothing_fails_its_row() -> None:
 
 
 def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tmp_path: Path) -> None:
-    from conch.harness.local_replay import staged_manifest
+    from conch.harness.local_replay import staged_check
 
     archive = build_ensemble(linear_ensemble("garbled"), tmp_path / "dist", "local")
     folder = tmp_path / "staged"
     safe_extract(archive, folder)
     (folder / "conch-manifest.json").write_text("{oops")
     with pytest.raises(ServeError, match=r"^garbled.tar.gz: its conch-manifest.json is not JSON"):
-        staged_manifest(archive, folder)
+        staged_check(archive, folder)
 
 
 def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: Path, triton: LocalTriton) -> None:
