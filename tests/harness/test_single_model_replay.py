@@ -119,3 +119,24 @@ def test_conch_replay_takes_a_single_model_archive_and_a_payload(tmp_path: Path)
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads(done.stdout)
     assert [r["passed"] for r in document["rows"]] == [True] * 4
+
+
+def test_a_request_whose_input_lacks_a_field_is_refused(tmp_path: Path) -> None:
+    request = tmp_path / "partial.json"
+    request.write_text('{"inputs": [{"name": "INPUT0", "datatype": "FP32"}]}')
+    with pytest.raises(ServeError, match=r"--payload .*partial.json: not a KServe v2 JSON request \(an input lacks "
+                       r"name, datatype, shape or data \(KeyError: 'data'\)\)"):
+        read_payloads(request)
+
+
+def test_bench_asks_for_a_payload_for_an_archive_made_by_hand(tmp_path: Path) -> None:
+    from conch.errors import BenchError
+    from conch.harness.load.spec import archive_requests
+
+    archive = pack_repo(add_sub_repo(), tmp_path / "hand.tar.gz")
+    with pytest.raises(BenchError, match=r"hand.tar.gz has no conch-manifest.json \(not built by conch\?\); `conch "
+                       r"check` checks any archive, this needs one built by `conch build`; give --payload FILE for "
+                       r"an archive conch did not build"):
+        archive_requests(archive)
+    (request,) = archive_requests(archive, payloads=read_payloads(add_sub_payload(tmp_path / "r.json")))
+    assert request.sample == "r.json" and request.expected == {} and request.body_kind == "binary"

@@ -37,3 +37,15 @@ def test_single_model_archives_deploy(moto: Moto, bucket: str, tmp_path: Path) -
         local = tmp_path / Path(key).name
         local.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         assert archive_models(local).single in ("add_sub", "model"), key
+
+
+def test_an_archive_without_a_manifest_is_made_by_hand_and_a_broken_one_refused(tmp_path: Path) -> None:
+    from conch.errors import DeployError
+    from conch.sagemaker.runtime import built_manifest
+
+    assert built_manifest(pack_repo(add_sub_repo(), tmp_path / "hand.tar.gz")) is None
+    broken = pack_repo({**add_sub_repo(), "conch-manifest.json": b"{oops"}, tmp_path / "broken.tar.gz")
+    with pytest.raises(DeployError, match=r"broken.tar.gz: .*broken.tar.gz: its conch-manifest.json is not JSON"):
+        built_manifest(broken)
+    with pytest.raises(DeployError, match=r"gone.tar.gz: no such archive"):
+        built_manifest(tmp_path / "gone.tar.gz")
