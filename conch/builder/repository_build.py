@@ -135,7 +135,7 @@ class RepositoryBuild:
             notes.append(f"ensemble {plan.name!r} needs binary bodies: {refusal}")
             if progress:
                 progress(f"warning: {notes[-1]}")
-        notes.extend(_shape_note(plan, progress))
+        notes.extend(_shape_note(plan))
         if alone is None:
             files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
             files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
@@ -204,20 +204,15 @@ class RepositoryBuild:
         return tuple(out)
 
 
-def _shape_note(plan: CompiledEnsemble, progress: Progress | None) -> list[str]:
-    """What a DAG of one step was built as: the model alone, or an ensemble around it, and why."""
-    if len(plan.steps) != 1:
+def _shape_note(plan: CompiledEnsemble) -> list[str]:
+    """What a DAG of one step that is written as the model alone became (a one-step DAG that keeps its
+    ensemble is built as before, and says nothing: `CompiledEnsemble.kept_because` says why)."""
+    alone = plan.plain_model
+    if alone is None:
         return []
-    (step,) = plan.steps
-    if plan.plain_model is not None:
-        return [f"ensemble {plan.name!r} has one step: built as model {step.model_name!r} alone (a single-model "
-                "archive, served as the TargetModel without the ensemble scheduler's hop); Ensemble(..., "
-                "keep_ensemble=True) keeps the ensemble"]
-    why = "the declaration asks for it (keep_ensemble=True)" if plan.ensemble.keep_ensemble else plan.kept_because()
-    note = f"ensemble {plan.name!r} has one step, kept inside an ensemble: {why}"
-    if progress and not plan.ensemble.keep_ensemble:
-        progress(f"note: {note}")
-    return [note]
+    return [f"ensemble {plan.name!r} has one step: built as model {alone.model_name!r} alone (a single-model "
+            "archive, served as the TargetModel without the ensemble scheduler's hop); Ensemble(..., "
+            "keep_ensemble=True) keeps the ensemble"]
 
 
 def _in_archive(model: str, rel: str) -> str:
