@@ -58,7 +58,7 @@ class ArchiveModels:
         """A compact JSON form (ASCII: model names are checked shell-safe) for S3 metadata."""
         return json.dumps({"v": 1, "ensembles": list(self.ensembles), "models": sorted(self.models),
                            "steps": sorted(self.steps), "release": self.release, "stamped_for": self.stamped_for,
-                           "single": self.single},
+                           **({"single": self.single} if self.single else {})},
                           separators=(",", ":"), sort_keys=True)
 
     @classmethod

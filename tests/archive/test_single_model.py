@@ -138,3 +138,11 @@ def test_conch_check_takes_model_repository_folders(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert ("no .tar.gz archives in empty; give archive files, folders of them, an unpacked model repository "
             "(folders with config.pbtxt) or an s3://bucket/prefix holding archives") in done.stdout + done.stderr
+
+
+def test_a_single_model_travels_in_the_s3_summary(tmp_path: Path) -> None:
+    from conch.archive.fleet_check import ArchiveModels
+
+    models = archive_models(pack_repo(add_sub_repo(), tmp_path / "m.tar.gz"))
+    assert '"single":"add_sub"' in models.summary()
+    assert ArchiveModels.from_summary("m.tar.gz", models.summary()) == models
