@@ -6,17 +6,9 @@ and get the last hidden state [N, L, 384]."""
 from functools import cache
 
 import numpy as np
-from _minilm import HIDDEN, MAX_BATCH, SENTENCES, encoder, export_torchscript, tokenizer_file
+from _minilm import MAX_BATCH, SENTENCES, bert, encoder, tokenizer_file
 
-from conch import Ensemble, Tensor, Tolerance, TorchScriptStep
-
-bert = TorchScriptStep(
-    "bert",
-    export_torchscript,  # traced from the packaged weights when a build needs the file
-    inputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
-    outputs=[Tensor("OUTPUT__0", "FP32", [-1, HIDDEN])],
-    max_batch_size=MAX_BATCH,
-)
+from conch import Ensemble, Tolerance
 
 bert_alone = Ensemble(
     "bert_alone",
