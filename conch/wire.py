@@ -64,6 +64,15 @@ def check_json_request(body: bytes) -> bytes:
     return body
 
 
+def parse_json_request(body: bytes) -> dict[str, np.ndarray]:
+    """The inputs of a KServe v2 JSON request as arrays; ValueError saying why it is not one."""
+    data = json.loads(check_json_request(body))
+    try:
+        return _parse_json_outputs({"outputs": data["inputs"]})
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"an input lacks name, datatype, shape or data ({type(exc).__name__}: {exc})") from None
+
+
 def json_request(inputs: Mapping[str, np.ndarray],
                  parameters: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
     """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it;

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from text_steps import Tokenize, mean_pool
 
-from conch import PythonEnv, PythonStep, Tensor
+from conch import PythonEnv, PythonStep, Tensor, TorchScriptStep
 from conch.cache import cached_file, code_digest, key_of
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything comes from the installed package
@@ -144,4 +144,12 @@ pool = PythonStep(
     outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
     max_batch_size=MAX_BATCH,
     cache=True,
+)
+
+bert = TorchScriptStep(
+    "bert",
+    export_torchscript,  # traced from the packaged weights when a build needs the file
+    inputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
+    outputs=[Tensor("OUTPUT__0", "FP32", [-1, HIDDEN])],
+    max_batch_size=MAX_BATCH,
 )

@@ -3,17 +3,9 @@ TorchScript (forward(input_ids, attention_mask), bound by argument name) -> Pyth
 normalisation -> sentence embeddings [N, 384]."""
 
 import numpy as np
-from _minilm import HIDDEN, MAX_BATCH, SENTENCES, TEXT_ENV, export_torchscript, pool, reference_embeddings, tokenize
+from _minilm import HIDDEN, MAX_BATCH, SENTENCES, TEXT_ENV, bert, pool, reference_embeddings, tokenize
 
-from conch import Ensemble, Tensor, Tolerance, TorchScriptStep
-
-bert = TorchScriptStep(
-    "bert",
-    export_torchscript,  # traced from the packaged weights when a build needs the file
-    inputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
-    outputs=[Tensor("OUTPUT__0", "FP32", [-1, HIDDEN])],
-    max_batch_size=MAX_BATCH,
-)
+from conch import Ensemble, Tolerance
 
 bert_torchscript = Ensemble(
     "bert_torchscript",

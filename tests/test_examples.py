@@ -56,3 +56,38 @@ def test_text_embeddings_replays_within_cosine_0_999(examples: ExampleArchives, 
         assert match, row.detail
         cosine = float(match.group(1))
         assert cosine >= 0.999
+
+
+@pytest.mark.integration
+def test_bert_alone_is_one_model_replayed_and_served(examples: ExampleArchives, triton, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 000's BERT alone: a DAG of one step built as that model (a single-model archive), replayed green and
+    answered through the local MME to boto3 with the archive's own sample."""
+    import json
+    import shutil
+
+    import boto3
+    import numpy as np
+
+    from conch.archive.manifest import read_manifest
+    from conch.archive.verify import check_archive
+    from conch.harness.endpoint import LocalMME
+    from conch.wire import json_request
+
+    archive = examples.archive("bert_alone.py", "local")
+    check = check_archive(archive)
+    assert check.single == "bert_alone__bert" and check.ensemble is None, check.lines()
+    report = replay_archives([archive], server=triton)
+    assert report.passed and len(report.rows) == 1 + 2 * len(ENDPOINTS), report.table()
+    manifest = read_manifest(archive)
+    sample = manifest.samples[1]
+    (tmp_path / "mme").mkdir()
+    shutil.copyfile(archive, tmp_path / "mme" / "bert-7.tar.gz")
+    with LocalMME(tmp_path / "mme") as mme:
+        body, content_type = json_request(sample.input_arrays())
+        client = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
+                              aws_access_key_id="x", aws_secret_access_key="x")
+        answer = client.invoke_endpoint(EndpointName="local", TargetModel="bert-7.tar.gz", ContentType=content_type,
+                                        Body=body)
+    (out,) = json.loads(answer["Body"].read())["outputs"]
+    got = np.array(out["data"], np.float32).reshape(out["shape"])
+    np.testing.assert_allclose(got, sample.expected_arrays()["OUTPUT__0"], atol=1e-4, rtol=1e-4)

@@ -32,6 +32,7 @@ class CheckReport:
     archive: str
     findings: list[Finding] = field(default_factory=list)
     ensemble: str | None = None
+    single: str | None = None  # the model folder of a single-model archive (``model`` for a root config.pbtxt)
     models: int = 0
     # Each model folder's config as the check read it (the typed reader's spec), for whoever goes on with the
     # unpacked archive (stamp, the local MME's staging, replay, inspect), so no config.pbtxt is parsed twice.
@@ -40,6 +41,11 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def served(self) -> str | None:
+        """The model folder SageMaker's front end serves as the TargetModel: the ensemble's, or the single model's."""
+        return self.ensemble or self.single
 
     @property
     def errors(self) -> list[Finding]:
@@ -53,7 +59,10 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         out = [f.line(self.archive) for f in self.findings]
-        if self.ok:
+        if self.ok and self.single is not None:
+            out.append(f"{self.archive}: ok: single model {self.single!r} ({self.configs[self.single].served}), "
+                       "served as the TargetModel")
+        elif self.ok:
             out.append(f"{self.archive}: ok: ensemble {self.ensemble!r}, {self.models} model folders")
         return out
 
@@ -72,6 +81,7 @@ class Model:
     path: Path
     text: str
     config: ReadConfig
+    prefix: str = ""  # where its files are in the archive: ``folder/``, or nothing for a root config.pbtxt
 
     @property
     def kind(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from conch.archive.check_report import CheckReport, Level
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
-from conch.archive.verify import ENSEMBLE_REGEX, checked
+from conch.archive.verify import ENSEMBLE_REGEX, ROOT_MODEL, check_repository, checked
 from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import Release
@@ -43,6 +43,9 @@ class ArchiveModels:
     steps: frozenset[str] = frozenset()  # model folders its ensembles call
     release: str | None = None
     stamped_for: str | None = None  # the TargetModel its stamp names
+    # the model folder of a single-model archive: served under the TargetModel (a model mapping), so its folder
+    # name is no model name on the endpoint (Triton skips a mapped folder when it looks a step up by name)
+    single: str | None = None
     problem: str | None = None  # why the archive could not be read
     # the local file as `conch check` read it (device, inode, size, mtime in ns): a deploy given this check
     # checks the file again when it no longer matches (rewritten or replaced since)
@@ -55,7 +58,8 @@ class ArchiveModels:
     def summary(self) -> str:
         """A compact JSON form (ASCII: model names are checked shell-safe) for S3 metadata."""
         return json.dumps({"v": 1, "ensembles": list(self.ensembles), "models": sorted(self.models),
-                           "steps": sorted(self.steps), "release": self.release, "stamped_for": self.stamped_for},
+                           "steps": sorted(self.steps), "release": self.release, "stamped_for": self.stamped_for,
+                           **({"single": self.single} if self.single else {})},
                           separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -66,22 +70,32 @@ class ArchiveModels:
             if data.get("v") != 1:
                 return None
             return cls(target_model, tuple(map(str, data["ensembles"])), frozenset(map(str, data["models"])),
-                       frozenset(map(str, data["steps"])), data.get("release"), data.get("stamped_for"))
+                       frozenset(map(str, data["steps"])), data.get("release"), data.get("stamped_for"),
+                       data.get("single"))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
 
 def _wanted(path: str) -> bool:
-    return path == MANIFEST_NAME or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
+    return path in (MANIFEST_NAME, "config.pbtxt") or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
 
 
 def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = None) -> ArchiveModels:
     """Stream one archive (a file or an S3 body) for its configs and manifest; an archive that cannot be read
     comes back with ``problem`` set (the fleet check reports it)."""
+    folders: set[str] = set()  # the root's folders that hold a file
+
+    def wanted(path: str) -> bool:
+        if "/" in path:
+            folders.add(path.split("/", 1)[0])
+        return _wanted(path)
+
     try:
-        found = scan_archive(stream, target_model, _wanted, size=size)
+        found = scan_archive(stream, target_model, wanted, size=size)
     except ArchiveError as exc:
         return ArchiveModels(target_model, problem=str(exc))
+    if "config.pbtxt" in found:  # SageMaker loads the archive itself as one model
+        return _archive_models(target_model, {}, found.get(MANIFEST_NAME), ROOT_MODEL)
     configs: dict[str, ReadConfig] = {}
     for path, data in sorted(found.items()):
         if path == MANIFEST_NAME:
@@ -94,7 +108,16 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
         if config.is_ensemble and not ENSEMBLE_REGEX.search(text):
             config = replace(config, served="")  # the front end would not find it: not an ensemble to SageMaker
         configs[path.split("/")[0]] = config
-    return _archive_models(target_model, configs, found.get(MANIFEST_NAME))
+    return _archive_models(target_model, configs, found.get(MANIFEST_NAME), _single(configs, folders))
+
+
+def _single(configs: dict[str, ReadConfig], folders: set[str]) -> str | None:
+    """The model folder of a single-model archive: the one folder of the root (that holds files), not an
+    ensemble."""
+    if len(configs) != 1:
+        return None
+    ((name, config),) = configs.items()
+    return name if not config.is_ensemble and folders == {name} else None
 
 
 def check_archive_models(path: Path, release: Release | str | None = None
@@ -113,7 +136,20 @@ def check_archive_models(path: Path, release: Release | str | None = None
         # the front end's regex finds it).
         configs = {name: config for name, config in report.configs.items()
                    if not (folder / name / "config.pbtxt").is_symlink()}
-    return report, replace(_archive_models(path.name, configs, data), checked_as=identity)
+    return report, replace(_archive_models(path.name, configs, data, report.single), checked_as=identity)
+
+
+def check_repository_models(folder: Path, release: Release | str | None = None
+                            ) -> tuple[CheckReport, ArchiveModels | None]:
+    """`conch check` of an unpacked model repository, as the archive ``NAME.tar.gz`` it would become (NAME: the
+    folder's), for Triton ``release``, and what the fleet check needs of it when it passes."""
+    folder = Path(folder)
+    report = check_repository(folder, release)
+    if not report.ok:
+        return report, None
+    manifest = folder / MANIFEST_NAME
+    data = manifest.read_bytes() if manifest.is_file() else None
+    return report, _archive_models(f"{folder.resolve().name}.tar.gz", report.configs, data, report.single)
 
 
 def file_identity(path: Path) -> tuple[int, int, int, int] | None:
@@ -125,8 +161,8 @@ def file_identity(path: Path) -> tuple[int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _archive_models(target_model: str, configs: dict[str, ReadConfig],
-                    manifest_data: bytes | None) -> ArchiveModels:
+def _archive_models(target_model: str, configs: dict[str, ReadConfig], manifest_data: bytes | None,
+                    single: str | None = None) -> ArchiveModels:
     manifest = None
     if manifest_data is not None:
         try:
@@ -135,9 +171,9 @@ def _archive_models(target_model: str, configs: dict[str, ReadConfig],
             manifest = None
     ensembles = tuple(sorted(name for name, c in configs.items() if c.is_ensemble))
     called = {s.model_name for c in configs.values() for s in c.ensemble_steps}
-    return ArchiveModels(target_model, ensembles, frozenset(set(configs) - set(ensembles)),
+    return ArchiveModels(target_model, ensembles, frozenset(set(configs) - set(ensembles) - {single}),
                          frozenset(called & set(configs)), manifest.release if manifest else None,
-                         manifest.stamp.target_model if manifest and manifest.stamp else None)
+                         manifest.stamp.target_model if manifest and manifest.stamp else None, single=single)
 
 
 def archive_models(path: Path, target_model: str | None = None) -> ArchiveModels:
@@ -228,7 +264,7 @@ def check_fleet(fleet: Sequence[ArchiveModels]) -> FleetReport:
             add(FleetFinding("error", "unreadable", (archive.target_model,), archive.problem))
             continue
         ensembles = archive.ensembles
-        if not ensembles:
+        if not ensembles and archive.single is None:
             add(FleetFinding("error", "no-ensemble", (archive.target_model,), f"{archive.target_model} holds no "
                              "ensemble config (platform: \"ensemble\" written literally): SageMaker's front end "
                              "would serve whichever folder it lists last; run `conch check` on it"))

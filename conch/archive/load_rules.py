@@ -61,6 +61,7 @@ class ModelFolder:
     folder: str
     config: Any
     subdirs: Mapping[str, frozenset[str]]
+    prefix: str | None = None  # where its files are in the archive (None: ``folder/``; "" for a root config.pbtxt)
 
     @classmethod
     def read(cls, path: Path, config: Any) -> ModelFolder:
@@ -72,8 +73,12 @@ class ModelFolder:
         return cls(path.name, config, subdirs)
 
     @property
+    def where(self) -> str:
+        return f"{self.folder}/" if self.prefix is None else self.prefix
+
+    @property
     def file(self) -> str:
-        return f"{self.folder}/config.pbtxt"
+        return f"{self.where}config.pbtxt"
 
     def versions(self) -> list[int]:
         """The version folders Triton finds (core model_lifecycle.cc VersionsToLoad): integral names without a
@@ -109,10 +114,12 @@ def _stoll(text: str) -> int | None:
 
 
 def check_load(models: Mapping[str, ModelFolder], served: str, report: Report,
-               release: Release | str = DEFAULT_RELEASE) -> None:
+               release: Release | str = DEFAULT_RELEASE, mapped: bool = False) -> None:
     """Every cause for which Triton (``release``) refuses to load the model folder ``served`` of ``models`` (the
-    repository's model folders by name) with what it depends on, in the order Triton meets them."""
-    _load(models, served, report, Release.of(release), set())
+    repository's model folders by name) with what it depends on, in the order Triton meets them. ``mapped``: the
+    served folder is loaded under another name (SageMaker's TargetModel, a model mapping: core
+    model_repository_manager.cc), so its config's name need not equal its folder."""
+    _load(models, served, report, Release.of(release), set(), mapped)
 
 
 def _is_ensemble(model: ModelFolder) -> bool:
@@ -120,12 +127,12 @@ def _is_ensemble(model: ModelFolder) -> bool:
 
 
 def _load(models: Mapping[str, ModelFolder], served: str, report: Report, release: Release,
-          seen: set[str]) -> list[int]:
+          seen: set[str], mapped: bool = False) -> list[int]:
     """The checks of one model and, for an ensemble, its steps (nested ensembles too); the versions Triton would
     load of it ([] when it refuses it)."""
     seen.add(served)
     model = models[served]
-    own = check_config(model, report, release)
+    own = check_config(model, report, release, mapped)
     versions = _check_versions(model, report)
     if not _is_ensemble(model):
         return versions if own else []
@@ -176,7 +183,7 @@ def _check_versions(model: ModelFolder, report: Report) -> list[int]:
     versions = model.versions_to_load()
     if not versions:
         present = model.versions()
-        report.error(f"{model.folder}/", "has no version folder Triton loads under its version_policy (Triton: 'at "
+        report.error(model.where, "has no version folder Triton loads under its version_policy (Triton: 'at "
                      "least one version must be available under the version policy'); found "
                      f"{', '.join(map(str, present)) or 'no version folders'}: add 1/ or make the policy name one")
     return versions
@@ -185,9 +192,10 @@ def _check_versions(model: ModelFolder, report: Report) -> list[int]:
 # -- one config on its own: core model_config_utils.cc ------------------------------------------------------
 
 
-def check_config(model: ModelFolder, report: Report, release: Release | str = DEFAULT_RELEASE) -> bool:
+def check_config(model: ModelFolder, report: Report, release: Release | str = DEFAULT_RELEASE,
+                 mapped: bool = False) -> bool:
     """One model's own config as Triton checks it before loading (autofill, ValidateModelConfig,
-    ValidateModelIOConfig, the instance groups, the folder name); whether it passed."""
+    ValidateModelIOConfig, the instance groups, the folder name unless ``mapped``); whether it passed."""
     before = _count(report)
     config, file = model.config, model.file
     _fields_known(config, file, Release.of(release), report)
@@ -215,7 +223,7 @@ def check_config(model: ModelFolder, report: Report, release: Release | str = DE
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
         report.error(file, "enables response_cache on a decoupled model, which Triton refuses; disable one")
     _io(config, platform, file, report)
-    if config.name and config.name != model.folder:
+    if config.name and config.name != model.folder and not mapped:
         report.error(file, f"names model {config.name!r}, but its folder is {model.folder!r}; Triton refuses a "
                      "config whose name differs from its folder: make them equal")
     # what the backend's model refuses when it is created, after the repository accepted the config

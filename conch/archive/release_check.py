@@ -51,7 +51,7 @@ def check_release(root: Path, models: Mapping[str, Model], release: Release | st
 
 def _backend(model: Model, release: Release, report: CheckReport) -> None:
     if not release.has_tensorflow and model.config.served.startswith("tensorflow"):
-        report.error(f"{model.folder}/config.pbtxt", f"runs on the TensorFlow backend, which Triton {release} does not "
+        report.error(f"{model.prefix}config.pbtxt", f"runs on the TensorFlow backend, which Triton {release} does not "
                      "ship (gone from 25.03): serve it on a 25.02 or older image, or convert the model (e.g. to ONNX)")
 
 
@@ -65,7 +65,7 @@ def _environment(model: Model, value: str, root: Path, manifest: Manifest | None
     local = manifest is not None and manifest.target == "local"  # packed for the local server's stub, not an image's
     python = record.python if record is not None else env_python(path)
     if python and not local and python != release.stub_python:
-        report.error(f"{model.folder}/config.pbtxt", f"its environment {rel} is for Python {python}, but the "
+        report.error(f"{model.prefix}config.pbtxt", f"its environment {rel} is for Python {python}, but the "
                      f"Python-backend stub of Triton {release} runs Python {release.stub_python} and cannot load it: "
                      f"rebuild with `conch build --release {release}` (or pack the environment with Python "
                      f"{release.stub_python})")

@@ -7,9 +7,11 @@ alone: no manifest and no declaration are needed, so hand-made archives are chec
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from conch.archive.check_report import CheckReport, Model
@@ -39,6 +41,7 @@ MODEL_FILES = {
     "python": ("model.py",), "dali": ("model.dali", "dali.py"),
 }
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+ROOT_MODEL = "model"  # the folder SageMaker unpacks into (/opt/ml/models/<hash>/model): a root config's model
 
 
 def check_archive(archive: Path, release: Release | str | None = None) -> CheckReport:
@@ -65,16 +68,37 @@ def checked(archive: Path, release: Release | str | None = None) -> Iterator[tup
         yield check_folder(folder, archive.name, release), folder
 
 
+def is_model_repository(folder: Path) -> bool:
+    """Whether ``folder`` is an unpacked model repository (a config.pbtxt at its root or in a folder of it)."""
+    return (folder / "config.pbtxt").is_file() or any(folder.glob("*/config.pbtxt"))
+
+
+def check_repository(folder: Path, release: Release | str | None = None) -> CheckReport:
+    """`conch check` of an unpacked model repository, as the archive it would become (``tar -C folder -czf
+    NAME.tar.gz .``): the archive's checks, and the one rule of unpacking a folder can break (a link leaving it)."""
+    folder = Path(folder)
+    report = check_folder(folder, folder.resolve().name, release)
+    root = folder.resolve()
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            report.error(path.relative_to(folder).as_posix(), f"is a symlink to {os.readlink(path)!r}, outside "
+                         "the folder: safe unpacking (conch's, and a link that lands nowhere on SageMaker) refuses "
+                         "it; copy the file in")
+    return report
+
+
 def check_folder(root: Path, archive: str, release: Release | str | None = None) -> CheckReport:
     """Check an archive already unpacked at ``root`` (as replay stages it) for Triton ``release`` (None: the release
-    its manifest says it was built for, else the default, 24.10)."""
+    its manifest says it was built for, else the default, 24.10), in the shape SageMaker's front end (server
+    src/sagemaker_server.cc, the folder scan before ``POST /models``) gives it: a config.pbtxt at the root makes the
+    archive one model; else one folder at the root is that model (a single-model archive); else the folder whose
+    config matches the ensemble regex is served."""
     report = CheckReport(archive)
     if release is None:
         manifest = built_for(root)
         release = manifest.release if manifest is not None else DEFAULT_RELEASE
     if (root / "config.pbtxt").exists():
-        report.error("config.pbtxt", "a config.pbtxt at the archive root makes SageMaker load the archive as one "
-                     "model, not an ensemble; put each model in its own folder at the root")
+        _check_root_model(root, report, release)
         return report
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
     for link in sorted(p for p in root.iterdir() if p.is_symlink()):
@@ -85,23 +109,65 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
     report.models = len(models)
     report.configs = {name: m.config for name, m in models.items()}
-    ensemble = _find_ensemble(models, report)
+    single = _single_model(folders, models)
+    ensemble = None if single else _find_ensemble(models, report, folders)
+    served = single or ensemble
+    if single is not None:
+        report.single = single.folder
     if ensemble is not None:
         report.ensemble = ensemble.folder
     # Triton's load rules (load_rules.py) over a plain description of the folders, each config parsed once; Triton
-    # meets them before a backend looks for its model file. Without the one ensemble SageMaker would serve, each
-    # folder is judged as the model it might serve.
+    # meets them before a backend looks for its model file. The served model is loaded under the TargetModel (a
+    # model mapping), so its config's name may differ from its folder. Without one model SageMaker would serve,
+    # each folder is judged as the model it might serve.
     described = {name: ModelFolder.read(m.path, m.config.message()) for name, m in models.items()}
-    for served in [ensemble.folder] if ensemble is not None else list(models):
-        check_load(described, served, report, release)
+    for name in [served.folder] if served is not None else list(models):
+        check_load(described, name, report, release, mapped=True)
     for model in models.values():
         _check_model(model, root, report)
     check_release(root, models, release, report)
-    if ensemble is not None:
-        refusal = json_refusal(_ensemble_tensors(ensemble.config))
-        if refusal:
-            report.warning(f"{ensemble.folder}/config.pbtxt", f"needs binary bodies: {refusal}")
+    if served is not None:
+        _check_body(served, report)
     return report
+
+
+def _single_model(folders: list[Path], models: dict[str, Model]) -> Model | None:
+    """The model of a single-model archive: the one folder at the root, when it holds a model that is not an
+    ensemble (SageMaker's front end serves the only folder it lists, whatever its config says)."""
+    if len(folders) != 1 or folders[0].name not in models:
+        return None
+    model = models[folders[0].name]
+    return None if model.config.is_ensemble else model
+
+
+def _check_root_model(root: Path, report: CheckReport, release: Release | str) -> None:
+    """A config.pbtxt at the root: SageMaker loads the archive itself as one model, from the folder it unpacked
+    into (``/opt/ml/models/<hash>/model``: its folder name is ``model``), its versions at the root."""
+    model = _read_model(root, report, folder=ROOT_MODEL, prefix="")
+    if model is None:
+        return
+    report.models, report.configs, report.single = 1, {ROOT_MODEL: model.config}, ROOT_MODEL
+    hidden = sorted(p.name for p in root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+    if hidden:
+        report.warning("config.pbtxt", f"makes SageMaker load the archive as one model, so the model folder(s) "
+                       f"{', '.join(hidden)} at the root are not loaded; to serve an ensemble of them, remove the "
+                       "config.pbtxt at the root")
+    if model.config.is_ensemble:
+        report.error("config.pbtxt", "is an ensemble at the archive root: its steps would have to be folders beside "
+                     "it, but the root is this model's own folder; put the ensemble in a folder of its own (with "
+                     "1/) beside its steps' folders")
+        return
+    described = replace(ModelFolder.read(root, model.config.message()), folder=ROOT_MODEL, prefix="")
+    check_load({ROOT_MODEL: described}, ROOT_MODEL, report, release, mapped=True)
+    _check_model(model, root, report)
+    check_release(root, {ROOT_MODEL: model}, release, report)
+    _check_body(model, report)
+
+
+def _check_body(model: Model, report: CheckReport) -> None:
+    refusal = json_refusal(_ensemble_tensors(model.config))
+    if refusal:
+        report.warning(f"{model.prefix}config.pbtxt", f"needs binary bodies: {refusal}")
 
 
 def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
@@ -110,15 +176,19 @@ def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
             + [("output", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("output")])
 
 
-def _read_model(path: Path, report: CheckReport) -> Model | None:
-    name = path.name
-    if not SHELL_SAFE.fullmatch(name):
+def _read_model(path: Path, report: CheckReport, folder: str | None = None,
+                prefix: str | None = None) -> Model | None:
+    """The model folder at ``path`` (``folder``, ``prefix``: its name and where its files are in the archive, for
+    the archive root read as one model)."""
+    name = folder or path.name
+    if folder is None and not SHELL_SAFE.fullmatch(name):
         report.error(f"{name}/", f"model folder {name!r} is not a safe name: Triton starts Python stubs through a "
                      "shell with this path; use ASCII letters, digits, '_', '.' and '-' only")
     config_path = path / "config.pbtxt"
     if not config_path.is_file():
         return None  # not a model (e.g. conch-envs/); Triton only loads what the ensemble names
-    file = f"{name}/config.pbtxt"
+    prefix = f"{name}/" if prefix is None else prefix
+    file = f"{prefix}config.pbtxt"
     try:
         text = config_path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -129,10 +199,10 @@ def _read_model(path: Path, report: CheckReport) -> Model | None:
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
-    return Model(name, path, text, config)
+    return Model(name, path, text, config, prefix)
 
 
-def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | None:
+def _find_ensemble(models: dict[str, Model], report: CheckReport, folders: list[Path]) -> Model | None:
     matched = [m for m in models.values() if ENSEMBLE_REGEX.search(m.text)]
     for m in models.values():
         file = f"{m.folder}/config.pbtxt"
@@ -143,9 +213,12 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
             report.error(file, "is not an ensemble, but its text matches SageMaker's ensemble regex "
                          "platform:(\\s)*\"ensemble\" (in a comment?), so SageMaker may serve it; remove that text")
     ensembles = [m for m in matched if m.config.is_ensemble]
+    if not ensembles and not models:
+        report.error("", "holds no model folder (a folder with a config.pbtxt) at its root; put the model's folder "
+                     "(config.pbtxt and 1/) at the archive root")
+        return None
     if not ensembles:
-        report.error("", "no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve "
-                     "whichever folder it lists last; add the ensemble's folder with its config.pbtxt and 1/")
+        _no_ensemble(models, folders, report)
         return None
     if len(ensembles) > 1:
         report.error("", f"{len(ensembles)} ensembles ({', '.join(m.folder for m in ensembles)}): SageMaker serves "
@@ -154,13 +227,28 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport) -> Model | Non
     return ensembles[0]
 
 
+def _no_ensemble(models: dict[str, Model], folders: list[Path], report: CheckReport) -> None:
+    """Several folders at the root and no ensemble: the front end serves the folder ``readdir`` lists last."""
+    others = [p.name for p in folders if p.name not in models]
+    if len(models) == 1 and others:
+        (name,) = models
+        report.error("", f"holds model folder {name} and {len(others)} other folder(s) at its root "
+                     f"({', '.join(others)}) and no ensemble: SageMaker's front end serves whichever folder it lists "
+                     f"last, which may be one without a model; move {', '.join(others)} into {name}/ so the archive "
+                     "holds one folder (a single-model archive)")
+    else:
+        report.error("", "no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve "
+                     "whichever folder it lists last; add the ensemble's folder with its config.pbtxt and 1/, or "
+                     "pack one model folder per archive (a single-model archive)")
+
+
 def versions_served(model: Model) -> list[str]:
     """The version folders Triton serves under the model's version policy (load_rules reports when none)."""
     return [str(v) for v in ModelFolder.read(model.path, model.config.message()).versions_to_load()]
 
 
 def _check_model(model: Model, root: Path, report: CheckReport) -> None:
-    config, file = model.config, f"{model.folder}/config.pbtxt"
+    config, file = model.config, f"{model.prefix}config.pbtxt"
     served = versions_served(model)
     if config.carried.model_transaction_policy.decoupled:
         report.error(file, "is a decoupled model, which SageMaker's front end refuses to serve")
@@ -173,7 +261,7 @@ def _check_model(model: Model, root: Path, report: CheckReport) -> None:
         report.warning(file, f"conch does not know which model file backend {kind!r} needs; not checked")
     for version in served if wanted else []:
         if not any((model.path / version / name).exists() for name in wanted):
-            report.error(f"{model.folder}/{version}/", f"lacks {' or '.join(wanted)}, the model file {kind} loads")
+            report.error(f"{model.prefix}{version}/", f"lacks {' or '.join(wanted)}, the model file {kind} loads")
     for output in config.io("output"):
         labels = config.label_filename(output.name)
         if labels:
@@ -184,10 +272,10 @@ def _check_model(model: Model, root: Path, report: CheckReport) -> None:
 
 
 def _check_labels(model: Model, output: WrittenTensor, label_filename: str, report: CheckReport) -> None:
-    file = f"{model.folder}/{label_filename}"
+    file = f"{model.prefix}{label_filename}"
     path = (model.path / label_filename).resolve()
     if not path.is_relative_to(model.path.resolve()):
-        report.error(f"{model.folder}/config.pbtxt", f"output {output.name!r}: label_filename "
+        report.error(f"{model.prefix}config.pbtxt", f"output {output.name!r}: label_filename "
                      f"{label_filename!r} points outside the model folder; put the labels file in it")
         return
     if not path.is_file():
@@ -203,7 +291,7 @@ def _check_labels(model: Model, output: WrittenTensor, label_filename: str, repo
 
 
 def _check_env(model: Model, value: str, root: Path, report: CheckReport) -> None:
-    file = f"{model.folder}/config.pbtxt"
+    file = f"{model.prefix}config.pbtxt"
     if not value.startswith(ENV_PREFIX):
         report.error(file, f"EXECUTION_ENV_PATH {value!r} must start with {ENV_PREFIX} (the Python backend resolves "
                      "it against the model folder on the instance); point it at the environment in the archive")

@@ -46,6 +46,16 @@ class EnvLayout:
         parameters = {**spec.settings.parameters, "EXECUTION_ENV_PATH": f"$$TRITON_MODEL_DIRECTORY/../{rel}"}
         return replace(spec, settings=replace(spec.settings, parameters=parameters))
 
+    def within_model_folder(self, spec: ModelSpec) -> ModelSpec:
+        """The spec of a model that is the archive's one folder: its environment is inside its folder (a folder
+        beside it would be a second folder at the root, and SageMaker's front end could serve that one)."""
+        path = spec.settings.parameters.get("EXECUTION_ENV_PATH")
+        if path is None:
+            return spec
+        parameters = {**spec.settings.parameters,
+                      "EXECUTION_ENV_PATH": path.replace("$$TRITON_MODEL_DIRECTORY/../", "$$TRITON_MODEL_DIRECTORY/")}
+        return replace(spec, settings=replace(spec.settings, parameters=parameters))
+
     def _add(self, env: PythonEnv) -> str:
         packed: PackedEnv = pack(env, self.python, home=self.home, progress=self.progress, refresh=self.refresh)
         stem = f"{env.name}-{packed.key[:12]}"

@@ -100,6 +100,7 @@ class RepositoryBuild:
         steps: list[StepRecord] = []
         notes: list[str] = []
         envs = EnvLayout(target, release, progress, self.refresh)
+        alone = plan.plain_model
         if runs_nothing(plan):
             observed = Observed()
         else:
@@ -113,6 +114,8 @@ class RepositoryBuild:
                 exc.within(f"ensemble {plan.name!r}")
                 raise
             spec = observed.warmup.attach(model, spec, files)
+            if alone is not None:
+                spec = envs.within_model_folder(spec)
             files[f"{model}/config.pbtxt"] = render_config(spec).encode()
             for rel, source in layout.files.items():
                 files[_in_archive(model, rel)] = source
@@ -132,9 +135,13 @@ class RepositoryBuild:
             notes.append(f"ensemble {plan.name!r} needs binary bodies: {refusal}")
             if progress:
                 progress(f"warning: {notes[-1]}")
-        files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
-        files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
-        files.update(envs.files)
+        notes.extend(_shape_note(plan))
+        if alone is None:
+            files[f"{plan.name}/config.pbtxt"] = render_config(plan.spec).encode()
+            files[f"{plan.name}/1/"] = b""  # Triton needs the ensemble's (empty) version folder
+            files.update(envs.files)
+        else:  # the archive's one folder: its environment inside it
+            files.update({f"{alone.model_name}/{rel}": source for rel, source in envs.files.items()})
         files = expand(files)
         hashes = {name: self.digests(src) for name, src in sorted(files.items()) if not name.endswith("/")}
         manifest = Manifest(
@@ -147,7 +154,7 @@ class RepositoryBuild:
             description=plan.description,
             conch_version=__version__,
             notes=tuple(notes),
-            environments=dict(envs.manifest),
+            environments={f"{alone.model_name}/{k}" if alone else k: v for k, v in envs.manifest.items()},
             files=hashes,
             warmup=observed.warmup.record(),
             shm=shm.record(),
@@ -197,6 +204,17 @@ class RepositoryBuild:
                                f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
             out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
         return tuple(out)
+
+
+def _shape_note(plan: CompiledEnsemble) -> list[str]:
+    """What a DAG of one step that is written as the model alone became (a one-step DAG that keeps its
+    ensemble is built as before, and says nothing: `CompiledEnsemble.kept_because` says why)."""
+    alone = plan.plain_model
+    if alone is None:
+        return []
+    return [f"ensemble {plan.name!r} has one step: built as model {alone.model_name!r} alone (a single-model "
+            "archive, served as the TargetModel without the ensemble scheduler's hop); Ensemble(..., "
+            "keep_ensemble=True) keeps the ensemble"]
 
 
 def _in_archive(model: str, rel: str) -> str:

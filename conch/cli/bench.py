@@ -86,13 +86,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
     with _endpoint_warnings():
-        return _run(args, kind, url, server, targets_of(named, args.body), stages, [n for _, n in named])
+        return _run(args, kind, url, server, targets_of(named, args.body, args.payload), stages,
+                    [n for _, n in named])
 
 
-def targets_of(named: list[tuple[Path, str]], body: str) -> list[Any]:
+def targets_of(named: list[tuple[Path, str]], body: str, payload: Path | None = None) -> list[Any]:
     from conch.harness.load.spec import archive_targets
 
-    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body)
+    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body,
+                           payloads=targets_payloads(payload))
+
+
+def targets_payloads(payload: Path | None) -> list[Any] | None:
+    """The requests of ``--payload FILE``, or None to send each archive's samples."""
+    from conch.harness.payloads import read_payloads
+
+    return read_payloads(payload) if payload is not None else None
 
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
@@ -173,7 +182,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             f"{copy.loaded} loaded")
 
     found = probe(args.probe, args.memory_budget, threshold=args.threshold, max_copies=args.max_copies,
-                  progress=show, step_names=args.step_names).to_json()
+                  progress=show, step_names=args.step_names, payloads=targets_payloads(args.payload)).to_json()
     write_json(found, args.out / "probe.json")
     plot_probe(found, args.out / "probe.png")
     shown(json.dumps({k: v for k, v in found.items() if k != "copies"}, indent=1))
@@ -224,6 +233,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                                               "(0: uniform)")
     load.add_argument("--body", choices=BODIES, default="binary",
                       help="request bodies (binary+json by default; JSON where the inputs allow)")
+    load.add_argument("--payload", type=Path, help="send this instead of each archive's samples: a KServe v2 JSON "
+                      "request, or the samples file `conch import` writes (for archives made by hand)")
     load.add_argument("--no-check", action="store_true", help="count HTTP 200 as success without checking answers")
     load.add_argument("--wait", type=float, default=0.0, help="seconds each user waits between requests")
     load.add_argument("--timeout", type=float, default=120.0, help="seconds before a request counts as failed")

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from conch.archive.check_report import CheckReport
-    from conch.archive.fleet_check import check_archive_models, check_fleet
+    from conch.archive.fleet_check import check_archive_models, check_fleet, check_repository_models
+    from conch.archive.verify import is_model_repository
 
     if args.release is not None:
         Release.of(args.release)  # a malformed release is one error line before any archive is read
@@ -27,19 +28,23 @@ def cmd_check(args: argparse.Namespace) -> int:
             prefixes.append(item)
             continue
         path = Path(item)
-        archives.extend(sorted(path.glob("*.tar.gz")) if path.is_dir() else [path])
+        found = sorted(path.glob("*.tar.gz")) if path.is_dir() else [path]
+        # a folder without archives that holds model folders is the archive it would become
+        archives.extend(found or ([path] if is_model_repository(path) else []))
     fleet: list[ArchiveModels] = []
     with progress_bar("reading S3", None) as bar:
         for url in prefixes:
             fleet += _remote(url, args, bar.line)
     if not archives and not fleet:
         say(f"conch: error: no .tar.gz archives in {', '.join(map(str, args.archives))}; give archive files, "
-            "folders of them or an s3://bucket/prefix holding some")
+            "folders of them, an unpacked model repository (folders with config.pbtxt) or an s3://bucket/prefix "
+            "holding archives")
         return 2
     reports: list[CheckReport] = []
     with progress_bar("checking", len(archives)) as bar:
         for archive in archives:
-            report, models = check_archive_models(archive, args.release)
+            check = check_repository_models if archive.is_dir() else check_archive_models
+            report, models = check(archive, args.release)
             reports.append(report)
             result("\n".join(report.lines()))
             if models is not None:  # one failing alone is refused already; the fleet is of those that could deploy
@@ -60,7 +65,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         say(f"conch: {len(failed)} of {len(archives)} archives fail the check")
     fleet_failed = together is not None and not together.ok
     document({"ok": not failed and not fleet_failed, "archives": [
-        {"archive": str(path), "ok": r.ok, "ensemble": r.ensemble, "models": r.models,
+        {"archive": str(path), "ok": r.ok, "ensemble": r.ensemble, "single": r.single, "models": r.models,
          "findings": [{"level": f.level, "file": f.file, "message": f.message} for f in r.findings]}
         for path, r in zip(archives, reports, strict=True)],
         "fleet": together.to_json() if together else None})
@@ -77,7 +82,8 @@ def _remote(url: str, args: argparse.Namespace, progress: Any) -> list[ArchiveMo
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("check", help="check MME archives (conch-built or hand-made) as SageMaker and Triton read them, "
                        "and several together as one endpoint serves them")
-    c.add_argument("archives", nargs="+", help=".tar.gz archives, folders of them, or s3://bucket/prefix (the archives "
+    c.add_argument("archives", nargs="+", help=".tar.gz archives, folders of them, model repository folders "
+                   "(checked as the archive they would become), or s3://bucket/prefix (the archives "
                    "under it: their configs are read as a fleet, not unpacked)")
     c.add_argument("--release",
                    help="the Triton release (YY.MM) whose image the archives are checked for: its load rules, its "

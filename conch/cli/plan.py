@@ -23,12 +23,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for archive in bench_archives(args.measure or []):  # measured on the spot: a short probe of a few copies
         import psutil
 
+        from conch.harness.payloads import read_payloads
         from conch.harness.probe import probe
 
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
         # copies with step names of their own: what `conch deploy --copies` uploads
         profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
-                                                 max_copies=args.measure_copies, step_names="isolate").to_json()))
+                                                 max_copies=args.measure_copies, step_names="isolate",
+                                                 payloads=read_payloads(args.payload) if args.payload else None
+                                                 ).to_json()))
     if args.memory_per_model is not None:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,
                                 args.base_memory or 0))
@@ -70,6 +73,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                       help="a probe JSON from `conch bench --probe` (repeatable: ensembles cycle through them)")
     cost.add_argument("--measure", type=Path, action="append", metavar="ARCHIVE",
                       help="measure archives (or folders of them) here with a short probe instead")
+    cost.add_argument("--payload", type=Path, help="with --measure: the request that loads each copy (a KServe v2 "
+                      "JSON request, or conch import's samples file), for archives made by hand")
     cost.add_argument("--measure-copies", type=int, default=3, help="copies the short probe loads (default 3)")
     cost.add_argument("--memory-per-model", type=size, help="instead of a probe: host memory per ensemble")
     cost.add_argument("--gpu-memory-per-model", type=size,

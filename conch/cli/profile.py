@@ -123,7 +123,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
             profiles = profile_archives(archives, lambda m: load_of(args, m), mode="mme" if args.mme else "triton",
                                         load_timeout=args.load_timeout, progress=say,
-                                        on_error=failing) if archives else []
+                                        on_error=failing, manifest_needed=args.payload is None) if archives else []
     docs = []
     for profile in profiles:
         result(profile.table() + "\n")

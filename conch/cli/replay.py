@@ -15,9 +15,10 @@ from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from conch.archive.manifest import Manifest
-    from conch.ensembles.payloads import Payload
-    from conch.harness.local_replay import SampleChooser
+    from conch.harness.local_replay import ReplaySample, SampleChooser
     from conch.harness.recording import Recorder
 
 
@@ -29,6 +30,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     given = sort_paths(args.paths)
     archives, sources = given.archives, given.sources
+    chooser, recorder = payload_options(args)
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
@@ -50,7 +52,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 bar.advance()
                 profiler.done(archive)  # with --profile, on the server that replayed it
 
-            chooser, recorder = payload_options(args)
             report = replay_archives(
                 archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
                 load_timeout=args.load_timeout, progress=say, server=profiler.server,
@@ -76,9 +77,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Recorder | None]:
-    """What ``--payloads`` and ``--record`` ask of the replay: where each archive's samples come from (a payload
-    folder: ``DIR/<archive>/`` when it exists, else ``DIR`` itself), and who keeps the answers."""
+    """What ``--payload``, ``--payloads`` and ``--record`` ask of the replay: where each archive's samples come from
+    (one request file; or a payload folder: ``DIR/<archive>/`` when it exists, else ``DIR`` itself), and who keeps
+    the answers."""
     chooser: SampleChooser | None = None
+    if args.payload is not None and args.payloads is not None:
+        from conch.errors import ServeError
+
+        raise ServeError("give --payload FILE (one request for every archive) or --payloads DIR (a payload folder), "
+                         "not both")
+    if args.payload is not None:
+        from conch.harness.payloads import read_payloads as read_payload_file
+
+        given = read_payload_file(args.payload)
+
+        def chooser(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
+            return given
+
     if args.payloads is not None:
         from conch.ensembles.payloads import read_payloads
         from conch.harness.recording import folder_of
@@ -87,7 +102,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
         if not root.is_dir():
             read_payloads(root)  # refused before a server starts: the folder is missing
 
-        def chooser(archive: Path, manifest: Manifest) -> list[Payload]:
+        def chooser(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
             own = folder_of(root, archive.name)
             return read_payloads(own if own.is_dir() else root)
 

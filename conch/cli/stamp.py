@@ -17,7 +17,7 @@ def cmd_stamp(args: argparse.Namespace) -> int:
     for s in stamped:
         lines.append(f"{s.archive}  TargetModel={s.target_model}")
         lines += [f"  step {old} -> {new}" for old, new in sorted(s.steps.items())]
-        if not s.manifest:
+        if not s.manifest and s.steps:  # a single-model archive has no step names to record
             say(f"conch: warning: {s.source.name} has no conch manifest, so {s.archive.name} does not record the "
                 "original step names (stamping it again stamps the stamped names)")
     result("\n".join(lines))

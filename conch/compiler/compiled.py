@@ -138,6 +138,45 @@ class CompiledEnsemble:
     def tensor_name(self, handle: TensorHandle) -> str:
         return self.ensemble.tensor_name(handle)
 
+    @property
+    def plain_model(self) -> CompiledStep | None:
+        """The step built alone, without an ensemble around it (a single-model archive, served as the TargetModel:
+        one scheduler hop less), for a DAG of one step whose callers cannot tell the difference; else None."""
+        if len(self.steps) != 1 or self.ensemble.keep_ensemble or self.kept_because() is not None:
+            return None
+        return self.steps[0]
+
+    def kept_because(self) -> str | None:
+        """Why a DAG of one step keeps its ensemble (None: it need not): the model alone would answer callers of
+        the TargetModel differently from the ensemble."""
+        if len(self.steps) != 1:
+            return None
+        (step,) = self.steps
+        ensemble_outputs = {t.name for t in self.outputs}
+        extra = [s for s, e in step.outputs if e not in ensemble_outputs]
+        if extra:
+            return (f"step {step.step.name!r} also returns {', '.join(extra)}, which the ensemble does not; alone it "
+                    "would answer with them")
+        renamed = [f"input {s!r} reads {e!r}" for s, e in step.inputs if s != e]
+        renamed += [f"output {s!r} is written as {e!r}" for s, e in step.outputs if s != e]
+        if renamed:
+            return (f"step {step.step.name!r} names its tensors differently from the ensemble ({'; '.join(renamed)}), "
+                    "and callers of the TargetModel use the ensemble's names")
+        if step.spec.max_batch_size != self.max_batch_size:
+            return (f"step {step.step.name!r}'s max_batch_size {step.spec.max_batch_size} differs from the "
+                    f"ensemble's {self.max_batch_size}")
+        declared = {(t.name, t.dtype, t.dims) for t in (*self.inputs, *self.outputs)}
+        differ = [t.name for t in (*step.spec.inputs, *step.spec.outputs)
+                  if (t.name, t.dtype, t.dims) not in declared and not t.optional]
+        if differ:
+            return (f"step {step.step.name!r} declares {', '.join(differ)} with other types or dims than the "
+                    "ensemble")
+        if any(rel.startswith("../") for rel in step.layout.files):
+            return f"step {step.step.name!r} lays out files beside its model folder"
+        if self.ensemble.config_fields:
+            return "the ensemble sets config fields of its own"
+        return None
+
     def local(self) -> CompiledEnsemble:
         """The plan for the local target (what runs in this process): this one, or the same declaration
         compiled for it with the same checker."""

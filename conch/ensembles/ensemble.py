@@ -165,6 +165,9 @@ class Ensemble:
         env: the Python environment of every Python step that declares none of its own.
         config_fields: other ModelConfig fields of the ensemble's own config (e.g. ``response_cache``), as
             proto text, ``{field: value}`` or a ModelConfig message; checked against Triton's proto.
+        keep_ensemble: a DAG of one step is built as that model alone (a single-model archive: the ensemble
+            scheduler's hop saved) when its callers cannot tell the difference; True keeps the ensemble around
+            it anyway.
     """
 
     def __init__(
@@ -176,6 +179,7 @@ class Ensemble:
         description: str = "",
         env: PythonEnv | None = None,
         config_fields: ConfigFieldsArg | None = None,
+        keep_ensemble: bool = False,
         **refused: Any,
     ) -> None:
         for key in refused:
@@ -197,6 +201,9 @@ class Ensemble:
             raise DeclarationError(f"ensemble {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
         self.config_fields = ConfigFields.of(config_fields, f"ensemble {name!r}", ensemble=True)
+        if not isinstance(keep_ensemble, bool):
+            raise DeclarationError(f"ensemble {name!r}: keep_ensemble must be True or False, got {keep_ensemble!r}")
+        self.keep_ensemble = keep_ensemble
         self.inputs: dict[str, TensorHandle] = {}
         self._input_specs: dict[str, Tensor] = {}
         self.outputs: dict[str, TensorHandle] = {}

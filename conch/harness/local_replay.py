@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from conch.archive.check_report import CheckReport
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
-from conch.archive.verify import check_folder
+from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
-from conch.ensembles.samples import OutputCheck
+from conch.ensembles.samples import OutputCheck, Tolerance
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
+from conch.harness.mme_contract import root_model_staged
 from conch.harness.server import LocalTriton
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal
@@ -33,24 +35,35 @@ def stage(archive: Path, triton: LocalTriton) -> Path:
         raise ServeError(f"{archive.name} is given twice (or two archives share its name); each TargetModel is "
                          "loaded once: rename one of them")
     safe_extract(archive, folder)
-    return folder
+    return root_model_staged(folder)
 
 
-def staged_manifest(archive: Path, folder: Path) -> Manifest:
-    """The manifest of a staged archive that passes `conch check`; ServeError saying why not."""
-    return _checked(archive, folder)[0]
+def _manifest_of(folder: Path) -> Path:
+    """Where a staged archive's manifest is (inside ``model/`` for an archive with a root config.pbtxt)."""
+    return folder / MANIFEST_NAME if (folder / MANIFEST_NAME).is_file() else folder / ROOT_MODEL / MANIFEST_NAME
 
 
-def _checked(archive: Path, folder: Path) -> tuple[Manifest, dict[str, ReadConfig]]:
-    """:func:`staged_manifest`, and each model folder's config as the check parsed it."""
+def staged_check(archive: Path, folder: Path, manifest_needed: bool = True) -> tuple[Manifest | None, CheckReport]:
+    """The manifest of a staged archive that passes `conch check` (None for one without, unless
+    ``manifest_needed``) and the check's report; ServeError saying why not."""
+    return _checked(archive, folder, manifest_needed)
+
+
+def _checked(archive: Path, folder: Path, manifest_needed: bool) -> tuple[Manifest | None, CheckReport]:
+    """The manifest of a staged archive that passes `conch check` (None for one without, when samples come from
+    elsewhere: not ``manifest_needed``), and the check's report (each model folder's config as it parsed it)."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
-    if not (folder / MANIFEST_NAME).is_file():
-        raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; build it with "
+    manifest = _manifest_of(folder)
+    if not manifest.is_file():
+        if not manifest_needed:
+            return None, report
+        raise ServeError(f"{archive.name} has no {MANIFEST_NAME}, so no samples to replay; give --payload FILE (a "
+                         "KServe v2 JSON request, or the samples file `conch import` writes), or build it with "
                          "`conch build`")
     try:
-        return read_manifest(folder), report.configs
+        return read_manifest(manifest.parent), report
     except ArchiveError as exc:
         raise ServeError(str(exc).replace(str(folder), archive.name)) from None
 
@@ -62,7 +75,8 @@ def target_name(archive: Path) -> str:
 
 class ReplaySample(Protocol):
     """What a replay sends and judges: a sample the archive carries (its manifest's ``SampleRecord``) or one
-    read from a payload folder (``conch.ensembles.payloads.Payload``); either kind of archive."""
+    read from a payload folder (``conch.ensembles.payloads.Payload``) or a ``--payload`` file
+    (``conch.harness.payloads.Payload``); either kind of archive."""
 
     @property
     def name(self) -> str: ...
@@ -76,7 +90,7 @@ class ReplaySample(Protocol):
 
 
 #: Where a replay takes an archive's samples from (default: its manifest's).
-SampleChooser = Callable[[Path, Manifest], Sequence[ReplaySample]]
+SampleChooser = Callable[[Path, Manifest | None], Sequence[ReplaySample]]
 #: Hears each answer a replay judged: (the loaded archive, the sample, the endpoint, the outputs).
 Listener = Callable[["LoadedArchive", ReplaySample, str, Mapping[str, np.ndarray]], None]
 
@@ -87,10 +101,20 @@ class LoadedArchive:
 
     archive: Path
     name: str  # the TargetModel
-    manifest: Manifest
+    manifest: Manifest | None  # None: an archive made by hand, replayed with payloads given
     sequenced: tuple[str, ...]  # its models with a sequence batcher
     refusal: str | None  # why JSON bodies cannot carry its tensors, if they cannot
     load_ms: float
+    served: ReadConfig | None = None  # the served model's config (the ensemble, or the single model)
+
+
+@dataclass
+class FirstAnswer:
+    """The first endpoint's answer to a sample that expects nothing (a bare KServe v2 request given as
+    ``--payload``): the endpoints after it must answer the same."""
+
+    endpoint: str = ""
+    outputs: dict[str, np.ndarray] | None = field(default=None)
 
 
 def replay_archives(
@@ -103,11 +127,19 @@ def replay_archives(
     done: Callable[[Path], None] | None = None,
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
+    payloads: Sequence[ReplaySample] | None = None,
 ) -> ReplayReport:
     """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
     ``done`` hears of each archive once its rows are in (for a progress bar); ``samples`` chooses each
-    archive's samples (default: those its manifest carries); ``heard`` hears every answer judged."""
+    archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
+    ``heard`` hears every answer judged."""
     endpoints = check_endpoints(endpoints)
+    if payloads is not None and samples is None:
+        given = list(payloads)
+
+        def samples(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
+            return given
+
     report = ReplayReport()
     own = server is None
     if server is None:
@@ -116,12 +148,17 @@ def replay_archives(
         default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
     triton = server
+    clashing = fleet_clashes(archives)
     try:
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard)
+            if target_name(archive) in clashing:
+                report.rows.append(ReplayRow(target_name(archive), "-", "check", False,
+                                             clashing[target_name(archive)]))
+            else:
+                _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard)
             if done:
                 done(archive)
     finally:
@@ -139,38 +176,55 @@ def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
     return endpoints
 
 
+def fleet_clashes(archives: Sequence[Path]) -> dict[str, str]:
+    """{TargetModel: the fleet check's finding} for each archive that cannot load beside one before it on one
+    server: step model names another archive holds (`conch check`'s words; without this, Triton's raw error, e.g.
+    "ensemble tensor IN0: inconsistent data type"). The first holder of the names loads; the others do not."""
+    if len(archives) < 2:
+        return {}
+    from conch.archive.fleet_check import archive_models, check_fleet
+
+    report = check_fleet([archive_models(a) for a in archives if a.is_file()])
+    clashing: dict[str, str] = {}
+    for finding in report.errors:
+        if finding.kind == "shared-step-names":
+            for name in finding.archives[1:]:
+                clashing.setdefault(name, f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them "
+                                    "and loaded first)")
+    return clashing
+
+
 def load_archive(
     archive: Path,
     triton: LocalTriton,
     client: MultiModelClient,
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
+    manifest_needed: bool = True,
 ) -> LoadedArchive | ReplayRow:
     """Stage, check and load one archive as SageMaker's MME does: the loaded archive, or the failed row
-    (endpoint ``check`` or ``load``) saying why it did not load."""
+    (endpoint ``check`` or ``load``) saying why it did not load. ``manifest_needed`` False: an archive without a
+    conch manifest loads too (its samples come from elsewhere: ``--payload``, a payload folder)."""
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        manifest, configs = _checked(archive, folder)
+        manifest, check = _checked(archive, folder, manifest_needed)
     except ConchError as exc:
         return ReplayRow(name, "-", "check", False, str(exc))
+    configs = check.configs
     try:
-        lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
-        if lacking:
-            names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
-            raise ServeError(
-                f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
-                "server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
-            )
+        check_backends(archive, manifest, configs)
         if progress:
-            progress(f"loading {name} ({manifest.target} build for {manifest.release})")
+            built = f" ({manifest.target} build for {manifest.release})" if manifest else ""
+            progress(f"loading {name}{built}")
         start = time.perf_counter()
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
     except ConchError as exc:
         return ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}")
-    return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)),
-                         json_refusal(manifest.schema.tensors()), load_ms)
+    served = configs[check.served] if check.served else None
+    refusal = json_refusal(manifest.schema.tensors() if manifest else _tensors(served))
+    return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)), refusal, load_ms, served)
 
 
 def _replay_one(
@@ -184,18 +238,20 @@ def _replay_one(
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
 ) -> None:
-    loaded = load_archive(archive, triton, client, load_timeout, progress)
+    loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None)
     if isinstance(loaded, ReplayRow):
         report.rows.append(loaded)
         return
     name = loaded.name
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
-    chosen = samples(archive, loaded.manifest) if samples else loaded.manifest.samples
+    chosen: Sequence[ReplaySample] = (samples(archive, loaded.manifest) if samples
+                                      else loaded.manifest.samples if loaded.manifest else ())
     if not chosen:
         report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
     for sample in chosen:
+        first = FirstAnswer()
         for endpoint in endpoints:
-            row = replay_sample(client, loaded, sample, endpoint, heard)
+            row = replay_sample(client, loaded, sample, endpoint, heard, first)
             report.rows.append(row)
             if progress:
                 progress(_short(row))
@@ -207,19 +263,57 @@ def replay_sample(
     sample: ReplaySample,
     endpoint: str,
     heard: Listener | None = None,
+    first: FirstAnswer | None = None,
 ) -> ReplayRow:
     """One sample of a loaded archive sent through one endpoint and judged (n/a where the endpoint cannot
-    carry it); ``heard`` hears the answer before it is judged."""
+    carry it); ``heard`` hears the answer before it is judged. A sample that expects nothing (a bare request)
+    passes on the first endpoint when the answer holds every output the served model declares, and on the
+    others (``first``: that answer, across the sample's endpoints) when they answer the same."""
     if endpoint == "sagemaker-json" and loaded.refusal:
         return not_applicable(loaded.name, sample.name, endpoint, loaded.refusal)
+    expected, checks = sample.expected_arrays(), sample.checks
+    reference = first.outputs if first is not None and not expected else None
+    agreeing = reference is not None
+    if reference is not None:  # nothing expected: the endpoints must agree
+        expected, checks = reference, {k: Tolerance() for k in reference}
     answer: list[Mapping[str, np.ndarray]] = []
-    row = _replay_sample(client, loaded.name, sample.name, endpoint, sample.input_arrays(), sample.expected_arrays(),
-                         sample.checks, loaded.sequenced, answer)
+    row = _replay_sample(client, loaded.name, sample.name, endpoint, sample.input_arrays(), expected, checks,
+                         loaded.sequenced, answer, loaded.served)
+    if first is not None and not sample.expected_arrays():
+        if agreeing:
+            row.detail = f"the same as {first.endpoint} answered: {row.detail}"
+        elif row.passed and answer:
+            first.endpoint, first.outputs = endpoint, dict(answer[0])
     if loaded.sequenced:
         row.detail += f" (sent as a sequence of one: {', '.join(loaded.sequenced)} has a sequence batcher)"
     if heard and answer:
         heard(loaded, sample, endpoint, answer[0])
     return row
+
+
+def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
+    """ServeError when a model needs a backend the local server lacks."""
+    if manifest is not None:
+        lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
+        if lacking:
+            raise ServeError(
+                f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need backends the "
+                "local server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
+            )
+        return
+    lacking = [f"{name} ({c.served})" for name, c in sorted(configs.items())
+               if not c.is_ensemble and c.served not in LOCAL_BACKENDS]
+    if lacking:
+        raise ServeError(f"{archive.name} holds model(s) {', '.join(lacking)} whose backends the local server lacks "
+                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); replay them where their backend runs (`conch "
+                         "deploy`), or declare them in conch for a local build with CPU stand-ins")
+
+
+def _tensors(config: ReadConfig | None) -> list[tuple[str, str, str]]:
+    """(kind, name, datatype) of the served model's inputs and outputs, the tensors a request body carries."""
+    if config is None:
+        return []
+    return [(kind, t.name, t.data_type.removeprefix("TYPE_")) for kind in ("input", "output") for t in config.io(kind)]
 
 
 def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
@@ -243,7 +337,10 @@ def _replay_sample(
     checks: Mapping[str, OutputCheck],
     sequenced: Sequence[str] = (),
     answer: list[Mapping[str, np.ndarray]] | None = None,
+    served: ReadConfig | None = None,
 ) -> ReplayRow:
+    """One sample through one endpoint, judged; with nothing expected (a KServe v2 request given as --payload),
+    the answer must hold every output the served model declares."""
     call: Callable[..., dict[str, Any]] = {
         "kserve": client.invoke_kserve,
         "sagemaker-json": client.invoke_json,
@@ -261,4 +358,12 @@ def _replay_sample(
     millis = (time.perf_counter() - start) * 1000
     if answer is not None:
         answer.append(got)
-    return judge(name, sample, endpoint, got, expected, checks, millis)
+    if expected:
+        return judge(name, sample, endpoint, got, expected, checks, millis)
+    declared = [t.name for t in served.io("output")] if served is not None else []
+    missing = [o for o in declared if o not in got]
+    if missing or not got:
+        return ReplayRow(name, sample, endpoint, False, f"the answer lacks {', '.join(missing) or 'any output'}, "
+                         "which the served model declares", millis)
+    return ReplayRow(name, sample, endpoint, True, f"answered {', '.join(sorted(got))} (nothing expected: the "
+                     "other endpoints must answer the same)", millis)

@@ -56,3 +56,22 @@ def error_text(content: bytes, empty: str) -> str:
         return str(json.loads(content)["error"])
     except (ValueError, KeyError, TypeError):
         return content.decode("utf-8", "replace") or empty
+
+
+def root_model_staged(folder: Path) -> Path:
+    """An archive with a config.pbtxt at its root, moved into ``folder/model/``, the path SageMaker unpacks it to
+    (``/opt/ml/models/<hash>/model``): the front end then loads the root as model ``model``. Triton 2.51 finds
+    that folder only under such a path (its path regex leaves the repository empty elsewhere: "failed to
+    register ''"), so here the archive becomes the one folder of the folder loaded: the same model, same name.
+    Other archives are left as they are."""
+    from conch.archive.verify import ROOT_MODEL  # the check's name for it; imported here: this module stays light
+
+    if not (folder / "config.pbtxt").is_file():
+        return folder
+    inner = folder / f".{ROOT_MODEL}"
+    inner.mkdir()
+    for entry in list(folder.iterdir()):
+        if entry != inner:
+            entry.rename(inner / entry.name)
+    inner.rename(folder / ROOT_MODEL)
+    return folder

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from conch.archive.manifest import read_manifest
-from conch.errors import BenchError
+from conch.errors import ArchiveError, BenchError
 from conch.harness.load.spec import archive_requests
+from conch.harness.payloads import Payload
 from conch.scratch import scratch_temp
 
 MIN_AVAILABLE_BYTES = 1 << 30  # stop before the machine itself runs short, whatever the budget says
@@ -86,12 +87,13 @@ def gpu_memory_used() -> int | None:
 
 def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copies: int = 200,
           load_timeout: float = 300.0, progress: Callable[[Copy], None] | None = None,
-          step_names: str = "shared") -> ProbeResult:
+          step_names: str = "shared", payloads: Sequence[Payload] | None = None) -> ProbeResult:
     """Load copies of ``archive`` one by one (each by a first invocation of a new TargetModel) until the
     MME's memory passes ``threshold`` x ``memory_budget``, ``max_copies`` are loaded, or the machine runs low.
     With ``step_names`` ``shared`` (SageMaker's way) the copies' step names collide, and the result counts it;
     ``isolate`` loads what ``conch deploy --copies`` uploads. A load past SageMaker's 60 s wait is measured
-    whole (the probe's load wait is ``load_timeout``)."""
+    whole (the probe's load wait is ``load_timeout``). Each copy is called with the archive's first sample, or
+    the first of ``payloads`` (``--payload FILE``, for an archive made by hand)."""
     import httpx
     import psutil
 
@@ -100,8 +102,11 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
 
     if not 0 < threshold <= 1:
         raise BenchError(f"threshold {threshold}: give a share of the budget between 0 and 1, e.g. 0.9")
-    manifest = read_manifest(archive)
-    request = archive_requests(archive)[0]
+    request = archive_requests(archive, payloads=payloads)[0]
+    try:
+        ensemble = read_manifest(archive).ensemble
+    except ArchiveError:  # an archive made by hand, called with --payload: named after its file
+        ensemble = archive.name.removesuffix(".tar.gz")
     import base64
 
     body = base64.b64decode(request.body)
@@ -109,7 +114,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     with scratch_temp("conch-probe-") as tmp, \
             LocalMME(Path(tmp), load_timeout=load_timeout, step_names=step_names, load_wait=load_timeout + 30,
                      invocation_timeout=load_timeout + 60) as mme, httpx.Client(timeout=load_timeout + 90) as http:
-        result = ProbeResult(manifest.ensemble, archive.name, memory_budget, threshold,
+        result = ProbeResult(ensemble, archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))
         if result.base_memory_bytes > threshold * memory_budget:
             result.stopped_because = "the empty server already uses more than the threshold of the budget"

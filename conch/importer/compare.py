@@ -27,7 +27,7 @@ def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource
     models = [ensemble.name, *(s.model_name for s in ensemble.read.spec.ensemble_steps)]
     for name in models:
         model = repo.models.get(name)
-        if model is None:
+        if model is None or model.declared:
             continue
         for path in sorted(p for p in model.folder.rglob("*") if p.is_file()):
             rel = f"{name}/{path.relative_to(model.folder).as_posix()}"

@@ -23,6 +23,7 @@ class ModelFolder:
     folder: Path
     config: Any  # ModelConfig
     read: ReadConfig
+    declared: bool = False  # an ensemble conch declares around a single model: no folder of the source
 
     @property
     def platform(self) -> Platform:
@@ -101,7 +102,33 @@ def read_repository(source: Path, root: Path) -> Repository:
             continue
         repo.models[entry.name] = ModelFolder(entry.name, entry, config, read)
         repo.messages.extend(f"{where}: {problem}" for problem in read.unexpressed)
+    folders = [e for e in root.iterdir() if e.is_dir() and not e.is_symlink()]
+    if not repo.ensembles and len(repo.models) == 1 and len(folders) == 1:
+        (model,) = repo.models.values()
+        alone = _alone(model, archive_stem(source))
+        repo.models[alone.name] = alone
+        repo.messages.append(f"{model.name}/config.pbtxt: a single-model archive: declared as an ensemble "
+                             f"{alone.name!r} of this one step, which `conch build` writes as the model alone")
     if not repo.ensembles:
         raise BuildError(f"{source}: no model folder holds an ensemble config (platform: \"ensemble\"); conch "
-                         "import reads an ensemble and its steps")
+                         "import reads an ensemble and its steps, or a single-model archive (one model folder)")
     return repo
+
+
+def _alone(model: ModelFolder, stem: str) -> ModelFolder:
+    """An ensemble of one step, ``model``, under the model's own tensor names: what `conch build` writes as the
+    model alone (a single-model archive). Named after the archive (or folder), unless that is the model's name."""
+    if not model.config.input or not model.config.output:
+        raise BuildError(f"{model.name}/config.pbtxt: a single model whose config declares no inputs or outputs; "
+                         "conch import needs them to declare its callers' tensors: declare them in the config")
+    name = stem if stem != model.name else f"{stem}_alone"
+    config = type(model.config)(name=name, platform="ensemble", max_batch_size=model.config.max_batch_size)
+    step = config.ensemble_scheduling.step.add(model_name=model.name, model_version=-1)
+    for kind, tensors, mapping in (("input", config.input, step.input_map), ("output", config.output,
+                                                                             step.output_map)):
+        for t in getattr(model.config, kind):
+            tensors.add(name=t.name, data_type=t.data_type, dims=t.dims, **({"optional": t.optional}
+                                                                            if kind == "input" else {}))
+            mapping[t.name] = t.name
+    return ModelFolder(name, model.folder, config, read_config(config, model.folder, f"{name} (declared)",
+                                                               strict=True), declared=True)

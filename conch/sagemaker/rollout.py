@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conch.archive.fleet_check import ArchiveModels, check_archive_models
 from conch.aws import AwsTarget
-from conch.ensembles.target import Release
+from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import DeployError
 from conch.sagemaker.autoscaling import Autoscaling, apply_autoscaling
 from conch.sagemaker.endpoint import (
@@ -21,7 +21,7 @@ from conch.sagemaker.endpoint import (
 )
 from conch.sagemaker.images import churn_note
 from conch.sagemaker.instances import gpus
-from conch.sagemaker.runtime import archive_manifest
+from conch.sagemaker.runtime import built_manifest
 from conch.sagemaker.s3 import ModelLocation, Upload, upload_archives
 from conch.sagemaker.upload_plan import plan_uploads
 from conch.scratch import scratch_temp
@@ -60,7 +60,9 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
         raise DeployError("no archives to deploy: give .tar.gz files built with `conch build` (or folders of them)")
     built: dict[str, list[str]] = {}
     for archive in archives:
-        manifest = archive_manifest(archive)
+        manifest = built_manifest(archive)
+        if manifest is None:  # made by hand: it runs on the endpoint's release
+            continue
         if manifest.target != "production":
             raise DeployError(
                 f"{archive.name} is a {manifest.target!r} build (CPU stand-ins for the local server); build "
@@ -77,6 +79,8 @@ def archives_release(archives: Sequence[Path], release: Release | str | None = N
                 f"would run {wanted}; deploy with --release {r} or rebuild with --release {wanted}"
             )
         return wanted
+    if not built:  # every archive made by hand
+        return Release.of(DEFAULT_RELEASE)
     if len(built) > 1:
         listing = "; ".join(f"{r}: {', '.join(names)}" for r, names in sorted(built.items()))
         raise DeployError(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
+from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, read_manifest
 from conch.aws import AwsTarget, aws_errors, error_code
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
@@ -70,6 +70,19 @@ def invoke(
         return parse_response(content, content_type, body)
     except ServeError as exc:
         raise DeployError(f"{target_model!r} on endpoint {endpoint!r}: {exc}") from None
+
+
+def built_manifest(archive: Path) -> Manifest | None:
+    """:func:`archive_manifest`, or None for an archive made by hand (it holds no conch manifest: `conch check`
+    judges it from its configs alone, and it is deployed for the release the endpoint runs)."""
+    if not archive.is_file():
+        raise DeployError(f"{archive}: no such archive")
+    try:
+        return read_manifest(archive)
+    except ArchiveError as exc:
+        if str(exc) == str(no_manifest(archive)):
+            return None
+        raise DeployError(f"{archive}: {exc}") from None
 
 
 def archive_manifest(archive: Path) -> Manifest:

@@ -13,13 +13,13 @@ from conch.builder.shm_sizing import (
     SAGEMAKER_GROWTH_BYTES,
     server_settings,
 )
-from conch.sagemaker.runtime import archive_manifest
+from conch.sagemaker.runtime import built_manifest
 
 
 def shm_environment(archives: Sequence[Path], environment: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """The environment with the shm variables the archives need added (what the user set with --env wins),
     and one line per decision saying what was set and why."""
-    manifests = {a.name: archive_manifest(a) for a in archives}
+    manifests = {a.name: m for a in archives if (m := built_manifest(a)) is not None}  # by hand: nothing said
     default, growth = server_settings(manifests.values())
     needs = {name: m.shm.need_bytes if m.shm else 0 for name, m in manifests.items()}
     largest = max(needs, key=lambda n: needs[n]) if needs else ""

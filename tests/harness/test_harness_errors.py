@@ -46,7 +46,11 @@ def test_an_archive_that_fails_conch_check_is_not_loaded(tmp_path: Path, triton:
     report = replay_archives([archive], server=triton)
     (row,) = report.rows
     assert not row.passed and row.endpoint == "check"
-    assert "misnamed.tar.gz" in row.detail and "another_name" in row.detail
+    # a single-model archive: its config's name need not be its folder's (the front end maps it to the
+    # TargetModel), but Triton loads nothing from a model without a version folder
+    assert row.detail == ("misnamed.tar.gz fails `conch check`: misnamed/: has no version folder Triton loads under "
+                          "its version_policy (Triton: 'at least one version must be available under the version "
+                          "policy'); found no version folders: add 1/ or make the policy name one")
 
 
 def test_an_answer_slower_than_the_request_timeout_names_the_target_model(tmp_path: Path,

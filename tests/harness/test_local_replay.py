@@ -182,8 +182,8 @@ def test_an_archive_without_a_manifest_fails_its_load_row(tmp_path: Path, triton
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
     (row,) = replay_archives([bare], server=triton).rows
     assert not row.passed and row.endpoint == "check"
-    assert "no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; build it with `conch build`" \
-        in row.detail
+    assert ("no_manifest.tar.gz has no conch-manifest.json, so no samples to replay; give --payload FILE (a KServe v2 "
+            "JSON request, or the samples file `conch import` writes), or build it with `conch build`") in row.detail
 
 
 def test_a_sample_that_expects_nothing_fails_its_row() -> None:
@@ -196,14 +196,14 @@ def test_a_sample_that_expects_nothing_fails_its_row() -> None:
 
 
 def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tmp_path: Path) -> None:
-    from conch.harness.local_replay import staged_manifest
+    from conch.harness.local_replay import staged_check
 
     archive = build_ensemble(linear_ensemble("garbled"), tmp_path / "dist", "local")
     folder = tmp_path / "staged"
     safe_extract(archive, folder)
     (folder / "conch-manifest.json").write_text("{oops")
     with pytest.raises(ServeError, match=r"^garbled.tar.gz: its conch-manifest.json is not JSON"):
-        staged_manifest(archive, folder)
+        staged_check(archive, folder)
 
 
 def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: Path, triton: LocalTriton) -> None:

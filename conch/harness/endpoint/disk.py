@@ -18,6 +18,7 @@ from conch.compiler.config_reader import ReadConfig
 from conch.errors import ConchError
 from conch.harness.endpoint.protocol import EndpointError, ValidationError
 from conch.harness.endpoint.sources import ModelSource
+from conch.harness.mme_contract import root_model_staged
 
 Configs = dict[str, ReadConfig]  # {model folder: its config.pbtxt as the check read it (the typed reader)}
 
@@ -51,6 +52,7 @@ class DiskCache:
         try:
             source.fetch(target_model, archive)
             configs = unpack(target_model, archive, folder / "model")
+            root_model_staged(folder / "model")  # a config.pbtxt at the root: the model in model/model/
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -81,7 +83,7 @@ def unpack(target_model: str, archive: Path, dest: Path) -> Configs:
             f"TargetModel {target_model!r}: the archive is not a readable .tar.gz ({type(exc).__name__}: {exc}); "
             "upload it again, e.g. from `conch build`"
         ) from None
-    if not any(p.is_dir() for p in dest.iterdir()):
+    if not any(p.is_dir() for p in dest.iterdir()) and not (dest / "config.pbtxt").is_file():
         raise ValidationError(f"TargetModel {target_model!r}: the archive holds no model folder at its root")
     report = check_folder(dest, target_model)  # e.g. folder names that would reach the stub's shell
     if not report.ok:

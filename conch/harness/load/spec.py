@@ -4,15 +4,17 @@ archives' own manifest samples) and how to check the answers. Plain JSON, so it 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import Schema, read_manifest
-from conch.ensembles.samples import check_to_json
+from conch.ensembles.dtypes import DType
+from conch.ensembles.samples import OutputCheck, check_to_json, encode_array
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage
+from conch.harness.payloads import Payload
 from conch.wire import encode_request
 
 # How requests reach the ensembles: the SageMaker runtime API over plain HTTP (the local MME, or anything
@@ -82,19 +84,28 @@ def json_not_applicable(schema: Schema) -> str:
             "(\"receiving/sending FP16 data via JSON is not supported\"); only binary+json bodies can call it")
 
 
-def archive_requests(archive: Path, body_kind: str = "binary") -> list[Request]:
-    """One request per manifest sample. With ``json`` bodies, a sample JSON cannot carry (non-UTF-8 bytes, FP16
-    tensors) goes as binary+json, its ``not_applicable`` saying why."""
-    try:
-        manifest = read_manifest(archive)
-    except ArchiveError as exc:
-        raise BenchError(str(exc)) from None
-    if not manifest.samples:
-        raise BenchError(f"{archive.name} has no sample payloads to send; declare one with ensemble.sample(...)")
-    no_json = json_not_applicable(manifest.schema) if body_kind == "json" else ""
+def archive_requests(archive: Path, body_kind: str = "binary",
+                     payloads: Sequence[Payload] | None = None) -> list[Request]:
+    """One request per manifest sample (or per payload, given: ``--payload FILE``, for an archive made by hand).
+    With ``json`` bodies, a sample JSON cannot carry (non-UTF-8 bytes, FP16 tensors) goes as binary+json, its
+    ``not_applicable`` saying why."""
+    samples: list[tuple[str, dict[str, Any], dict[str, Any], Mapping[str, OutputCheck]]]
+    if payloads is not None:
+        samples = [(p.name, p.inputs, {k: encode_array(v, DType.of(v.dtype)) for k, v in p.expected.items()},
+                    p.checks) for p in payloads]
+        no_json = ""
+    else:
+        try:
+            manifest = read_manifest(archive)
+        except ArchiveError as exc:
+            raise BenchError(f"{exc}; give --payload FILE for an archive conch did not build") from None
+        if not manifest.samples:
+            raise BenchError(f"{archive.name} has no sample payloads to send; declare one with ensemble.sample(...)")
+        samples = [(s.name, s.input_arrays(), {k: dict(v) for k, v in s.expected.items()}, s.checks)
+                   for s in manifest.samples]
+        no_json = json_not_applicable(manifest.schema) if body_kind == "json" else ""
     requests = []
-    for sample in manifest.samples:
-        inputs = sample.input_arrays()
+    for name, inputs, expected, checks in samples:
         kind, why = ("binary", no_json) if no_json else (body_kind, "")
         try:
             body, content_type = encode_request(inputs, kind)
@@ -103,8 +114,8 @@ def archive_requests(archive: Path, body_kind: str = "binary") -> list[Request]:
             body, content_type = encode_request(inputs, kind)
         except ValueError as exc:
             raise BenchError(str(exc)) from None
-        requests.append(Request(sample.name, base64.b64encode(body).decode(), content_type, kind,
-                                dict(sample.expected), {k: check_to_json(c) for k, c in sample.checks.items()}, why))
+        requests.append(Request(name, base64.b64encode(body).decode(), content_type, kind,
+                                expected, {k: check_to_json(c) for k, c in checks.items()}, why))
     return requests
 
 
@@ -115,10 +126,12 @@ def not_applicable(targets: Sequence[Target]) -> dict[str, str]:
 
 
 def archive_targets(archives: Sequence[Path], names: Sequence[str] | None = None,
-                    body_kind: str = "binary") -> list[Target]:
-    """Targets named by the archives' file names (their TargetModel under an S3 prefix), or by ``names``."""
+                    body_kind: str = "binary", payloads: Sequence[Payload] | None = None) -> list[Target]:
+    """Targets named by the archives' file names (their TargetModel under an S3 prefix), or by ``names``; each
+    sends its samples, or ``payloads`` when given."""
     if not archives:
         raise BenchError("no archives to send requests to: give built .tar.gz files or a folder of them")
     names = list(names) if names is not None else [a.name for a in archives]
-    requests = {a: archive_requests(a, body_kind) for a in dict.fromkeys(archives)}  # copies share one read
+    # copies share one read
+    requests = {a: archive_requests(a, body_kind, payloads) for a in dict.fromkeys(archives)}
     return [Target(name, requests[archive]) for name, archive in zip(names, archives, strict=True)]

@@ -40,11 +40,15 @@ class Dag:
         return order
 
 
-def dag_of(config: Mapping[str, Any]) -> Dag:
-    """The DAG of an ensemble's model config as JSON (``GET /v2/models/<name>/config``)."""
+def dag_of(config: Mapping[str, Any], *, alone: bool = False) -> Dag:
+    """The DAG of an ensemble's model config as JSON (``GET /v2/models/<name>/config``); ``alone``: the model of a
+    single-model archive, served without an ensemble, is a DAG of one step, itself."""
     name = str(config.get("name", "?"))
     scheduling = config.get("ensemble_scheduling") or {}
     steps = scheduling.get("step") or []
+    if not steps and alone:
+        return Dag(name, (DagStep(name, tuple(sorted(str(t["name"]) for t in config.get("input", []))),
+                                  tuple(sorted(str(t["name"]) for t in config.get("output", [])))),))
     if not steps:
         raise ServeError(f"model {name!r} is not an ensemble (its config has no ensemble_scheduling steps); "
                          "profile the ensemble, not one of its steps")

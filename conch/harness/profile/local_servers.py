@@ -10,7 +10,14 @@ from pathlib import Path
 
 from conch.archive.manifest import Manifest
 from conch.errors import ConchError, ServeError
-from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, stage, staged_manifest, target_name
+from conch.harness.local_replay import (
+    DEFAULT_LOAD_TIMEOUT_S,
+    LOCAL_BACKENDS,
+    check_backends,
+    stage,
+    staged_check,
+    target_name,
+)
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body, Target
 from conch.harness.profile.measure import Load, measure
@@ -21,11 +28,11 @@ from conch.harness.server import LocalTriton, free_port
 from conch.scratch import scratch_temp
 
 MODES = ("triton", "mme")
-LoadFor = Callable[[Manifest], Load]  # the load to send, once the archive's manifest (samples) is known
+LoadFor = Callable[[Manifest | None], Load]  # the load to send, once the archive's manifest (samples) is known
 
 
-def sample_bodies(manifest: Manifest) -> tuple[Body, ...]:
-    return tuple(Body.of(s.input_arrays()) for s in manifest.samples)
+def sample_bodies(manifest: Manifest | None) -> tuple[Body, ...]:
+    return tuple(Body.of(s.input_arrays()) for s in manifest.samples) if manifest is not None else ()
 
 
 def _metrics_args() -> tuple[tuple[str, ...], str]:
@@ -53,14 +60,17 @@ def _check_local(archive: Path, manifest: Manifest) -> None:
 
 def profile_archives(archives: Sequence[Path], load_for: LoadFor, *, mode: str = "triton",
                      load_timeout: float = DEFAULT_LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
-                     on_error: Callable[[Path, ConchError], None] | None = None) -> list[Profile]:
+                     on_error: Callable[[Path, ConchError], None] | None = None,
+                     manifest_needed: bool = True) -> list[Profile]:
     """Profile each archive on one local server of ``mode``, one after the other. An archive that fails is
-    handed to ``on_error`` and the others carry on (without ``on_error`` the error is raised)."""
+    handed to ``on_error`` and the others carry on (without ``on_error`` the error is raised). Without
+    ``manifest_needed`` (a --payload is sent) an archive made by hand is profiled too (on ``triton``)."""
     if mode not in MODES:
         raise ServeError(f"mode {mode!r}: choose {' or '.join(MODES)}")
-    runner = _on_triton if mode == "triton" else _on_mme
     found = []
-    for archive, outcome in runner(archives, load_for, load_timeout, progress or (lambda _: None)):
+    outcomes = (_on_triton(archives, load_for, load_timeout, progress or (lambda _: None), manifest_needed)
+                if mode == "triton" else _on_mme(archives, load_for, load_timeout, progress or (lambda _: None)))
+    for archive, outcome in outcomes:
         if isinstance(outcome, Profile):
             found.append(outcome)
         elif on_error is None:
@@ -74,7 +84,7 @@ Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 
 
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
-               progress: Callable[[str], None]) -> Outcomes:
+               progress: Callable[[str], None], manifest_needed: bool = True) -> Outcomes:
     from conch.builder.shm_sizing import archives_settings
 
     default, growth, _ = archives_settings(archives)
@@ -87,8 +97,8 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             name = target_name(archive)
             try:
                 folder = stage(archive, triton)
-                manifest = staged_manifest(archive, folder)
-                _check_local(archive, manifest)
+                manifest, check = staged_check(archive, folder, manifest_needed)
+                check_backends(archive, manifest, check.configs)
                 progress(f"loading {name} on the local tritonserver")
                 try:
                     client.load(name, folder, load_timeout)
@@ -98,7 +108,7 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                 progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                 yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
                                        "the local tritonserver", warmup=sample_bodies(manifest) or None,
-                                       trace_file=trace_file)
+                                       trace_file=trace_file, alone=check.single is not None)
                 client.unload(name)
             except ConchError as exc:
                 yield archive, exc

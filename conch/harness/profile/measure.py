@@ -37,15 +37,16 @@ class Load:
 
 
 def measure(stats: StatsEndpoint, target: Target, ensemble: str, load: Load, server: str,
-            warmup: Sequence[Body] | None = None, trace_file: Path | None = None) -> Profile:
+            warmup: Sequence[Body] | None = None, trace_file: Path | None = None, alone: bool = False) -> Profile:
     """Profile ``ensemble`` (its name on the server) under ``load`` sent to ``target``; with ``trace_file`` (the
-    server's `--trace-config triton,file=`), also one request traced after the measured run."""
+    server's `--trace-config triton,file=`), also one request traced after the measured run; ``alone``: the
+    model of a single-model archive, profiled as a DAG of one step, itself."""
     for _ in range(WARMUP_ROUNDS):  # first: behind an MME front, the first call is what loads the model
         warm = run(target, tuple(warmup or load.bodies), len(warmup or load.bodies), 1)
         if warm.errors:
             raise ServeError(f"ensemble {ensemble!r} on {server}: the warm-up request failed: {warm.errors[0]}")
     config = stats.config(ensemble)
-    dag = dag_of(config)
+    dag = dag_of(config, alone=alone)
     configs = {ensemble: config, **{s.model: stats.config(s.model) for s in dag.steps}}
     models = list(configs)
     before = stats.snapshot(models)

@@ -1,0 +1,55 @@
+"""The requests a ``--payload FILE`` gives replay and bench in place of an archive's samples (an archive made by
+hand has no conch manifest, so no samples): one KServe v2 JSON request, or the samples file `conch import`
+writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from conch.ensembles.samples import OutputCheck, read_samples
+from conch.errors import ConchError, ServeError
+from conch.wire import parse_json_request
+
+__all__ = ["Payload", "read_payloads"]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A request replayed instead of an archive's samples (``--payload FILE``): its inputs and, when the file
+    holds them (the samples `conch import` writes), the outputs expected and how each is compared."""
+
+    name: str
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
+
+    def input_arrays(self) -> dict[str, np.ndarray]:
+        return self.inputs
+
+    def expected_arrays(self) -> dict[str, np.ndarray]:
+        return self.expected
+
+
+def read_payloads(path: Path) -> list[Payload]:
+    """The requests of a ``--payload`` file: one KServe v2 JSON request (nothing expected: every endpoint must
+    answer with the served model's outputs, alike), or the samples file `conch import` writes (inputs and
+    expected outputs)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
+    if b'"samples"' in data:
+        try:
+            return [Payload(name, inputs, expected, checks) for name, inputs, expected, checks in read_samples(path)]
+        except ConchError as exc:
+            raise ServeError(f"--payload {exc}") from None
+    try:
+        return [Payload(path.name, parse_json_request(data))]
+    except (ValueError, ConchError) as exc:
+        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
+                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
+                         "samples file `conch import` writes") from None
