@@ -63,3 +63,14 @@ def test_a_missing_payload_folder_is_refused_before_a_server_starts(tmp_path: Pa
     err = capsys.readouterr().err
     assert f"conch: error: {tmp_path / 'nowhere'}: no such payload folder; each sample is NAME.request.json" in err
     assert "Traceback" not in err
+
+
+def test_one_request_file_and_a_payload_folder_together_are_refused(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    request = tmp_path / "req.json"
+    request.write_text('{"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}')
+    assert main(["replay", str(tmp_path / "x.tar.gz"), "--payload", str(request), "--payloads", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert ("conch: error: give --payload FILE (one request for every archive) or --payloads DIR (a payload folder), "
+            "not both") in err
+    assert "Traceback" not in err
