@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conch.harness.endpoint.fleet import Fleet, Model
-from conch.harness.endpoint.keepalive import AnswerTooLarge
+from conch.harness.endpoint.hop import AnswerTooLarge
 from conch.harness.endpoint.protocol import (
     EndpointError,
     ModelNotReady,
