@@ -263,8 +263,7 @@ class LocalMME:
 
     def counts(self) -> dict[str, Any]:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
-        step-name mode (``metrics.run_counts``); ``resends``: invocations written to Triton more than once
-        (``TritonHopResends``; 0: the hop sends each one once)."""
+        step-name mode (``metrics.run_counts``)."""
         return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
 
     def ready_line(self) -> dict[str, Any]:

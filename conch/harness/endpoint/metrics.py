@@ -24,7 +24,7 @@ TIMES = {
 KEEP = 10_000  # recent samples per timing kept for the JSON percentiles
 STATUSES = ("2XX", "4XX", "5XX")
 COUNTERS = ("ModelLoadFailures", "ModelDownloads", "ModelDiskEvictions", "TritonRestarts", "TritonLookupRetries",
-            "TritonLookupMisses", "StepNameCollisions", "ModelNotReady", "InvocationTimeouts", "TritonHopResends")
+            "TritonLookupMisses", "StepNameCollisions", "ModelNotReady", "InvocationTimeouts")
 GAUGES = ("LoadedModelCount", "LoadedModelCountPeak", "LoadedModelCountLimit", "MemoryUsedBytes", "MemoryBudgetBytes",
           "DiskUsedBytes", "DiskBudgetBytes")
 
@@ -57,9 +57,6 @@ class Metrics:
                                  "TargetModel was still loading past the load wait", registry=r)
         self.timeouts = Counter("InvocationTimeouts", "invocations not answered within the invocation timeout",
                                 registry=r)
-        # stays 0: httpx's pool writes a request once (see hop.py); kept so that reports keep their columns
-        self.resends = Counter("TritonHopResends", "invocations written to Triton more than once (never: the hop "
-                               "sends each invocation once, on one connection)", registry=r)
         self.disk_evictions = Counter("ModelDiskEvictions", "unpacked archives deleted for the disk budget",
                                       registry=r)
         self.loaded = Gauge("LoadedModelCount", "TargetModels loaded now (unloading ones included)", registry=r)
@@ -128,7 +125,7 @@ def summary(samples: Iterable[float], count: float, total: float) -> dict[str, A
 # does differently (a crash it would not restart from, a retry it would not make, step names it would share)
 COUNTS = {"restarts": "TritonRestarts", "lookup_retries": "TritonLookupRetries",
           "lookup_misses": "TritonLookupMisses", "collisions": "StepNameCollisions",
-          "not_ready": "ModelNotReady", "timeouts": "InvocationTimeouts", "resends": "TritonHopResends"}
+          "not_ready": "ModelNotReady", "timeouts": "InvocationTimeouts"}
 # The counts that make a run fail: the local endpoint was kinder than production would have been
 LENIENT = ("restarts", "lookup_retries", "collisions")
 

@@ -1,4 +1,4 @@
-"""The hop's answers (httpx) against a raw server on loopback that sends each odd answer the way a server can: an
+"""The hop's answers (aiohttp) against a raw server on loopback that sends each odd answer the way a server can: an
 interim 100, a body cut short by a dying server (Content-Length or chunked), an answer past SageMaker's 6 MB,
 bytes that are not HTTP, and a kept connection closed before or after the request was written: each request
 reaches the server at most once (a connection found closed before the write is replaced; one that drops after
@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import httpx
 import pytest
 from raw_triton import hop_against
 
-from conch.harness.endpoint.hop import AnswerTooLarge, TritonHop
+from conch.harness.endpoint.hop import AnswerTooLarge, HopError, HopTimeout, TritonHop
 from conch.wire import MAX_BODY_BYTES
 
 # what the server does with one request: the bytes to send (None: close without a word), and whether to close after
@@ -79,7 +78,7 @@ def test_a_drop_after_the_request_was_written_is_an_error_not_a_resend() -> None
 
     async def check(hop: TritonHop, connections: list[int], received: list[bytes]) -> None:
         assert (await hop.invoke("m.tar.gz", b"first", "application/json")).content == b"first"
-        with pytest.raises(httpx.RemoteProtocolError, match="Server disconnected without sending a response"):
+        with pytest.raises(HopError, match="Server disconnected"):
             await hop.invoke("m.tar.gz", b"second", "application/json")  # on the kept connection
         assert connections == [1] and received == [b"first", b"second"]  # Triton may have run it: not sent again
 
@@ -96,7 +95,7 @@ def test_a_server_dying_mid_answer_is_an_error_not_a_short_answer(cut: bytes) ->
         return cut, True
 
     async def check(hop: TritonHop, connections: list[int], received: list[bytes]) -> None:
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(HopError):
             await hop.invoke("m.tar.gz", b"x", "application/json")
         assert connections == [1] and received == [b"x"]
 
@@ -121,7 +120,7 @@ def test_bytes_that_are_not_http_are_an_error_and_the_connection_is_dropped() ->
         return (b"SSH-2.0-OpenSSH\r\n\r\n", False) if number == 1 else (ok(body), False)
 
     async def check(hop: TritonHop, connections: list[int], received: list[bytes]) -> None:
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(HopError):
             await hop.invoke("m.tar.gz", b"x", "application/json")
         assert (await hop.invoke("m.tar.gz", b"y", "application/json")).content == b"y"
         assert connections == [1, 2]
@@ -131,7 +130,7 @@ def test_bytes_that_are_not_http_are_an_error_and_the_connection_is_dropped() ->
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked", "close"])
 def test_an_answer_past_sagemakers_size_is_refused_without_reading_it_all(framing: str) -> None:
-    big = b"x" * (MAX_BODY_BYTES + 1)
+    big = b"x" * (MAX_BODY_BYTES + 1024 * 1024)  # refused a good way before its end
 
     async def reply(body: bytes, number: int) -> tuple[bytes | None, bool]:
         if body != b"big":
@@ -146,7 +145,7 @@ def test_an_answer_past_sagemakers_size_is_refused_without_reading_it_all(framin
         with pytest.raises(AnswerTooLarge, match=rf"HTTP 200 with a body (of|past) \d+ bytes \(at most "
                                                  rf"{MAX_BODY_BYTES} pass\)") as refused:
             await hop.invoke("m.tar.gz", b"big", "application/json")
-        assert refused.value.size > MAX_BODY_BYTES and isinstance(refused.value, httpx.HTTPError)
+        assert refused.value.size > MAX_BODY_BYTES and isinstance(refused.value, HopError)
         assert (await hop.invoke("m.tar.gz", b"after", "application/json")).content == b"after"
         assert connections == [1, 2]  # the connection that owed the rest was dropped
 
@@ -217,7 +216,7 @@ def test_calls_past_the_open_connections_wait_for_one_and_time_out_within_their_
         assert [a.content for a in answers] == [b"%d" % i for i in range(6)] and connections == [1, 2]
         slow = asyncio.gather(*(hop.invoke("m.tar.gz", b"slow", "application/json") for _ in range(2)))
         await asyncio.sleep(0.05)
-        with pytest.raises(httpx.TimeoutException, match="no answer within 0.2 s"):
+        with pytest.raises(HopTimeout, match="no answer within 0.2 s"):
             await hop.invoke("m.tar.gz", b"waits", "application/json", timeout=0.2)  # no connection came free
         assert [a.content for a in await slow] == [b"slow", b"slow"]
         # a connection that ends (closed after its answer) frees its place: a waiting call opens a new one
@@ -228,36 +227,3 @@ def test_calls_past_the_open_connections_wait_for_one_and_time_out_within_their_
         assert connections == [1, 2, 3]  # the two closed, one new for the waiting call
 
     serve_and_check(reply, check)
-
-
-def test_an_answer_nobody_asked_for_drops_its_idle_connection() -> None:
-    """Bytes that arrive on a kept connection while no call is on it make it readable: httpx's pool closes it
-    before a call is written on it (an answer in the same bytes as the one asked for would be read as the next
-    call's answer by httpx; Triton never sends one)."""
-    extra = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
-
-    async def reply(body: bytes, number: int) -> tuple[bytes | None, bool]:
-        if number == 1 and body == b"1":
-            asyncio.get_running_loop().call_later(0.05, lambda: writers[-1].write(extra))
-        return ok(body), False
-
-    writers: list[asyncio.StreamWriter] = []
-
-    async def check(hop: TritonHop, connections: list[int], received: list[bytes]) -> None:
-        assert (await hop.invoke("m.tar.gz", b"1", "application/json")).content == b"1"
-        await asyncio.sleep(0.2)  # the stray answer arrives
-        assert (await hop.invoke("m.tar.gz", b"2", "application/json")).content == b"2"
-        assert connections == [1, 2] and received == [b"1", b"2"]
-
-    original = asyncio.StreamWriter.write
-
-    def remember(self: asyncio.StreamWriter, data: bytes) -> None:
-        if self not in writers:
-            writers.append(self)
-        original(self, data)
-
-    asyncio.StreamWriter.write = remember  # type: ignore[method-assign]
-    try:
-        serve_and_check(reply, check)
-    finally:
-        asyncio.StreamWriter.write = original  # type: ignore[method-assign]
