@@ -271,9 +271,9 @@ def _area(path: str, function: str) -> str:
     """Which part of the front a profiled function belongs to."""
     for marker, area in (("uvicorn", "uvicorn (server side: parsing, scope, send)"),
                          ("endpoint/hop.py", "conch: the hop (hop.py)"),
-                         ("httpx", "httpx (the hop's client)"),
-                         ("httpcore", "httpcore (httpx's pool and HTTP/1.1)"), ("h11", "h11 (httpcore's parser)"),
-                         ("anyio", "anyio (httpcore's sockets)"),
+                         ("aiohttp", "aiohttp (the hop's client and pool)"),
+                         ("yarl", "yarl and multidict (aiohttp's URLs and headers)"),
+                         ("multidict", "yarl and multidict (aiohttp's URLs and headers)"),
                          ("endpoint/", "conch: the handler, fleet, metrics (app.py, fleet.py, metrics.py)"),
                          ("prometheus_client", "prometheus_client"), ("asyncio", "asyncio (tasks, futures, locks)")):
         if marker in path:
