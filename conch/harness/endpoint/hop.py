@@ -108,7 +108,7 @@ class TritonHop:
     def __init__(self, sagemaker_url: str, log_path: Path | None = None) -> None:
         self.log_path = log_path
         self.url = sagemaker_url.rstrip("/")
-        self.sagemaker = _session(8, aiohttp.ClientTimeout(total=INVOKE_TIMEOUT_S))  # loads, unloads, lookups
+        self.sagemaker = _session(OPEN, aiohttp.ClientTimeout(total=INVOKE_TIMEOUT_S))  # loads, unloads, lookups
         self._invocations = Invocations()
         # per TargetModel and Content-Type: the invoke URL and headers, made once
         self._calls: dict[tuple[str, str], tuple[URL, dict[str, str]]] = {}
