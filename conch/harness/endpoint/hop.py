@@ -4,7 +4,7 @@ conch.harness.mme_contract spells them for the sync client too), through aiohttp
 parser: the invocation hop is the path users wait on; benchmarks/RESULTS.md, issue 31).
 
 An invocation is written to Triton at most once: aiohttp's client sends a request again after a kept connection
-drops only for idempotent methods (``IDEMPOTENT_METHODS`` in aiohttp/client.py, 3.9 through 3.14; POST is not one),
+drops only for idempotent methods (``IDEMPOTENT_METHODS`` in aiohttp/client.py, read in 3.14.5; POST is not one),
 and this hop never sends one again itself. A connection that drops after the request was written, or a kept one
 that Triton closed just before it, fails the call."""
 
