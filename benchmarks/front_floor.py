@@ -1,10 +1,10 @@
 """The floor of a uvicorn front on this machine. Under wrk at 32 connections, alternating, the CPU per call of:
 (a) Triton straight (tritonserver and its Python stubs, and wrk); (b) a bare uvicorn (uvloop + httptools, logs
 off, as conch's front) answering a fixed 16-byte body with no hop, also "paced" (each answer held for the time
-Triton takes per call at that many connections, so each loop turn serves as few calls as in front of Triton);
-(c) the same trivial app plus the hop to Triton (conch's ``TritonHop``: the least a uvicorn front in front of
-Triton does), on uvicorn's own httptools protocol and on conch's one-write subclass (``single_write.py``);
-(d) conch's local MME front. Whether "the front's added time at 32 connections <= 20 % of Triton's" is
+Triton takes per call at that many connections, so each loop turn serves as few calls as in front of Triton),
+and the same on uvicorn's pure-Python parser (``http="h11"``: what httptools buys); (c) the same trivial app plus
+the hop to Triton (conch's ``TritonHop``: the least a uvicorn front in front of Triton does); (d) conch's local MME
+front. Whether "the front's added time at 32 connections <= 20 % of Triton's" is
 reachable while keeping uvicorn follows from (c) against (a). Prints a table, writes
 benchmarks/results/front_floor.json.
 
@@ -34,8 +34,8 @@ from typing import Any
 from _common import cpu_and_parent, finish, tree_cpu_seconds, wrk_run
 
 ANSWER = b"0123456789abcdef"  # (b)'s fixed 16-byte answer
-SIDES = ("straight", "trivial", "trivial, paced", "trivial+hop", "trivial+hop, one write", "front")
-HELPERS = ("trivial", "trivial+hop", "trivial+hop, one write")  # the sides served by a process of their own
+SIDES = ("straight", "trivial", "trivial, paced", "trivial, h11", "trivial+hop", "front")
+HELPERS = ("trivial", "trivial, h11", "trivial+hop")  # the sides served by a process of their own
 
 
 def serve(kind: str, triton_url: str, target: str) -> None:
@@ -44,7 +44,6 @@ def serve(kind: str, triton_url: str, target: str) -> None:
 
     from conch.harness.endpoint.app import read_body as read
     from conch.harness.endpoint.hop import TritonHop
-    from conch.harness.endpoint.single_write import SingleWriteProtocol
 
     hop: list[TritonHop] = []
 
@@ -71,8 +70,8 @@ def serve(kind: str, triton_url: str, target: str) -> None:
             (b"content-length", str(len(answer.content)).encode("latin-1"))]})
         await send({"type": "http.response.body", "body": answer.content})
 
-    config = uvicorn.Config(trivial if kind == "trivial" else with_hop, host="127.0.0.1", port=0, loop="uvloop",
-                            http=SingleWriteProtocol if kind.endswith("one write") else "httptools", lifespan="off",
+    config = uvicorn.Config(with_hop if kind.endswith("hop") else trivial, host="127.0.0.1", port=0, loop="uvloop",
+                            http="h11" if kind.endswith("h11") else "httptools", lifespan="off",
                             log_level="warning", access_log=False, timeout_keep_alive=30, proxy_headers=False,
                             server_header=False, log_config=None)
     server = uvicorn.Server(config)

@@ -270,9 +270,10 @@ def profile_front(mme: Any, target: str, body: bytes, content_type: str, seconds
 def _area(path: str, function: str) -> str:
     """Which part of the front a profiled function belongs to."""
     for marker, area in (("uvicorn", "uvicorn (server side: parsing, scope, send)"),
-                         ("endpoint/keepalive.py", "conch: the hop's connections (keepalive.py)"),
                          ("endpoint/hop.py", "conch: the hop (hop.py)"),
-                         ("endpoint/single_write.py", "conch: one write per answer (single_write.py)"),
+                         ("aiohttp", "aiohttp (the hop's client and pool)"),
+                         ("yarl", "yarl and multidict (aiohttp's URLs and headers)"),
+                         ("multidict", "yarl and multidict (aiohttp's URLs and headers)"),
                          ("endpoint/", "conch: the handler, fleet, metrics (app.py, fleet.py, metrics.py)"),
                          ("prometheus_client", "prometheus_client"), ("asyncio", "asyncio (tasks, futures, locks)")):
         if marker in path:

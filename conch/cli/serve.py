@@ -87,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
     """When serve ends (Ctrl-C, or a server not restarted): one line counting what production would not have
-    done (restarts, lookup retries, step name collisions), the lookup race and the hop's resends, never silent."""
+    done (restarts, lookup retries, step name collisions) and the lookup race, never silent."""
     from conch.harness.endpoint.metrics import lenient
 
     try:
@@ -97,8 +97,7 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
         line = (f"served with --step-names {counts['step_names']}: {counts['restarts']} tritonserver restarts, "
                 f"{counts['collisions']} step name collisions, {counts['lookup_misses']} 'unknown model' answers "
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
-                f"ModelNotReadyException, {counts['timeouts']} invocation timeouts, {counts['resends']} resent on a "
-                f"new connection to Triton (TritonHopResends: the kept one was closed before anything reached Triton)")
+                f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
         (error if lenient(counts) else say)(line)  # stderr: stdout holds the ready line only
 
 

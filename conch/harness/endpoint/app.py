@@ -11,7 +11,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -19,7 +18,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from conch.harness.endpoint.fleet import Fleet, Model
-from conch.harness.endpoint.keepalive import AnswerTooLarge
+from conch.harness.endpoint.hop import AnswerTooLarge, HopError, HopTimeout
 from conch.harness.endpoint.protocol import (
     EndpointError,
     ModelNotReady,
@@ -189,12 +188,12 @@ async def invoke(fleet: Fleet, endpoint_name: str, name: str, headers: Iterable[
         start = time.monotonic()
         try:
             answer = await fleet.hop.invoke(target, body, content_type, max(deadline - start, 0.001))
-        except httpx.TimeoutException:
+        except HopTimeout:
             fleet.metrics.timeouts.inc()
             raise timed_out(target, budgets.invocation_timeout) from None
         except AnswerTooLarge as exc:
             raise answer_too_large(target, str(exc)) from None
-        except httpx.HTTPError as exc:
+        except HopError as exc:
             raise fleet.unreachable(target, exc) from None
         finally:
             await fleet.release(model)

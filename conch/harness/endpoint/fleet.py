@@ -22,12 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from conch.builder.stamping import step_models
 from conch.errors import ConchError
 from conch.harness.endpoint.disk import Configs, DiskCache
-from conch.harness.endpoint.hop import TritonHop
+from conch.harness.endpoint.hop import HopError, HopTimeout, TritonHop
 from conch.harness.endpoint.metrics import Metrics
 from conch.harness.endpoint.protocol import EndpointError, ModelError
 from conch.harness.endpoint.sources import ModelSource
@@ -183,7 +181,7 @@ class Fleet:
             await self._failed(m, exc)
         except ConchError as exc:
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: {exc}"))
-        except httpx.HTTPError as exc:
+        except HopError as exc:
             await self._failed(m, self.unreachable(m.name, exc))
         except Exception as exc:  # keep the endpoint serving whatever happened to this one model
             log.exception("bringing up %s failed", m.name)
@@ -255,7 +253,7 @@ class Fleet:
         for _ in range(LOAD_RETRIES_ON_507):
             try:
                 answer = await self.hop.load(m.name, m.folder, self.budgets.load_timeout)
-            except httpx.TimeoutException:
+            except HopTimeout:
                 await self._hung(m)
                 return
             if answer.status == 507 and await self._evict_one("507"):
@@ -360,7 +358,7 @@ class Fleet:
             answer = await self.hop.unload(m.name)
             if answer.status not in (200, 404):
                 log.warning("unloading %s: HTTP %s %s", m.name, answer.status, answer.error_text())
-        except httpx.HTTPError as exc:
+        except HopError as exc:
             log.warning("unloading %s failed: %r", m.name, exc)
         self.metrics.time("ModelUnloadingTime", time.monotonic() - start)
         self.metrics.unloads.labels(reason).inc()
@@ -406,7 +404,7 @@ class Fleet:
             raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down} and is not back after "
                                 f"{WAIT_FOR_SERVER_S:g} s of restarting; see the endpoint's log")
 
-    def unreachable(self, target_model: str, exc: httpx.HTTPError) -> EndpointError:
+    def unreachable(self, target_model: str, exc: HopError) -> EndpointError:
         """What to answer when tritonserver did not: a restart under way, or a server that stalled."""
         if self.down is None and self.server_alive():
             return EndpointError(self.hop.unreachable(target_model, exc))

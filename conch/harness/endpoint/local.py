@@ -24,7 +24,6 @@ from conch.harness.endpoint.fleet import Budgets, Fleet
 from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
 from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
-from conch.harness.endpoint.single_write import SingleWriteProtocol
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.server import LocalTriton, namespacing_for
@@ -38,6 +37,7 @@ DEFAULT_MAX_RESTARTS = 5
 FRONT_START_TIMEOUT_S = 30.0
 WATCH_INTERVAL_S = 0.2  # how often the watcher looks whether tritonserver still runs
 FLEET_CALL_TIMEOUT_S = 60.0
+KEEP_ALIVE_S = 30  # uvicorn closes a caller's connection idle this long after an answer
 
 log = logging.getLogger("conch.endpoint")
 
@@ -198,7 +198,7 @@ class LocalMME:
             gauge.set(value or 0)
 
         def make_fleet() -> Fleet:
-            hop = TritonHop(triton.sagemaker_url, triton.log_path, resent=metrics.resends.inc)
+            hop = TritonHop(triton.sagemaker_url, triton.log_path)
             fleet = Fleet(self.source, disk, hop, metrics, self.budgets,
                           memory, step_names=self.step_names, server_alive=triton.running,
                           retry_lookup=self.retry_lookup)
@@ -210,14 +210,15 @@ class LocalMME:
             metrics.memory.set(memory())
 
         app = create_app(self.endpoint_name, make_fleet, refresh, triton.running)
-        # no X-Forwarded-For rewriting per request: callers reach the front directly, as SageMaker's runtime; no
-        # "server: uvicorn" header (SageMaker's answers carry none; one header less to check per answer); the
-        # Date header stays (SageMaker's answers carry one; uvicorn makes it once a second).
-        # log_config=None: uvicorn's default runs logging.config.dictConfig, which closes every logging handler
-        # of the process (absl's closes the stream it holds); its loggers go to the process's logging instead
+        # uvicorn's documented options only: its C parser (httptools) and uvloop when they are installed ("auto"),
+        # keep-alive closed after 30 s idle; no X-Forwarded-For rewriting per request (callers reach the front
+        # directly, as SageMaker's runtime); no "server: uvicorn" header (SageMaker's answers carry none); the Date
+        # header stays (SageMaker's answers carry one). log_config=None: uvicorn's default runs
+        # logging.config.dictConfig, which closes every logging handler of the process (absl's closes the stream it
+        # holds); its loggers go to the process's logging instead
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=30, proxy_headers=False, server_header=False,
-                                http=SingleWriteProtocol, log_config=None)
+                                lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, proxy_headers=False,
+                                server_header=False, http="auto", loop="auto", log_config=None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
         self._thread.start()
@@ -229,10 +230,6 @@ class LocalMME:
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     def stop(self) -> None:
-        resends = int(self.metrics.resends._value.get())
-        if resends:
-            log.warning("the hop to tritonserver sent %d invocations on another connection because the kept one was "
-                        "already closed (TritonHopResends; nothing of them had reached Triton)", resends)
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join(timeout=FLEET_CALL_TIMEOUT_S + 30)  # a restart under way finishes first
@@ -266,8 +263,7 @@ class LocalMME:
 
     def counts(self) -> dict[str, Any]:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
-        step-name mode (``metrics.run_counts``); ``resends``: invocations the hop sent on another connection
-        because the kept one was already closed (``TritonHopResends``; nothing of them had reached Triton)."""
+        step-name mode (``metrics.run_counts``)."""
         return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
 
     def ready_line(self) -> dict[str, Any]:

@@ -132,8 +132,7 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"endpoint (--step-names {counts['step_names']}): {_n(counts['restarts'])} tritonserver restarts, "
                      f"{_n(counts['collisions'])} step name collisions, {_n(counts['lookup_misses'])} 'unknown model' "
                      f"answers (Triton's lookup race), {_n(counts['lookup_retries'])} retried, "
-                     f"{_n(counts['not_ready'])} ModelNotReadyException, {_n(counts['timeouts'])} timeouts, "
-                     f"{_n(counts.get('resends'))} resent on a new connection to Triton")
+                     f"{_n(counts['not_ready'])} ModelNotReadyException, {_n(counts['timeouts'])} timeouts")
     lines.append(f"{summary['requests']} requests, {summary['failures']} failed, "
                  f"{summary['throughput_rps']:.1f} successful req/s overall")
     return "\n".join(lines)

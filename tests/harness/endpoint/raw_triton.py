@@ -14,8 +14,7 @@ from conch.harness.endpoint.hop import TritonHop
 Respond = Callable[[bytes, bytes, int], Awaitable[tuple[bytes | None, bool]]]
 
 
-def hop_against(respond: Respond, check: Callable[[TritonHop, list[int]], Awaitable[None]],
-                resent: Callable[[], object] = lambda: None) -> None:
+def hop_against(respond: Respond, check: Callable[[TritonHop, list[int]], Awaitable[None]]) -> None:
     """Serve ``respond`` on a free port and run ``check(hop, connections)`` (connections: 1, 2, ... as opened)
     with a TritonHop calling it; the hop and the server are closed also when ``check`` fails."""
     connections: list[int] = []
@@ -42,7 +41,7 @@ def hop_against(respond: Respond, check: Callable[[TritonHop, list[int]], Awaita
     async def main() -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        hop = TritonHop(f"http://127.0.0.1:{port}", resent=resent)
+        hop = TritonHop(f"http://127.0.0.1:{port}")
         try:
             await check(hop, connections)
         finally:

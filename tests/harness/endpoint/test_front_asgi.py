@@ -102,7 +102,7 @@ def test_a_body_past_the_limit_is_read_to_its_end_and_refused_with_its_size() ->
 
 class OversizedHop(NoHop):
     async def invoke(self, target: str, body: bytes, content_type: str, timeout: float) -> None:
-        from conch.harness.endpoint.keepalive import AnswerTooLarge
+        from conch.harness.endpoint.hop import AnswerTooLarge
 
         raise AnswerTooLarge(7_000_000, True, 200, 6_291_456)
 

@@ -145,3 +145,23 @@ def test_an_answer_on_the_wire_carries_sagemakers_headers_and_no_server_header(m
     names = [line.split(":")[0] for line in head[1:]]
     assert head[0] == "http/1.1 200 ok"
     assert names == ["date", "content-type", "x-amzn-invoked-production-variant", "content-length"]
+
+
+def test_a_callers_idle_connection_is_kept_then_closed_after_the_keep_alive_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's ``timeout_keep_alive``: a connection serves call after call, and is closed by the front once it
+    has been idle that long after an answer."""
+    import socket
+    import time
+
+    from conch.harness.endpoint import local
+
+    monkeypatch.setattr(local, "KEEP_ALIVE_S", 1)
+    with LocalMME(tmp_path) as mme, socket.create_connection(("127.0.0.1", mme.port), timeout=10) as caller:
+        for _ in range(2):
+            caller.sendall(b"GET /ping HTTP/1.1\r\nHost: local\r\n\r\n")
+            assert caller.recv(4096).startswith(b"HTTP/1.1 200 OK")
+            time.sleep(0.3)  # idle, but less than the timeout: the connection stays open
+        start = time.monotonic()
+        assert caller.recv(4096) == b""  # closed by the front
+        assert 0.4 <= time.monotonic() - start < 5

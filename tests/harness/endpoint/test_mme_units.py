@@ -112,9 +112,9 @@ def test_max_restarts_below_zero_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_per_call_metrics_are_exposed_as_prometheus_clients_own_counter_and_histogram_would_be() -> None:
-    """ModelCacheHit, Invocations and ModelLatency are plain counts read at scrape time: the same names, HELP, TYPE,
-    labels, buckets, values and ``_created`` samples, in the same place, as prometheus_client's Counter and Histogram
-    given the same calls (only the creation times differ)."""
+    """ModelCacheHit, Invocations and ModelLatency: the same names, HELP, TYPE, labels (every one from the start),
+    buckets, values and ``_created`` samples, in the same place, as prometheus_client's Counter and Histogram given
+    the same calls (only the creation times differ); /metrics.json reads the same values back."""
     metrics = Metrics()
     registry = CollectorRegistry(auto_describe=True)
     latency = Histogram("ModelLatency", TIMES["ModelLatency"], registry=registry, buckets=BUCKETS)
@@ -148,3 +148,20 @@ def test_the_per_call_metrics_are_exposed_as_prometheus_clients_own_counter_and_
     assert snapshot["ModelLatency"]["count"] == 7 and snapshot["ModelLatency"]["sum_s"] == pytest.approx(507.3035)
     assert snapshot["ModelCacheHit"] == {"hits": 5, "misses": 1, "rate": 5 / 6}
     assert snapshot["Invocations"] == {"2XX": 4, "4XX": 0, "5XX": 2}
+
+
+def test_every_count_a_run_reports_is_exposed_and_read_back_the_same() -> None:
+    """Each count of ``COUNTS`` is a Prometheus counter at /metrics and the same number in /metrics.json."""
+    from conch.harness.endpoint.metrics import COUNTS
+
+    metrics = Metrics()
+    for step, name in enumerate(COUNTS.values()):
+        counter = {"TritonRestarts": metrics.restarts, "TritonLookupRetries": metrics.lookup_retries,
+                   "TritonLookupMisses": metrics.lookup_misses, "StepNameCollisions": metrics.collisions,
+                   "ModelNotReady": metrics.not_ready, "InvocationTimeouts": metrics.timeouts}[name]
+        counter.inc(step)
+    text = metrics.prometheus().decode()
+    snapshot = metrics.snapshot()
+    for step, name in enumerate(COUNTS.values()):
+        assert f"# TYPE {name}_total counter" in text and f"\n{name}_total {float(step)}\n" in text
+        assert snapshot[name] == step
