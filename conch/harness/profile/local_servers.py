@@ -51,6 +51,21 @@ def _check_local(archive: Path, manifest: Manifest) -> None:
                          "server lacks; profile a `conch build --target local` build")
 
 
+def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, load_timeout: float,
+                progress: Callable[[str], None]) -> tuple[str, Manifest]:
+    """Stage ``archive`` on ``triton``, check it, and load it as SageMaker does: (its TargetModel, its manifest)."""
+    name = target_name(archive)
+    folder = stage(archive, triton)
+    manifest = staged_manifest(archive, folder)
+    _check_local(archive, manifest)
+    progress(f"loading {name} on the local tritonserver")
+    try:
+        client.load(name, folder, load_timeout)
+    except ServeError as exc:
+        raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+    return name, manifest
+
+
 def profile_archives(archives: Sequence[Path], load_for: LoadFor, *, mode: str = "triton",
                      load_timeout: float = DEFAULT_LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
                      on_error: Callable[[Path, ConchError], None] | None = None) -> list[Profile]:
@@ -84,16 +99,8 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
-            name = target_name(archive)
             try:
-                folder = stage(archive, triton)
-                manifest = staged_manifest(archive, folder)
-                _check_local(archive, manifest)
-                progress(f"loading {name} on the local tritonserver")
-                try:
-                    client.load(name, folder, load_timeout)
-                except ServeError as exc:
-                    raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+                name, manifest = load_staged(archive, triton, client, load_timeout, progress)
                 load = load_for(manifest)
                 progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                 yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
