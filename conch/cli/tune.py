@@ -126,8 +126,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from conch.harness.tune.servers import local_server, remote_server
     from conch.scratch import scratch_temp
 
+    from conch.harness.tune.trial import latency_target
+
     if not args.paths:
         raise BenchError("give the ensembles or archives to tune (.py files, folders, .tar.gz)")
+    latency_target(args.p99_ms)
     levels = Levels(args.max_instances, args.delays_us, tuple(tuple(s) for s in args.preferred_sizes or [()]),
                     args.threads or (), args.cpu_budget)
     options = {"p99_ms": args.p99_ms, "max_concurrency": args.max_concurrency,

@@ -125,12 +125,15 @@ def _parameters(call: ast.Call, raw: bytes, starts: list[int], step: StepSpace, 
         kept = {k: v for k, v in wanted.items() if v is not None}
         return None if not kept else "{" + ", ".join(f'"{k}": "{v}"' for k, v in kept.items()) + "}"
     if isinstance(old, ast.Dict) and all(isinstance(k, ast.Constant) for k in old.keys):
-        entries = []
-        for k, v in zip(old.keys, old.values, strict=True):
+        entries, present = [], set()
+        for k, v in zip(old.keys, old.values, strict=True):  # in the declared order, values replaced in place
             assert isinstance(k, ast.Constant)
+            present.add(k.value)
             if k.value not in wanted:
                 entries.append(f"{_segment(raw, starts, k)}: {_segment(raw, starts, v)}")
-        entries += [f'"{k}": "{v}"' for k, v in wanted.items() if v is not None]
+            elif wanted[k.value] is not None:
+                entries.append(f'{_segment(raw, starts, k)}: "{wanted[k.value]}"')
+        entries += [f'"{k}": "{v}"' for k, v in wanted.items() if v is not None and k not in present]
         return "{" + ", ".join(entries) + "}"
     extra = ", ".join(f'"{k}": "{v}"' for k, v in wanted.items() if v is not None)
     return "{**" + _segment(raw, starts, old) + (", " + extra if extra else "") + "}"

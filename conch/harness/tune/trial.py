@@ -80,6 +80,13 @@ class Trial:
                 "settings": self.settings.to_json()}
 
 
+def latency_target(p99_ms: float) -> float:
+    """The p99 target, refused unless it is a number of milliseconds above 0."""
+    if not p99_ms > 0:
+        raise BenchError(f"--p99-ms {p99_ms:g}: give the latency target in milliseconds, above 0")
+    return p99_ms
+
+
 def load_route(model: str) -> str:
     """``/v2/repository/models/<model>/load``: Triton's model repository extension (explicit model control)."""
     return "/v2/repository" + model_path(model, "load").removeprefix("/v2")
@@ -92,8 +99,7 @@ class TrialServer:
     def __init__(self, stats: StatsEndpoint, workloads: Sequence[Workload], steps: Sequence[StepSpace],
                  server: str, *, p99_ms: float, max_concurrency: int = 16, seconds_per_level: float = 2.0,
                  load_timeout: float = LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None) -> None:
-        if p99_ms <= 0:
-            raise BenchError(f"--p99-ms {p99_ms:g}: give the latency target in milliseconds, above 0")
+        latency_target(p99_ms)
         self.stats, self.workloads, self.steps, self.server = stats, tuple(workloads), tuple(steps), server
         self.p99_ms, self.max_concurrency, self.seconds_per_level = p99_ms, max_concurrency, seconds_per_level
         self.load_timeout = load_timeout
