@@ -124,9 +124,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from conch.harness.tune import Knobs, Levels, Settings, guided
     from conch.harness.tune.report import rounds_png, table, to_json
     from conch.harness.tune.servers import local_server, remote_server
-    from conch.scratch import scratch_temp
-
     from conch.harness.tune.trial import latency_target
+    from conch.scratch import scratch_temp
 
     if not args.paths:
         raise BenchError("give the ensembles or archives to tune (.py files, folders, .tar.gz)")

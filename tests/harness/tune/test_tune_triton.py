@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.builder.repository_build import build_ensemble
 from conch.builder.discover import discover
+from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.tune import Knobs, Levels, Settings, guided
 from conch.harness.tune.servers import local_server
