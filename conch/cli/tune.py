@@ -150,6 +150,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                    load_timeout=args.load_timeout, progress=bar.note, **options)
             server = context.__enter__()
         try:
+            server.only(args.step or [])
             start = Settings({(s.ensemble, s.model): Knobs() for s in server.steps}) if args.from_defaults \
                 else server.declared
             outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, progress=bar.line)
@@ -194,6 +195,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "bench --json` file (its requests per TargetModel); default: even")
     p.add_argument("--from-defaults", action="store_true", help="start from one instance per step, no dynamic "
                    "batching and the backends' default threads, not from the declaration's settings")
+    p.add_argument("--step", action="append", help="tune only this step (its declared name, or TargetModel/step; "
+                   "repeatable); the others keep their settings")
     p.add_argument("--max-instances", type=int, default=0, help="most instances per step (default: the cores, at "
                    "least 2)")
     p.add_argument("--delays-us", type=_ints, default=(0, 2000), help="max queue delays dynamic batching may use "

@@ -16,7 +16,7 @@ from conch.harness.profile.profile_report import Profile, StepProfile
 from conch.harness.tune.space import Knobs, Levels, Settings, StepSpace, grid
 from conch.harness.tune.trial import Trial, TrialServer
 
-NOISE_FLOOR = 0.05  # a change must beat the current settings by at least this share, however quiet the run
+NOISE_FLOOR = 0.05  # a change must beat every measurement of the current settings by this share
 QUEUE_SHARE = 0.3  # a step waiting this share of its time for an instance is short of instances
 
 
@@ -37,16 +37,20 @@ class Round:
     trial: Trial  # the candidate measured
     baseline: float  # the current settings' throughput it was compared with
     again: Trial | None  # the current settings measured again (only when the candidate looked better)
-    noise: float  # the run's noise as the A/B judged it
+    noise: float  # the run's noise so far: the median spread of repeated measurements of the same settings
     kept: bool
 
     def verdict(self) -> str:
+        floor = f"{NOISE_FLOOR:.0%}"
         if self.kept:
-            return f"kept: {self.trial.throughput:.1f}/s beats {self.baseline:.1f}/s by more than {self.noise:.0%}"
+            assert self.again is not None
+            return (f"kept: {self.trial.throughput:.1f}/s beats the current settings' {self.baseline:.1f}/s and, "
+                    f"measured again, {self.again.throughput:.1f}/s, by more than {floor} (the run's noise so far "
+                    f"{self.noise:.0%})")
         if self.again is not None:
             return (f"dropped: {self.trial.throughput:.1f}/s, but the current settings measured again gave "
-                    f"{self.again.throughput:.1f}/s (noise {self.noise:.0%})")
-        return f"dropped: {self.trial.throughput:.1f}/s is not above {self.baseline:.1f}/s by {self.noise:.0%}"
+                    f"{self.again.throughput:.1f}/s (the run's noise so far {self.noise:.0%})")
+        return f"dropped: {self.trial.throughput:.1f}/s is not above {self.baseline:.1f}/s by {floor}"
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.number, "ensemble": self.move.step.ensemble, "step": self.move.step.step,
@@ -174,7 +178,7 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         if max_trials is not None and len(server.trials) >= max_trials:
             stopped = f"the budget of {max_trials} trials was spent"
             break
-        move = next((m for m in moves(current, current_trial.profiles, server.steps, levels)
+        move = next((m for m in moves(current, current_trial.profiles, server.tuned, levels)
                      if m.settings not in tried and m.settings.cpu_slots() <= levels.budget()), None)
         if move is None:
             break
@@ -182,11 +186,12 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         say(f"round {len(rounds) + 1}: {move.step.ensemble}/{move.step.step}: {move.change} ({move.why})")
         trial = server.measure(move.settings)
         baseline, again, kept = current_trial.throughput, None, False
-        if trial.throughput > baseline * (1 + noise):
+        if trial.throughput > baseline * (1 + NOISE_FLOOR):
             again = server.measure(current)  # the A/B: the current settings once more, in the same run
             spreads.append(abs(again.throughput - baseline) / max(again.throughput, baseline, 1e-9))
-            noise = max(NOISE_FLOOR, statistics.median(spreads))  # the run's noise: one outlier does not freeze it
-            kept = trial.throughput > max(again.throughput, baseline) * (1 + noise)
+            noise = max(NOISE_FLOOR, statistics.median(spreads))
+            # beyond the run's noise: above both measurements of the current settings, by the floor at least
+            kept = trial.throughput > max(again.throughput, baseline) * (1 + NOISE_FLOOR)
             if not kept and again.profiles:
                 current_trial = again
         done = Round(len(rounds) + 1, move, trial, baseline, again, noise, kept)
@@ -198,12 +203,12 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
                    stopped)
 
 
-def exhaustive(server: TrialServer, steps: Sequence[StepSpace], levels: Levels,
+def exhaustive(server: TrialServer, start: Settings, levels: Levels,
                progress: Callable[[str], None] | None = None) -> list[Trial]:
-    """Every setting of the grid, measured once each."""
+    """Every setting of the grid over the tuned steps (the others at ``start``'s knobs), measured once each."""
     say = progress or (lambda _: None)
     found = []
-    for settings in grid(steps, levels):
+    for settings in grid(server.tuned, levels, start):
         trial = server.measure(settings)
         say(f"grid trial {trial.number}: {_figure(trial)}")
         found.append(trial)

@@ -207,15 +207,16 @@ def step_choices(step: StepSpace, levels: Levels) -> list[Knobs]:
     return [Knobs(i, b, d, p, t) for i in levels.instances() for (b, d, p) in batching for t in threads]
 
 
-def grid(steps: Sequence[StepSpace], levels: Levels) -> Iterator[Settings]:
-    """The exhaustive grid over the same space the guided search walks, inside the CPU budget; the last step
-    changes fastest, so consecutive trials reload few steps."""
+def grid(steps: Sequence[StepSpace], levels: Levels, fixed: Settings | None = None) -> Iterator[Settings]:
+    """The exhaustive grid over the same space the guided search walks, inside the CPU budget; the steps not
+    tuned keep ``fixed``'s knobs. The last step changes fastest, so consecutive trials reload few steps."""
     budget = levels.budget()
     for combo in itertools.product(*(step_choices(s, levels) for s in steps)):
-        settings = Settings({(s.ensemble, s.model): k for s, k in zip(steps, combo, strict=True)})
+        settings = Settings({**(fixed.knobs if fixed else {}),
+                             **{(s.ensemble, s.model): k for s, k in zip(steps, combo, strict=True)}})
         if settings.cpu_slots() <= budget:
             yield settings
 
 
-def grid_size(steps: Sequence[StepSpace], levels: Levels) -> int:
-    return sum(1 for _ in grid(steps, levels))
+def grid_size(steps: Sequence[StepSpace], levels: Levels, fixed: Settings | None = None) -> int:
+    return sum(1 for _ in grid(steps, levels, fixed))

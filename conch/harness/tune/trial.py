@@ -108,7 +108,20 @@ class TrialServer:
         self.declared = Settings({key: knobs_of(self.base[key], s) for s in self.steps
                                   for key in [(s.ensemble, s.model)]})
         self.loaded: Settings | None = self.declared
+        self.tuned = self.steps  # the steps the search may change (`--step`); the others keep the start's knobs
         self.trials: list[Trial] = []
+
+    def only(self, names: Sequence[str]) -> None:
+        """Tune only these steps (``step`` or ``TargetModel/step``); BenchError naming one that is not here."""
+        def matches(step: StepSpace, name: str) -> bool:
+            return name in (step.step, f"{step.ensemble}/{step.step}", f"{step.ensemble.removesuffix('.tar.gz')}/"
+                            f"{step.step}")
+
+        for name in names:
+            if not any(matches(s, name) for s in self.steps):
+                known = ", ".join(f"{s.ensemble.removesuffix('.tar.gz')}/{s.step}" for s in self.steps)
+                raise BenchError(f"--step {name!r} is not a step of what is tuned here; the steps are {known}")
+        self.tuned = tuple(s for s in self.steps if any(matches(s, n) for n in names)) if names else self.steps
 
     def apply(self, settings: Settings) -> None:
         """Reload each step whose knobs differ from what is loaded, with its config changed accordingly."""
