@@ -13,6 +13,11 @@ import pytest
 from conch.builder.discover import discover
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
+from conch.errors import BenchError
+from conch.harness.local_replay import stage
+from conch.harness.mme import MultiModelClient
+from conch.harness.profile.server_statistics import StatsEndpoint
+from conch.harness.server import LocalTriton
 from conch.harness.tune import Knobs, Levels, Settings, guided
 from conch.harness.tune.servers import local_server
 
@@ -114,3 +119,43 @@ def test_refusals_before_any_server_starts(tmp_path: Path, capfd: pytest.Capture
     with pytest.raises(SystemExit):
         main(["tune", str(tmp_path), "--threads", ","])
     assert "',': give one or more whole numbers of 0 or more" in capfd.readouterr().err
+
+
+def test_through_the_local_mme_and_on_a_triton_by_url(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "via_front.py"
+    source.write_text(ENSEMBLE.format(name="via_front"))
+    (ensemble,) = discover([source])
+    archive = build_ensemble(ensemble, tmp_path / "dist", "local")
+    with local_server([archive], mode="mme", p99_ms=3000, max_concurrency=2, seconds_per_level=0.5) as server:
+        assert server.server.startswith("the local MME (http://127.0.0.1:")
+        outcome = guided(server, server.declared, Levels(max_instances=2, delays_us=(0,)), budget_s=60, max_trials=2)
+    assert outcome.start.throughput > 0 and outcome.start.profiles[0].ensemble == "via_front.tar.gz"
+    # a Triton of the user's: the ensemble under its own name, steps reloaded through its repository API
+    with LocalTriton() as triton:
+        MultiModelClient(triton.sagemaker_url, triton.http_url).load("via_front", stage(archive, triton), 120)
+        code = main(["tune", str(archive), "--url", triton.http_url, "--step", "slow", "--budget-minutes", "0.3",
+                     *QUICK, "--out", str(tmp_path / "out"), "--json"])
+    assert code == 0
+    doc = json.loads(capfd.readouterr().out)
+    assert doc["server"] == triton.http_url and doc["patch"] == {"files": [], "notes": []}
+    assert {r["step"] for r in doc["rounds"]} <= {"slow"}  # --step: only the slow step is changed
+
+
+def test_a_step_not_given_and_a_server_that_cannot_reload(tmp_path: Path) -> None:
+    source = tmp_path / "no_reload.py"
+    source.write_text(ENSEMBLE.format(name="no_reload"))
+    (ensemble,) = discover([source])
+    archive = build_ensemble(ensemble, tmp_path / "dist", "local")
+    with local_server([archive], p99_ms=3000, max_concurrency=2, seconds_per_level=0.5) as server:
+        with pytest.raises(BenchError, match=r"--step 'encoder' is not a step of what is tuned here; the steps are "
+                                             r"no_reload/slow, no_reload/fast"):
+            server.only(["encoder"])
+        key = (server.steps[0].ensemble, server.steps[0].model)
+        server.base[key] = {**server.base[key], "instance_group": [{"kind": "KIND_NOWHERE"}]}  # no such kind
+        with pytest.raises(BenchError, match=r"the local tritonserver refused to load step 'slow' of no_reload.tar.gz "
+                                             r"with 2 instances, no batching \(\[500\] failed to load 'no_reload__slow'.*see the server's log"):
+            server.apply(server.declared.with_step(server.steps[0], Knobs(instances=2)))
+        server.stats = StatsEndpoint("http://127.0.0.1:9")  # nothing listens: the reload gets no answer
+        bad = server.declared.with_step(server.steps[0], Knobs(instances=2))
+        with pytest.raises(BenchError, match="did not answer the reload of step 'slow'"):
+            server.apply(bad)
