@@ -139,8 +139,8 @@ class TrialServer:
             if answer.status_code != 200:
                 why = error_text(answer.content, answer.reason or "")
                 raise BenchError(f"{self.server} refused to load step {step.step!r} of {step.ensemble} with "
-                                 f"{knobs.text()} ([{answer.status_code}] {why}); see the server's log. The tune reloads steps "
-                                 "through Triton's model repository API, which a Triton started without "
+                                 f"{knobs.text()} ([{answer.status_code}] {why}); see the server's log. The tune "
+                                 "reloads steps through Triton's model repository API, which a Triton started without "
                                  "--model-control-mode=explicit refuses")
         self.loaded = settings
 

@@ -153,7 +153,8 @@ def test_a_step_not_given_and_a_server_that_cannot_reload(tmp_path: Path) -> Non
         key = (server.steps[0].ensemble, server.steps[0].model)
         server.base[key] = {**server.base[key], "instance_group": [{"kind": "KIND_NOWHERE"}]}  # no such kind
         with pytest.raises(BenchError, match=r"the local tritonserver refused to load step 'slow' of no_reload.tar.gz "
-                                             r"with 2 instances, no batching \(\[500\] failed to load 'no_reload__slow'.*see the server's log"):
+                                             r"with 2 instances, no batching \(\[500\] failed to load 'no_reload__slow'"
+                                             r".*see the server's log"):
             server.apply(server.declared.with_step(server.steps[0], Knobs(instances=2)))
         server.stats = StatsEndpoint("http://127.0.0.1:9")  # nothing listens: the reload gets no answer
         bad = server.declared.with_step(server.steps[0], Knobs(instances=2))
