@@ -81,7 +81,7 @@ def main() -> int:
             began = time.monotonic()
             trials = exhaustive(server, start, levels, progress=print)
             grid_s = time.monotonic() - began
-            best = max(trials, key=lambda t: t.throughput)
+            best = max(trials, key=lambda t: (t.throughput, -t.first_p99_ms))
             again = alternate({"grid": lambda: server.measure(best.settings).throughput,
                                "tune": lambda: server.measure(outcome.chosen).throughput}, args.rounds)
     g, t = median(again["grid"]), median(again["tune"])

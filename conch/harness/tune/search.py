@@ -35,7 +35,7 @@ class Round:
     number: int
     move: Move
     trial: Trial  # the candidate measured
-    baseline: float  # the current settings' throughput it was compared with
+    base: Trial  # the current settings' trial it was compared with
     again: Trial | None  # the current settings measured again (only when the candidate looked better)
     noise: float  # the run's noise so far: the median spread of repeated measurements of the same settings
     kept: bool
@@ -44,18 +44,17 @@ class Round:
         floor = f"{NOISE_FLOOR:.0%}"
         if self.kept:
             assert self.again is not None
-            return (f"kept: {self.trial.throughput:.1f}/s beats the current settings' {self.baseline:.1f}/s and, "
-                    f"measured again, {self.again.throughput:.1f}/s, by more than {floor} (the run's noise so far "
-                    f"{self.noise:.0%})")
+            return (f"kept: {self.trial.figure()} beats the current settings' {self.base.figure()} and, measured "
+                    f"again, {self.again.figure()}, by more than {floor} (the run's noise so far {self.noise:.0%})")
         if self.again is not None:
-            return (f"dropped: {self.trial.throughput:.1f}/s, but the current settings measured again gave "
-                    f"{self.again.throughput:.1f}/s (the run's noise so far {self.noise:.0%})")
-        return f"dropped: {self.trial.throughput:.1f}/s is not above {self.baseline:.1f}/s by {floor}"
+            return (f"dropped: {self.trial.figure()}, but the current settings measured again gave "
+                    f"{self.again.figure()} (the run's noise so far {self.noise:.0%})")
+        return f"dropped: {self.trial.figure()} does not beat {self.base.figure()} by {floor}"
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.number, "ensemble": self.move.step.ensemble, "step": self.move.step.step,
                 "change": self.move.change, "why": self.move.why, "kept": self.kept,
-                "throughput_per_s": round(self.trial.throughput, 2), "baseline_per_s": round(self.baseline, 2),
+                "throughput_per_s": round(self.trial.throughput, 2), "baseline_per_s": round(self.base.throughput, 2),
                 "again_per_s": None if self.again is None else round(self.again.throughput, 2),
                 "noise": round(self.noise, 4), "verdict": self.verdict(), "trial": self.trial.number,
                 "p50_ms": None if self.trial.best is None else round(self.trial.best.p50_ms, 2),
@@ -185,16 +184,17 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         tried.add(move.settings)
         say(f"round {len(rounds) + 1}: {move.step.ensemble}/{move.step.step}: {move.change} ({move.why})")
         trial = server.measure(move.settings)
-        baseline, again, kept = current_trial.throughput, None, False
-        if trial.throughput > baseline * (1 + NOISE_FLOOR):
+        base, again, kept = current_trial, None, False
+        if trial.beats(base, NOISE_FLOOR):
             again = server.measure(current)  # the A/B: the current settings once more, in the same run
-            spreads.append(abs(again.throughput - baseline) / max(again.throughput, baseline, 1e-9))
+            a, b = again.throughput or -again.first_p99_ms, base.throughput or -base.first_p99_ms
+            spreads.append(abs(a - b) / max(abs(a), abs(b), 1e-9))
             noise = max(NOISE_FLOOR, statistics.median(spreads))
-            # beyond the run's noise: above both measurements of the current settings, by the floor at least
-            kept = trial.throughput > max(again.throughput, baseline) * (1 + NOISE_FLOOR)
+            # beyond the run's noise: better than both measurements of the current settings, by the floor at least
+            kept = trial.beats(base, NOISE_FLOOR) and trial.beats(again, NOISE_FLOOR)
             if not kept and again.profiles:
                 current_trial = again
-        done = Round(len(rounds) + 1, move, trial, baseline, again, noise, kept)
+        done = Round(len(rounds) + 1, move, trial, base, again, noise, kept)
         rounds.append(done)
         say(f"  {_figure(trial)}; {done.verdict()}")
         if kept:

@@ -74,6 +74,26 @@ class Trial:
     def throughput(self) -> float:
         return self.best.throughput if self.best is not None else 0.0
 
+    @property
+    def first_p99_ms(self) -> float:
+        """p99 at the lowest concurrency: what orders settings none of which meets the target."""
+        return self.levels[0].p99_ms if self.levels else float("inf")
+
+    def beats(self, other: Trial, margin: float) -> bool:
+        """Better than ``other`` by more than ``margin``: more throughput under the target; when neither has
+        any, a p99 at the lowest concurrency lower by the margin (towards the target)."""
+        if self.best is not None and other.best is not None:
+            return self.throughput > other.throughput * (1 + margin)
+        if self.best is not None or other.best is not None:
+            return self.best is not None
+        return self.first_p99_ms < other.first_p99_ms * (1 - margin)
+
+    def figure(self) -> str:
+        """The trial's figure in words: its throughput, or its p99 when no level met the target."""
+        if self.best is not None:
+            return f"{self.throughput:.1f}/s"
+        return f"none under the target (p99 {self.first_p99_ms:.0f} ms at concurrency 1)"
+
     def to_json(self) -> dict[str, Any]:
         return {"trial": self.number, "throughput_per_s": round(self.throughput, 2),
                 "best": None if self.best is None else self.best.to_json(),

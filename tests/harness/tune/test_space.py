@@ -12,7 +12,7 @@ from conch.harness.profile.dag import dag_of
 from conch.harness.profile.profile_report import RunInfo, assemble
 from conch.harness.tune.search import moves
 from conch.harness.tune.space import Knobs, Levels, Settings, StepSpace, apply_knobs, grid, grid_size, knobs_of
-from conch.harness.tune.trial import load_route, weights_of
+from conch.harness.tune.trial import Level, Trial, load_route, weights_of
 
 ONNX = StepSpace("e.tar.gz", "e__encoder", "encoder", "onnx", 8)
 PY = StepSpace("e.tar.gz", "e__pool", "pool", "python", 8)
@@ -107,3 +107,17 @@ def test_moves_start_at_the_step_that_waits_and_follow_its_figures() -> None:
     on = start.with_step(ONNX, Knobs(batching=True))
     changes = [m.change for m in moves(on, [profile], [ONNX, PY], Levels(max_instances=2, delays_us=(0, 500)))]
     assert "max queue delay 0 -> 500 us" in changes and "dynamic batching off" in changes
+
+
+def test_a_trial_beats_another_by_throughput_under_the_target_else_by_p99() -> None:
+    def trial(throughput: float, p99: float, under: bool) -> Trial:
+        level = Level(1, throughput, p99 / 2, p99, 20, 0)
+        return Trial(1, Settings(), (level,), level if under else None, (), 1.0)
+
+    assert trial(106, 50, True).beats(trial(100, 50, True), 0.05)
+    assert not trial(104, 50, True).beats(trial(100, 50, True), 0.05)
+    assert trial(1, 50, True).beats(trial(100, 900, False), 0.05)  # under the target beats over it
+    assert not trial(100, 900, False).beats(trial(1, 50, True), 0.05)
+    assert trial(50, 900, False).beats(trial(50, 1000, False), 0.05)  # neither: towards the target
+    assert trial(50, 900, False).figure() == "none under the target (p99 900 ms at concurrency 1)"
+    assert trial(12.34, 50, True).figure() == "12.3/s"
