@@ -153,7 +153,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             server.only(args.step or [])
             start = Settings({(s.ensemble, s.model): Knobs() for s in server.steps}) if args.from_defaults \
                 else server.declared
-            outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, progress=bar.line)
+            outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, patience=args.patience,
+                             progress=bar.line)
         finally:
             if context is not None:
                 context.__exit__(None, None, None)
@@ -195,6 +196,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "bench --json` file (its requests per TargetModel); default: even")
     p.add_argument("--from-defaults", action="store_true", help="start from one instance per step, no dynamic "
                    "batching and the backends' default threads, not from the declaration's settings")
+    p.add_argument("--patience", type=int, default=3, help="stop after this many changes in a row that did not "
+                   "help (default 3; 0: try every change the figures point to)")
     p.add_argument("--step", action="append", help="tune only this step (its declared name, or TargetModel/step; "
                    "repeatable); the others keep their settings")
     p.add_argument("--max-instances", type=int, default=0, help="most instances per step (default: the cores, at "

@@ -17,6 +17,7 @@ from conch.harness.tune.space import Knobs, Levels, Settings, StepSpace, grid
 from conch.harness.tune.trial import Trial, TrialServer
 
 NOISE_FLOOR = 0.05  # a change must beat every measurement of the current settings by this share
+PATIENCE = 3  # changes in a row that did not help before the search stops
 QUEUE_SHARE = 0.3  # a step waiting this share of its time for an instance is short of instances
 
 
@@ -159,8 +160,10 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
 
 
 def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: float,
-           max_trials: int | None = None, progress: Callable[[str], None] | None = None) -> Outcome:
-    """Search from ``start`` until the budget (seconds, or trials) is spent or no move the figures point to helps."""
+           max_trials: int | None = None, patience: int = PATIENCE,
+           progress: Callable[[str], None] | None = None) -> Outcome:
+    """Search from ``start`` until the budget (seconds, or trials) is spent, ``patience`` changes in a row did not
+    help, or no change the figures point to is left."""
     say = progress or (lambda _: None)
     began = time.monotonic()
     first = server.measure(start)
@@ -176,6 +179,9 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
             break
         if max_trials is not None and len(server.trials) >= max_trials:
             stopped = f"the budget of {max_trials} trials was spent"
+            break
+        if patience and len(rounds) >= patience and not any(r.kept for r in rounds[-patience:]):
+            stopped = f"{patience} changes in a row did not help"
             break
         move = next((m for m in moves(current, current_trial.profiles, server.tuned, levels)
                      if m.settings not in tried and m.settings.cpu_slots() <= levels.budget()), None)
