@@ -43,7 +43,7 @@ def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
     return trace_file, metrics_url
 
 
-def _check_local(archive: Path, manifest: Manifest) -> None:
+def check_local(archive: Path, manifest: Manifest) -> None:
     lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
     if lacking:
         names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
@@ -57,7 +57,7 @@ def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, lo
     name = target_name(archive)
     folder = stage(archive, triton)
     manifest = staged_manifest(archive, folder)
-    _check_local(archive, manifest)
+    check_local(archive, manifest)
     progress(f"loading {name} on the local tritonserver")
     try:
         client.load(name, folder, load_timeout)
@@ -148,7 +148,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                     with scratch_temp("conch-profile-") as unpacked:
                         safe_extract(archive, Path(unpacked))
                         manifest = read_manifest(Path(unpacked))
-                    _check_local(archive, manifest)
+                    check_local(archive, manifest)
                     progress(f"loading {name} on the local MME at {mme.url}")
                     mme.load(name)
                     load = load_for(manifest)

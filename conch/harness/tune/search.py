@@ -224,6 +224,6 @@ def exhaustive(server: TrialServer, start: Settings, levels: Levels,
 def _figure(trial: Trial) -> str:
     best = trial.best
     if best is None:
-        return "no level kept p99 under the target"
+        return trial.figure()
     return (f"{best.throughput:.1f}/s at concurrency {best.concurrency} (p50 {best.p50_ms:.0f} ms, "
             f"p99 {best.p99_ms:.0f} ms)")

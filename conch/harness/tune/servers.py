@@ -11,10 +11,10 @@ from pathlib import Path
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import Manifest, read_manifest
 from conch.errors import BenchError, ConchError
-from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, LOCAL_BACKENDS, target_name
+from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body, Target
-from conch.harness.profile.local_servers import gather, load_staged, sample_bodies
+from conch.harness.profile.local_servers import check_local, gather, load_staged, sample_bodies
 from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
 from conch.harness.tune.space import StepSpace
@@ -29,15 +29,6 @@ def steps_of(name: str, manifest: Manifest) -> list[StepSpace]:
     return [StepSpace(name, s.model_name, str(s.described.get("name", s.model_name)),
                       str(s.described.get("kind", s.served_as)), int(s.described.get("max_batch_size", 0) or 0))
             for s in manifest.steps]
-
-
-def _check_local(archive: Path, manifest: Manifest) -> None:
-    lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
-    if lacking:
-        names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
-        raise BenchError(f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
-                         "server lacks; tune a `conch build --target local` build, or give --url of a Triton that "
-                         "has them")
 
 
 def _workloads(named: Sequence[tuple[str, Manifest, Target]], mix: Mapping[str, float] | str | None,
@@ -98,7 +89,7 @@ def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], 
                 with scratch_temp("conch-tune-") as unpacked:
                     safe_extract(archive, Path(unpacked))
                     manifest = read_manifest(Path(unpacked))
-                _check_local(archive, manifest)
+                check_local(archive, manifest)
                 say(f"loading {name} on the local MME at {mme.url}")
                 mme.load(name)
                 named.append((name, manifest, Target.front(mme.url, mme.endpoint_name, name)))

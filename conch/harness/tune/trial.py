@@ -52,11 +52,12 @@ class Level:
     p99_ms: float
     requests: int
     errors: int
+    first_error: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "throughput_per_s": round(self.throughput, 2),
                 "p50_ms": round(self.p50_ms, 2), "p99_ms": round(self.p99_ms, 2), "requests": self.requests,
-                "errors": self.errors}
+                "errors": self.errors, "first_error": self.first_error}
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class Trial:
         """The trial's figure in words: its throughput, or its p99 when no level met the target."""
         if self.best is not None:
             return f"{self.throughput:.1f}/s"
+        failed = next((lv for lv in self.levels if lv.errors), None)
+        if failed is not None:
+            return f"none under the target ({failed.errors} requests failed, e.g. {failed.first_error[:160]})"
         return f"none under the target (p99 {self.first_p99_ms:.0f} ms at concurrency 1)"
 
     def to_json(self) -> dict[str, Any]:
@@ -193,11 +197,11 @@ class TrialServer:
         results = [*earlier, *(r for r in found if r is not None)]
         millis = np.array([m for r in results for m in r.millis])
         errors = sum(len(r.errors) for r in results)
-        if not millis.size:
-            first = next((r.errors[0] for r in results if r.errors), "no answer")
-            raise BenchError(f"every request failed on {self.server} at concurrency {concurrency}, e.g. {first}")
+        first = next((r.errors[0] for r in results if r.errors), "")
+        if not millis.size:  # every request failed: the level fails the target, the error is reported
+            return Level(concurrency, 0.0, float("inf"), float("inf"), 0, errors, first), seconds, results
         level = Level(concurrency, millis.size / seconds, float(np.percentile(millis, 50)),
-                      float(np.percentile(millis, 99)), int(millis.size), errors)
+                      float(np.percentile(millis, 99)), int(millis.size), errors, first)
         return level, seconds, results
 
     def measure(self, settings: Settings) -> Trial:

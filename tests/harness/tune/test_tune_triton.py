@@ -6,6 +6,7 @@ check and replay green. Two archives on one server share the search under a mix.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from conch.cli import main
 from conch.errors import BenchError
 from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
+from conch.harness.profile.load import Body
 from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
 from conch.harness.tune import Knobs, Levels, Settings, guided
-from conch.harness.tune.servers import local_server
+from conch.harness.tune.servers import local_server, remote_server
 
 pytestmark = pytest.mark.integration
 
@@ -156,7 +158,32 @@ def test_a_step_not_given_and_a_server_that_cannot_reload(tmp_path: Path) -> Non
                                              r"with 2 instances, no batching \(\[500\] failed to load 'no_reload__slow'"
                                              r".*see the server's log"):
             server.apply(server.declared.with_step(server.steps[0], Knobs(instances=2)))
+        good = server.workloads
+        server.workloads = tuple(replace(w, bodies=(Body(b'{"inputs": []}'),)) for w in good)  # Triton refuses it
+        with pytest.raises(BenchError, match=r"no_reload.tar.gz on the local tritonserver: the warm-up request "
+                                             r"failed: HTTP 400"):
+            server.measure(server.declared)
+        server.workloads = good
         server.stats = StatsEndpoint("http://127.0.0.1:9")  # nothing listens: the reload gets no answer
         bad = server.declared.with_step(server.steps[0], Knobs(instances=2))
         with pytest.raises(BenchError, match="did not answer the reload of step 'slow'"):
             server.apply(bad)
+
+
+def test_refusals_of_the_servers(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(BenchError, match="mode 'lambda': choose triton or mme"), local_server([], mode="lambda"):
+        pass
+    with pytest.raises(BenchError, match=r"with --url give the archives the server has loaded, for their samples "
+                                         r"and step names"):
+        remote_server("http://127.0.0.1:9", [tmp_path / "none.tar.gz"], p99_ms=100)
+    broken = tmp_path / "broken.py"
+    broken.write_text("this is not python\n")
+    assert main(["tune", str(broken)]) == 2
+    assert "nothing to tune: no ensemble built and no archive given" in capfd.readouterr().err
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text(ENSEMBLE.format(name="quiet").rsplit("\nquiet.sample(", 1)[0] + "\n")
+    (ensemble,) = discover([quiet])
+    archive = build_ensemble(ensemble, tmp_path / "dist", "local")
+    with pytest.raises(BenchError, match=r"quiet.tar.gz has no samples to send; build it with samples "
+                                         r"\(ensemble.sample\(...\)\)"), local_server([archive], p99_ms=100):
+        pass
