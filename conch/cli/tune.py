@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,27 +138,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
     failed: list[str] = []
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with scratch_temp("conch-tune-") as tmp, progress_bar("conch tune", None) as bar:
+    with ExitStack() as stack:  # the servers started here stop when it closes, whatever happened
+        tmp = Path(stack.enter_context(scratch_temp("conch-tune-")))
+        bar = stack.enter_context(progress_bar("conch tune", None))
         if args.url:
-            archives, sources = [Path(p) for p in args.paths], dict[str, Path]()
-            context: Any = None
-            server = remote_server(args.url, archives, mix=args.mix, progress=bar.note, **options)
+            sources: dict[str, Path] = {}
+            server = remote_server(args.url, [Path(p) for p in args.paths], mix=args.mix, progress=bar.note,
+                                   **options)
         else:
-            archives, sources = _archives(args, Path(tmp), failed)
+            archives, sources = _archives(args, tmp, failed)
             if not archives:
                 raise BenchError("nothing to tune: no ensemble built and no archive given")
-            context = local_server(archives, mode="mme" if args.mme else "triton", mix=args.mix,
-                                   load_timeout=args.load_timeout, progress=bar.note, **options)
-            server = context.__enter__()
-        try:
-            server.only(args.step or [])
-            start = Settings({(s.ensemble, s.model): Knobs() for s in server.steps}) if args.from_defaults \
-                else server.declared
-            outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, patience=args.patience,
-                             progress=bar.line)
-        finally:
-            if context is not None:
-                context.__exit__(None, None, None)
+            server = stack.enter_context(local_server(archives, mode="mme" if args.mme else "triton", mix=args.mix,
+                                                      load_timeout=args.load_timeout, progress=bar.note, **options))
+        server.only(args.step or [])
+        start = Settings({(s.ensemble, s.model): Knobs() for s in server.steps}) if args.from_defaults \
+            else server.declared
+        outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, patience=args.patience,
+                         progress=bar.line)
     report = table(outcome, server.steps, args.p99_ms, server.server)
     doc = to_json(outcome, server.steps, args.p99_ms, server.server, levels)
     result(report)
