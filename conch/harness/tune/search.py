@@ -214,7 +214,9 @@ def exhaustive(server: TrialServer, start: Settings, levels: Levels,
     """Every setting of the grid over the tuned steps (the others at ``start``'s knobs), measured once each."""
     say = progress or (lambda _: None)
     found = []
-    for settings in grid(server.tuned, levels, start):
+    # the step slowest to reload changes slowest (a TensorFlow stand-in reloads in seconds, a Python step at once)
+    steps = sorted(server.tuned, key=lambda s: -server.reload_s.get((s.ensemble, s.model), 0.0))
+    for settings in grid(steps, levels, start):
         trial = server.measure(settings)
         say(f"grid trial {trial.number}: {_figure(trial)}")
         found.append(trial)

@@ -134,6 +134,7 @@ class TrialServer:
                                   for key in [(s.ensemble, s.model)]})
         self.loaded: Settings | None = self.declared
         self.tuned = self.steps  # the steps the search may change (`--step`); the others keep the start's knobs
+        self.reload_s: dict[tuple[str, str], float] = {}  # the last reload of each step took this long
         self.trials: list[Trial] = []
 
     def only(self, names: Sequence[str]) -> None:
@@ -156,6 +157,7 @@ class TrialServer:
                 continue
             config = apply_knobs(self.base[(step.ensemble, step.model)], step, knobs)
             url = f"{self.stats.http_url.rstrip('/')}{load_route(step.model)}"
+            began = time.monotonic()
             try:
                 answer = requests.post(url, json={"parameters": {"config": json.dumps(config)}},
                                        timeout=self.load_timeout)
@@ -167,6 +169,7 @@ class TrialServer:
                                  f"{knobs.text()} ([{answer.status_code}] {why}); see the server's log. The tune "
                                  "reloads steps through Triton's model repository API, which a Triton started without "
                                  "--model-control-mode=explicit refuses")
+            self.reload_s[(step.ensemble, step.model)] = time.monotonic() - began
         self.loaded = settings
 
     def _warm(self, settings: Settings) -> None:
