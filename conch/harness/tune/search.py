@@ -124,6 +124,11 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
                      f"dynamic batching on (delay {levels.delays_us[0]} us)", f"{queued}: merge what waits")
         if more is not None:
             yield to(replace(k, instances=more), f"instances {k.instances} -> {more}", f"{queued}: add an instance")
+        if more is not None and step.batches and not k.batching:  # each alone may not pay; together they may
+            yield to(replace(k, instances=more, batching=True, delay_us=levels.delays_us[0],
+                             preferred=levels.preferred[0]),
+                     f"instances {k.instances} -> {more} and dynamic batching on (delay {levels.delays_us[0]} us)",
+                     f"{queued}: more instances, each taking what waits as one batch")
     if k.batching and f.executions and f.requests_per_execution < 1.1:
         longer = _next(levels.delays_us, k.delay_us, up=True)
         batch = f"batches of {f.requests_per_execution:.2f} requests per execution"
