@@ -85,6 +85,9 @@ def main() -> int:
             again = alternate({"grid": lambda: server.measure(best.settings).throughput,
                                "tune": lambda: server.measure(outcome.chosen).throughput}, args.rounds)
     g, t = median(again["grid"]), median(again["tune"])
+    # the tune's choice as the grid measured it: the same method and moment as the grid's best
+    same = next((x for x in trials if x.settings == outcome.chosen), None)
+    in_grid = same.throughput if same is not None else None
     rows = [
         ["grid", size, f"{grid_s:.0f}", f"{best.throughput:.1f}", _p(best, "p50_ms"), _p(best, "p99_ms"), f"{g:.1f}"],
         ["tune", tune_trials, f"{tune_s:.0f}", f"{outcome.chosen_trial.throughput:.1f}",
@@ -95,11 +98,14 @@ def main() -> int:
     print("\nchosen by the grid: " + "; ".join(f"{m}: {k.text()}" for (_, m), k in sorted(best.settings.knobs.items())))
     print("chosen by the tune: " + "; ".join(f"{m}: {k.text()}" for (_, m), k in
                                                 sorted(outcome.chosen.knobs.items())))
+    if in_grid is not None:
+        print(f"the tune's choice as the grid measured it: {in_grid:.1f}/s, {in_grid / best.throughput:.2f} of the "
+              f"grid's best ({best.throughput:.1f}/s)")
     print(f"load average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
     data = {"p99_target_ms": args.p99_ms, "levels": levels.to_json(), "grid_size": size,
             "tune_trials": tune_trials, "tune_seconds": tune_s, "grid_seconds": grid_s,
             "load_average": {"start": load, "end": os.getloadavg()},
-            "grid_best": best.to_json(), "tune_chosen": outcome.chosen_trial.to_json(),
+            "tune_choice_in_grid": in_grid, "grid_best": best.to_json(), "tune_chosen": outcome.chosen_trial.to_json(),
             "head_to_head": again, "head_to_head_median": {"grid": g, "tune": t, "ratio": t / g if g else None},
             "rounds": [r.to_json() for r in outcome.rounds], "stopped": outcome.stopped,
             "grid": [x.to_json() for x in trials]}
