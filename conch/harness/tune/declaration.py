@@ -183,6 +183,12 @@ def _imports(tree: ast.Module, raw: bytes, starts: list[int], text: str) -> list
     if not needed:
         return []
     imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    own = next((n for n in imports if isinstance(n, ast.ImportFrom) and n.module == "conch" and not n.level
+                and n.lineno == n.end_lineno and not any(a.asname for a in n.names)), None)
+    if own is not None:  # `from conch import A, B` on one line: the names join it, sorted
+        begin, end = _span(starts, own)
+        names = sorted({*(a.name for a in own.names), *needed})
+        return [_Edit(begin, end, f"from conch import {', '.join(names)}")]
     at = starts[imports[-1].end_lineno or 0] if imports else 0
     return [_Edit(at, at, f"from conch import {', '.join(needed)}\n")]
 

@@ -67,7 +67,7 @@ def test_settings_are_written_into_each_call_in_its_own_layout(tmp_path: Path) -
     # one argument per line: the new ones too, and a comma after what was the last
     assert ("    max_batch_size=8,\n    instance_group=InstanceGroup(count=2),\n"
             "    dynamic_batching=DynamicBatching(max_queue_delay_microseconds=0),\n)") in helper
-    assert "from conch import DynamicBatching, InstanceGroup\n" in helper  # names the helper did not import
+    assert "from conch import DynamicBatching, InstanceGroup, PythonStep, Tensor\n" in helper  # joined, sorted
     for text in (demo, helper):
         ast.parse(text)
     assert patch.missing == ()
@@ -87,3 +87,13 @@ def test_a_step_no_call_declares_is_reported_and_an_unchanged_one_is_not_rewritt
     assert "-    instance_group" not in patch.diff and "-    parameters" not in patch.diff
     assert "+    dynamic_batching=DynamicBatching(preferred_batch_size=(8, 16), max_queue_delay_microseconds=0)," in \
         patch.diff
+
+
+def test_a_file_without_a_from_conch_import_gets_one_after_its_imports(tmp_path: Path) -> None:
+    source = tmp_path / "plain.py"
+    source.write_text('import conch\n\nstep = conch.PythonStep("pool", print, max_batch_size=8)\n')
+    (pool,) = (s for s in steps().values() if s.step == "pool")
+    patch = patch_declaration(source, [pool], {pool: Knobs(2)})
+    assert patch.files[source] == ('import conch\nfrom conch import InstanceGroup\n\n'
+                                   'step = conch.PythonStep("pool", print, max_batch_size=8, '
+                                   'instance_group=InstanceGroup(count=2))\n')
