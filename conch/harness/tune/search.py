@@ -149,13 +149,14 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
         if k.instances > 1 and (now is None or now > 1) and 1 in values:
             yield to(k.with_thread(key, 1), f"{key} {now or 'default'} -> 1",
                      f"{k.instances} instances each with {now or 'the default'} threads share the cores")
-        up = _next(values, now or 0, up=True) if now is not None else max(values)
-        if up is not None and up != now and f.queue_share < QUEUE_SHARE:
-            yield to(k.with_thread(key, up), f"{key} {now or 'default'} -> {up}",
-                     f"compute {f.compute_infer_ms:.1f} ms per request, little queue: more threads per execution")
         if now is None and 1 in values and k.instances == 1:
             yield to(k.with_thread(key, 1), f"{key} default -> 1", "one thread per execution, so that another "
                      "instance or step has a core")
+        # from the default (the backend takes every core), only fewer threads is a change
+        up = _next(values, now, up=True) if now is not None else None
+        if up is not None and f.queue_share < QUEUE_SHARE:
+            yield to(k.with_thread(key, up), f"{key} {now} -> {up}",
+                     f"compute {f.compute_infer_ms:.1f} ms per request, little queue: more threads per execution")
     if more is not None and f.queue_share < QUEUE_SHARE and sp.critical:
         yield to(replace(k, instances=more), f"instances {k.instances} -> {more}",
                  f"{where}: another instance runs requests side by side")
