@@ -19,7 +19,7 @@ from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, se
 # Each command's module registers it (named after it; `import` is import_.py), in the order `conch --help` lists
 # them. A command line imports the module of its own command only (`conch build` none of the others).
 COMMANDS = ("build", "replay", "inspect", "graph", "serve", "check", "stamp", "run", "deploy", "invoke", "undeploy",
-            "bench", "plan", "profile", "import")
+            "bench", "plan", "profile", "tune", "import")
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
@@ -53,6 +53,7 @@ EXAMPLES = {
     "bench": "conch bench dist/ --mme --stages quick",
     "plan": "conch plan --ensembles 200 --rps 50 --measure dist/text_embeddings.tar.gz",
     "profile": "conch profile dist/text_embeddings.tar.gz --format png --out profile/",
+    "tune": "conch tune ensembles/text_embeddings.py --p99-ms 500 --budget-minutes 10",
     "import": "conch import model_repository/ --out ensembles/imported.py",
 }
 

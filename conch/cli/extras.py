@@ -32,6 +32,7 @@ EXTRA_OF = {
 COMMAND_NEEDS = {
     "bench": lambda args: ("locust", "matplotlib"),
     "plan": lambda args: ("matplotlib",),
+    "tune": lambda args: ("matplotlib",),
 }
 # (`conch graph --format svg` without pygraphviz writes the dot text instead, with one warning naming the extra)
 

@@ -4,6 +4,7 @@ Copied into the model folder and imported by the generated model.py (so it never
 standin.json says which declared input goes to which forward() position and which declared output is
 which element of forward()'s result, as the libtorch backend would bind them."""
 
+import contextlib
 import json
 import os
 
@@ -15,7 +16,13 @@ class TorchScriptRunner:
         with open(context.file("standin.json"), encoding="utf-8") as fh:
             spec = json.load(fh)
         self.torch = torch
-        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+        # The parameters Triton's libtorch backend reads, so one declaration means the same here (in production
+        # the first model's values hold for the whole server process; here each stand-in is a process of its own).
+        parameters = getattr(context, "parameters", {})
+        torch.set_num_threads(int(parameters.get("INTRA_OP_THREAD_COUNT") or max(1, min(4, os.cpu_count() or 1))))
+        if parameters.get("INTER_OP_THREAD_COUNT"):
+            with contextlib.suppress(RuntimeError):  # torch allows it once per process, before parallel work
+                torch.set_num_interop_threads(int(parameters["INTER_OP_THREAD_COUNT"]))
         self.module = torch.jit.load(context.file("model.pt"), map_location="cpu").eval()
         self.inputs = spec["inputs"]  # declared input names in forward() order
         self.outputs = spec["outputs"]  # [declared output name, index in forward()'s result]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from conch.archive.check_report import CheckReport
 from conch.archive.manifest import Manifest
 from conch.errors import ConchError, ServeError
 from conch.harness.local_replay import (
@@ -50,12 +51,32 @@ def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
     return trace_file, metrics_url
 
 
-def _check_local(archive: Path, manifest: Manifest) -> None:
+def check_local(archive: Path, manifest: Manifest) -> None:
     lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
     if lacking:
         names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
         raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
                          "server lacks; profile a `conch build --target local` build")
+
+
+def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, load_timeout: float,
+                progress: Callable[[str], None], manifest_needed: bool = True
+                ) -> tuple[str, Manifest | None, CheckReport]:
+    """Stage ``archive`` on ``triton``, check it, and load it as SageMaker does: (its TargetModel, its manifest
+    (None for an archive made by hand when not ``manifest_needed``), its check's report)."""
+    name = target_name(archive)
+    folder = stage(archive, triton)
+    manifest, check = staged_check(archive, folder, manifest_needed)
+    if manifest is not None:
+        check_local(archive, manifest)
+    else:
+        check_backends(archive, manifest, check.configs)
+    progress(f"loading {name} on the local tritonserver")
+    try:
+        client.load(name, folder, load_timeout)
+    except ServeError as exc:
+        raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+    return name, manifest, check
 
 
 def profile_archives(archives: Sequence[Path], load_for: LoadFor, *, mode: str = "triton",
@@ -94,16 +115,9 @@ def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
-            name = target_name(archive)
             try:
-                folder = stage(archive, triton)
-                manifest, check = staged_check(archive, folder, manifest_needed)
-                check_backends(archive, manifest, check.configs)
-                progress(f"loading {name} on the local tritonserver")
-                try:
-                    client.load(name, folder, load_timeout)
-                except ServeError as exc:
-                    raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
+                name, manifest, check = load_staged(archive, triton, client, load_timeout, progress,
+                                                    manifest_needed)
                 load = load_for(manifest)
                 progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                 yield archive, measure(stats, Target.kserve(triton.http_url, name), name, load,
@@ -151,7 +165,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                     with scratch_temp("conch-profile-") as unpacked:
                         safe_extract(archive, Path(unpacked))
                         manifest = read_manifest(Path(unpacked))
-                    _check_local(archive, manifest)
+                    check_local(archive, manifest)
                     progress(f"loading {name} on the local MME at {mme.url}")
                     mme.load(name)
                     load = load_for(manifest)

@@ -1,0 +1,115 @@
+"""The servers a tune runs against: the local tritonserver with every archive loaded as SageMaker loads it (one
+MME instance), the local MME (requests through its SageMaker runtime front), or any Triton by URL. Each yields
+a TrialServer; the local ones are stopped, stubs and all, when the block ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import cast
+
+from conch.archive.extract import safe_extract
+from conch.archive.manifest import Manifest, read_manifest
+from conch.errors import BenchError, ConchError
+from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
+from conch.harness.mme import MultiModelClient
+from conch.harness.profile.load import Body, Target
+from conch.harness.profile.local_servers import check_local, gather, load_staged, sample_bodies
+from conch.harness.profile.server_statistics import StatsEndpoint
+from conch.harness.server import LocalTriton
+from conch.harness.tune.space import StepSpace
+from conch.harness.tune.trial import TrialServer, Workload, weights_of
+from conch.scratch import scratch_temp
+
+MODES = ("triton", "mme")
+
+
+def steps_of(name: str, manifest: Manifest) -> list[StepSpace]:
+    """The tunable steps of one archive: every step, by its model name on the server and its declared name."""
+    return [StepSpace(name, s.model_name, str(s.described.get("name", s.model_name)),
+                      str(s.described.get("kind", s.served_as)), int(s.described.get("max_batch_size", 0) or 0))
+            for s in manifest.steps]
+
+
+def _workloads(named: Sequence[tuple[str, Manifest, Target]], mix: Mapping[str, float] | str | None,
+               bodies: Callable[[Manifest], tuple[Body, ...]]) -> list[Workload]:
+    weights = weights_of([n for n, _, _ in named], mix)
+    found = []
+    for name, manifest, target in named:
+        if name not in weights:
+            continue
+        sent = bodies(manifest)
+        if not sent:
+            raise BenchError(f"{name} has no samples to send; build it with samples (ensemble.sample(...))")
+        found.append(Workload(name, target, sent, weights[name]))
+    return found
+
+
+@contextmanager
+def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping[str, float] | str | None = None,
+                 load_timeout: float = DEFAULT_LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
+                 **options: float) -> Iterator[TrialServer]:
+    """Every archive loaded on one local server of ``mode``; ``options`` go to TrialServer (p99_ms, ...)."""
+    if mode not in MODES:
+        raise BenchError(f"mode {mode!r}: choose {' or '.join(MODES)}")
+    say = progress or (lambda _: None)
+    if mode == "mme":
+        with _on_mme(archives, load_timeout, say) as (stats, on_mme, server):
+            yield TrialServer(stats, _workloads(on_mme, mix, sample_bodies),
+                              [s for n, m, _ in on_mme for s in steps_of(n, m)], server, progress=say,
+                              load_timeout=load_timeout, **options)  # type: ignore[arg-type]
+        return
+    from conch.builder.shm_sizing import archives_settings
+
+    default, growth, _ = archives_settings(archives)
+    with LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth) as triton:
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        named: list[tuple[str, Manifest, Target]] = []
+        for archive in archives:
+            name, manifest, _ = load_staged(archive, triton, client, load_timeout, say)
+            # a manifest is needed (the default), so staging refused an archive without one
+            named.append((name, cast(Manifest, manifest), Target.kserve(triton.http_url, name)))
+        yield TrialServer(StatsEndpoint(triton.http_url), _workloads(named, mix, sample_bodies),
+                          [s for n, m, _ in named for s in steps_of(n, m)], "the local tritonserver", progress=say,
+                          load_timeout=load_timeout, **options)  # type: ignore[arg-type]
+
+
+@contextmanager
+def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], None]
+            ) -> Iterator[tuple[StatsEndpoint, list[tuple[str, Manifest, Target]], str]]:
+    from conch.harness.endpoint import LocalMME
+
+    with scratch_temp("conch-tune-") as tmp:
+        folder = Path(tmp)
+        gather(archives, folder)
+        mme = LocalMME(folder, load_timeout=load_timeout)
+        with mme:
+            named = []
+            for archive in archives:
+                name = target_name(archive)
+                with scratch_temp("conch-tune-") as unpacked:
+                    safe_extract(archive, Path(unpacked))
+                    manifest = read_manifest(Path(unpacked))
+                check_local(archive, manifest)
+                say(f"loading {name} on the local MME at {mme.url}")
+                mme.load(name)
+                named.append((name, manifest, Target.front(mme.url, mme.endpoint_name, name)))
+            yield StatsEndpoint(mme.triton.http_url), named, f"the local MME ({mme.url})"
+
+
+def remote_server(url: str, archives: Sequence[Path], *, mix: Mapping[str, float] | str | None = None,
+                  progress: Callable[[str], None] | None = None, **options: float) -> TrialServer:
+    """A Triton conch does not own (``--url``, KServe v2 HTTP with explicit model control): each archive's
+    ensemble and steps loaded there under the names its manifest records."""
+    named = []
+    for archive in archives:
+        try:
+            manifest = read_manifest(archive)
+        except ConchError as exc:
+            raise BenchError(f"{archive}: with --url give the archives the server has loaded, for their samples and "
+                             f"step names ({exc})") from None
+        named.append((manifest.ensemble, manifest, Target.kserve(url, manifest.ensemble)))
+    return TrialServer(StatsEndpoint(url), _workloads(named, mix, sample_bodies),
+                       [s for n, m, _ in named for s in steps_of(n, m)], url, progress=progress,
+                       **options)  # type: ignore[arg-type]
