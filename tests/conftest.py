@@ -288,15 +288,15 @@ class ExampleArchives:
         return self.built[file, target]
 
 
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder of this test run: under pytest-xdist, the one every worker shares (each worker's own temporary
-    folder is ``popen-gwN`` inside it); otherwise this session's own."""
+def run_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run: in a pytest-xdist worker, the one every worker shares (each worker's own
+    temporary folder is ``popen-gwN`` inside it); otherwise this session's own."""
     base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return base.parent if hasattr(config, "workerinput") else base
 
 
 @pytest.fixture(scope="session")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
-    root = run_folder(tmp_path_factory) / "examples"
+def examples(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
+    root = run_folder(request.config, tmp_path_factory) / "examples"
     root.mkdir(exist_ok=True)
     return ExampleArchives(root)
