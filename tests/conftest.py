@@ -59,6 +59,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ[_SESSION_CACHE], ignore_errors=True)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core this process may run on, at most four (each worker starts its own
     tritonserver, moto server and package index when its tests need them)."""
