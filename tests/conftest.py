@@ -53,8 +53,18 @@ REFUSED_URL = f"http://127.0.0.1:{_refusing_port()}"  # connecting there fails a
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if not os.environ.get("CONCH_TEST_CACHE_DIR"):
+    # Under pytest-xdist the workers inherit this process's environment, so they share its cache folder (conch's
+    # cache publishes atomically, for parallel builds): the controller, which ends last, removes it.
+    if not os.environ.get("CONCH_TEST_CACHE_DIR") and not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ[_SESSION_CACHE], ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may run on, at most four (each worker starts its own
+    tritonserver, moto server and package index when its tests need them)."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      4))
 
 
 @pytest.hookimpl(trylast=True)
@@ -71,6 +81,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     error_raises.session_finish(session)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: a worker ended; keep the refusals its tests asserted for the gate."""
+    error_raises.worker_done(node.config, getattr(node, "workeroutput", {}))
 
 
 # The evidence for tests/error_raises.py: which messages the tests asserted on, test by test.
@@ -242,7 +258,9 @@ EXAMPLE_FILES = ("text_embeddings.py", "image_classifier.py", "resnet_pytorch.py
 
 
 class ExampleArchives:
-    """Each example in ensembles/ built once per target for the whole session, however many tests use it."""
+    """Each example in ensembles/ built once per target for the whole run, however many tests use it: under
+    pytest-xdist the workers share ``root``, and the first to need an archive builds it while the others wait
+    on its lock (filelock), then read where it is."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -255,13 +273,31 @@ class ExampleArchives:
         return ens
 
     def archive(self, file: str, target: str) -> Path:
+        from filelock import FileLock
+
         from conch.builder.repository_build import build_ensemble
 
         if (file, target) not in self.built:
-            self.built[file, target] = build_ensemble(self.ensemble(file), self.root / target, target)
+            record = self.root / f"{Path(file).stem}-{target}.built"
+            with FileLock(self.root / f"{Path(file).stem}-{target}.lock"):
+                if not record.is_file():
+                    built = build_ensemble(self.ensemble(file), self.root / target, target)
+                    tmp = record.with_suffix(f".{os.getpid()}")
+                    tmp.write_text(str(built))
+                    tmp.replace(record)
+            self.built[file, target] = Path(record.read_text())
         return self.built[file, target]
 
 
+def run_folder(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run: in a pytest-xdist worker, the one every worker shares (each worker's own
+    temporary folder is ``popen-gwN`` inside it); otherwise this session's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(config, "workerinput") else base
+
+
 @pytest.fixture(scope="session")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
-    return ExampleArchives(tmp_path_factory.mktemp("examples"))
+def examples(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ExampleArchives:
+    root = run_folder(request.config, tmp_path_factory) / "examples"
+    root.mkdir(exist_ok=True)
+    return ExampleArchives(root)

@@ -23,9 +23,10 @@ them when the message has fewer), and the text it was found in must hold the who
 parts in order), so a test that only reaches the raise (a bare ``pytest.raises``) does not count. Lines
 coverage.py saw run tell a reached-but-not-asserted raise from one no test reaches.
 
-The evidence is recorded in the test process by ``tests/conftest.py`` (``pytest.raises``' match and
-pytest's assertion-pass hook), written to ``.raise-evidence.json`` at the end of the run and reported
-after it; the run fails when the asserted share of the refusals a test can reach is below ``FLOOR`` and
+The evidence is recorded in each test process by ``tests/conftest.py`` (``pytest.raises``' match and
+pytest's assertion-pass hook) and matched to the refusals there at the end of the run; pytest-xdist's workers
+hand their matches to the controller (``workeroutput``), which merges them, writes ``.raise-evidence.json``
+and reports after the run; the run fails when the asserted share of the refusals a test can reach is below ``FLOOR`` and
 the whole default suite ran (``raise_floor`` in pyproject; the goal is ``FLOOR``). A raise that only passes on
 a message built elsewhere (``raise X(str(exc))``) is listed as a relay and left out of the share: its text
 is counted where it is built. On its own, after a run: ``python tests/error_raises.py [--all]``.
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -443,10 +445,22 @@ def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, st
     return done
 
 
-def save_evidence(evidence: Evidence, path: Path = EVIDENCE_FILE) -> dict[str, str]:
-    """Match this run's asserted texts to the refusals and write the matches (atomically) for the CLI."""
-    asserted = asserted_raises(find_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
-    tmp = path.with_suffix(".tmp")
+def matched(evidence: Evidence) -> dict[str, str]:
+    """This process's asserted texts matched to the refusals: refusal key -> the test that asserted it."""
+    return asserted_raises(find_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
+
+
+def merge(into: dict[str, str], more: dict[str, str]) -> dict[str, str]:
+    """Two processes' matches as one: a refusal asserted in either, by the first test in node-id order."""
+    for key, test in more.items():
+        if key not in into or test < into[key]:
+            into[key] = test
+    return into
+
+
+def save_evidence(asserted: dict[str, str], path: Path = EVIDENCE_FILE) -> dict[str, str]:
+    """Write the run's matches (atomically) for the CLI."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(asserted, indent=0, sort_keys=True))
     tmp.replace(path)
     return asserted
@@ -529,12 +543,15 @@ def _result_key() -> Any:
 _RESULT = _result_key()
 
 
-def _session_data(config: Any) -> Any:
-    """The coverage data of this pytest run (pytest-cov's, combined across processes), or None."""
+def _session_data(config: Any, combined: bool = True) -> Any:
+    """The coverage data of this pytest run (pytest-cov's, combined across processes), or None when coverage
+    is off; with ``combined=False`` only whether it is on (a worker's data goes to the controller)."""
     plugin = config.pluginmanager.getplugin("_cov")
     controller = getattr(plugin, "cov_controller", None)
     cov = getattr(controller, "cov", None)
-    return None if cov is None else cov.get_data()
+    if cov is None or not combined:
+        return cov
+    return cov.get_data()
 
 
 def whole_suite(config: Any) -> bool:
@@ -545,14 +562,38 @@ def whole_suite(config: Any) -> bool:
             and not config.getoption("deselect", None) and not config.getoption("lf", False))
 
 
+# pytest-xdist: what each worker's tests asserted, under this key of its ``workeroutput``.
+WORKER_KEY = "conch_asserted_refusals"
+
+
+def _workers_key() -> Any:
+    import pytest
+
+    return pytest.StashKey[dict[str, str]]()
+
+
+_WORKERS = _workers_key()
+
+
+def worker_done(config: Any, workeroutput: dict[str, Any]) -> None:
+    """pytest-xdist's controller, as each worker ends: add the refusals its tests asserted to the run's."""
+    merge(config.stash.setdefault(_WORKERS, {}), dict(workeroutput.get(WORKER_KEY, {})))
+
+
 def session_finish(session: Any) -> None:
-    """Match this run's evidence, and fail a whole-suite run whose asserted share is below the floor."""
+    """Match this run's evidence, and fail a whole-suite run whose asserted share is below the floor. Under
+    pytest-xdist each worker matches its own tests' evidence and hands it to the controller (``workeroutput``,
+    received in ``worker_done``), which merges it and applies the gate, with coverage combined across workers."""
     config = session.config
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # a worker: the controller reports
+        workeroutput[WORKER_KEY] = matched(EVIDENCE) if _session_data(config, combined=False) is not None else {}
+        return
     data = _session_data(config)
     if data is None:
         config.stash[_RESULT] = None
         return
-    result = report(data, save_evidence(EVIDENCE))
+    result = report(data, save_evidence(merge(matched(EVIDENCE), config.stash.get(_WORKERS, {}))))
     result.floor = floor(config)
     config.stash[_RESULT] = result
     if whole_suite(config) and result.percent < result.floor and session.exitstatus == 0:

@@ -10,7 +10,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from config_parses import counted, once_each
 from conftest import linear_ensemble
 from seed_archives import bert_repo, pack_repo
 
@@ -142,15 +141,6 @@ def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_p
                        "holds a folder of that name"):
         stamp_folder(folder, {"stampme__double": taken}, read_configs(folder))
     assert (folder / "stampme__double").is_dir()  # nothing renamed
-
-
-def test_stamping_under_two_names_parses_each_config_once(built: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stamp rewrites the configs `conch check` parsed when the archive was unpacked: none is read twice."""
-    with counted(monkeypatch, built) as parses:
-        stamped = stamp_archives(built, ["p-a", "p-b"], tmp_path)
-    assert [s.target_model for s in stamped] == ["p-a.tar.gz", "p-b.tar.gz"]
-    assert parses == once_each(built)
 
 
 def _with_manifest_stamp(archive: Path, dest: Path, steps: dict[str, str]) -> Path:

@@ -88,7 +88,7 @@ def test_a_load_still_out_of_memory_after_unloading_three_others_says_so(mme: Lo
 
 def test_a_hit_rate_trace_stops_at_the_first_call_the_mme_refuses(mme: LocalMME, folder: Path) -> None:
     targets = archive_targets([folder / GOOD[0]], ["absent.tar.gz"], body_kind="json")
-    with pytest.raises(BenchError, match=r"absent.tar.gz: HTTP 400 .*no object at .*absent.tar.gz"):
+    with pytest.raises(BenchError, match=r"absent.tar.gz: HTTP 400 .*no object at "):
         replay_trace(mme.url, mme.endpoint_name, targets, [0])
 
 

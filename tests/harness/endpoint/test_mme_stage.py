@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from config_parses import counted, once_each
 from conftest import REFUSED_URL, linear_ensemble
 
 from conch.archive.extract import safe_extract
@@ -79,11 +78,9 @@ def test_a_rename_onto_a_folder_of_the_archive_is_refused(unpacked: Path, tmp_pa
     assert check_folder(folder, "copy.tar.gz").ok  # nothing was changed
 
 
-def test_a_fetch_parses_each_config_once_and_stages_with_the_checks_configs(
-    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Download, unpack, `conch check` and staging of two copies (isolate: the second's steps renamed) read each
-    config.pbtxt once: the staging renames from the configs the check parsed."""
+def test_a_fetch_stages_two_copies_with_the_second_renamed(built: Path, tmp_path: Path) -> None:
+    """Download, unpack, `conch check` and staging of two copies (isolate: the second's steps renamed); the
+    renamed copy passes `conch check` (benchmarks/config_parses.py counts the config parses)."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("a.tar.gz", "b.tar.gz"):
@@ -101,9 +98,7 @@ def test_a_fetch_parses_each_config_once_and_stages_with_the_checks_configs(
         finally:
             await hop.close()
 
-    with counted(monkeypatch, built) as parses:
-        first, second = asyncio.run(fetch_both())
-    assert parses == once_each(built, built)  # each config of each copy, once
+    first, second = asyncio.run(fetch_both())
     assert first.folder is not None and second.folder is not None
     assert sorted(p.name for p in first.folder.iterdir() if p.is_dir()) == ["stage", "stage__add_one", "stage__double"]
     renamed = sorted(p.name for p in second.folder.iterdir() if p.is_dir())
