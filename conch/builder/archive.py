@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
@@ -12,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from isal import igzip
 
 from conch.ensembles.layout import FileSource
 from conch.errors import BuildError
@@ -79,8 +80,9 @@ def _dirs_of(paths: list[str]) -> set[str]:
     return dirs
 
 
-# gzip's level for every archive: zlib's default trade of size for time (benchmarks/RESULTS.md, issue 31).
-COMPRESS = 6
+# ISA-L's default level (of 0-3): on text_embeddings' 114 MB, 1.2 s and 111.2 MB where zlib's level 6 took
+# 13.7 s for 111.1 MB (benchmarks/RESULTS.md, "Issue 31: the plain archive writer").
+COMPRESS = 2
 _COPY = 1 << 20  # tarfile copies a file's content in pieces of this size
 
 
@@ -102,11 +104,12 @@ def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
 
     The tar is tarfile's GNU format (the format conch archives always had: ``././@LongLink`` entries for
     names past 100 bytes, which GNU tar, busybox and Python read), folders first, then entries by name,
-    each normalised by ``member``. The gzip header has no file name and mtime 0, so the bytes depend only
-    on the entries and zlib."""
+    each normalised by ``member``. The gzip stream is python-isal's ``igzip`` (ISA-L's deflate, an
+    ordinary gzip member) with no file name and mtime 0, so the bytes depend only on the entries and the
+    isal release (docs/changelog.md)."""
     entries = expand(files)
     names = sorted(entries)
-    with gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, compresslevel=COMPRESS, mtime=0) as gz, \
+    with igzip.GzipFile(filename="", mode="wb", fileobj=fileobj, compresslevel=COMPRESS, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT, copybufsize=_COPY) as tar:
         for d in sorted(_dirs_of(names)):
             tar.addfile(member(d + "/", tarfile.DIRTYPE, 0o755))
