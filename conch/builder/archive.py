@@ -110,7 +110,7 @@ def write_tar(files: Mapping[str, FileSource], fileobj: BinaryIO) -> None:
     entries = expand(files)
     names = sorted(entries)
     with igzip.GzipFile(filename="", mode="wb", fileobj=fileobj, compresslevel=COMPRESS, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT, copybufsize=_COPY) as tar:
+            tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT, copybufsize=_COPY) as tar:
         for d in sorted(_dirs_of(names)):
             tar.addfile(member(d + "/", tarfile.DIRTYPE, 0o755))
         for name in names:

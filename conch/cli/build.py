@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch import ledger
 from conch.cli.console import document, error, progress_bar, quiet_mode, say, session
+from conch.cli.flags import Subcommands
 
 if TYPE_CHECKING:
     from conch.builder.capture import CapturedOutput
@@ -195,7 +196,7 @@ class watching_prints:
         sys.stdout, sys.stderr = self._saved
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     from conch.cli.flags import add_ensemble_flags
     from conch.ensembles.target import Target
 

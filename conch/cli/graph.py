@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.cli.console import document, result, say
+from conch.cli.flags import Subcommands
 from conch.ensembles.target import DEFAULT_RELEASE
 
 FORMATS = ("dot", "mermaid", "svg", "png")
@@ -57,7 +58,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     g = sub.add_parser("graph", help="draw each ensemble's DAG: dot or Mermaid text, or SVG/PNG files")
     g.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     g.add_argument("--format", choices=FORMATS, default="dot",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import discover_each, one_line, report_failure
-from conch.cli.flags import add_ensemble_flags, add_load_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
@@ -60,7 +60,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if full.passed else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
     r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
