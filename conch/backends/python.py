@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -185,29 +186,26 @@ def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]
     return name, qualname, path
 
 
-_import_problems: dict[tuple[str, int, int], str | None] = {}
-
-
 def _import_problem(path: Path) -> str | None:
     """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
     None; read once per process for a file of the same size and mtime (200 steps of one module parse it once)."""
     st = path.stat()
-    identity = (str(path), st.st_size, st.st_mtime_ns)
-    if identity not in _import_problems:
-        _import_problems[identity] = None
-        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    _import_problems[identity] = "relative"
-                    break
-                names = [node.module or ""]
-            if any(n == "conch" or n.startswith("conch.") for n in names):
-                _import_problems[identity] = "conch"
-                break
-    return _import_problems[identity]
+    return _import_problem_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _import_problem_of(path: str, size: int, mtime_ns: int) -> str | None:
+    for node in ast.parse(Path(path).read_text(encoding="utf-8"), filename=path).body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                return "relative"
+            names = [node.module or ""]
+        if any(n == "conch" or n.startswith("conch.") for n in names):
+            return "conch"
+    return None
 
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"

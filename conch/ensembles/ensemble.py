@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -123,23 +123,6 @@ def bind(step: Step, args: Sequence[object], kwargs: Mapping[str, object]) -> di
             )
         handles[key] = value
     return handles
-
-
-class Runner(Protocol):
-    """Runs one request through an ensemble in this process: conch.executor's ``run``."""
-
-    def __call__(
-        self, ensemble: Ensemble, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True
-    ) -> RunResult: ...
-
-
-_runner: list[Runner] = []  # filled by conch.executor when it is imported (conch's __init__ imports it)
-
-
-def use_runner(runner: Runner) -> None:
-    """Make ``Ensemble.run`` run through ``runner`` (the executor registers itself: the declaration layer
-    does not import the layers above it)."""
-    _runner[:] = [runner]
 
 
 class Ensemble:
@@ -335,7 +318,10 @@ class Ensemble:
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
         """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
-        (run,) = _runner  # conch.executor registered it when conch was imported
+        # The declaration's one import up a layer, at call time (tests/test_layers.py: UPWARD): declaring
+        # never loads the executor, and running works however conch was imported.
+        from conch.executor import run
+
         return run(self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
