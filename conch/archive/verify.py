@@ -39,15 +39,10 @@ MODEL_FILES = {
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
-def check_archive(archive: Path) -> CheckReport:
-    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it."""
-    with checked(archive) as (report, _):
-        return report
-
-
 @contextmanager
 def checked(archive: Path) -> Iterator[tuple[CheckReport, Path | None]]:
-    """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
+    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it: the report, with the
+    folder it unpacked into (None when the extraction refused the archive)
     until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
     with scratch_temp("conch-check-") as tmp:

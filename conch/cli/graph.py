@@ -8,7 +8,6 @@ from typing import Any
 
 from conch.cli.console import document, result, say
 from conch.cli.flags import Subcommands
-from conch.ensembles.target import DEFAULT_RELEASE
 
 FORMATS = ("dot", "mermaid", "svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
@@ -65,6 +64,5 @@ def register(sub: Subcommands) -> None:
                    help="dot (default) and mermaid print text (or write <ensemble>.dot/.mmd with --out); svg and "
                         "png write <ensemble>.svg/.png into --out (default: this folder)")
     g.add_argument("--out", type=Path, help="folder for one file per ensemble")
-    g.add_argument("--release", default=DEFAULT_RELEASE, help=argparse.SUPPRESS)  # accepted as before, unused
     g.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     g.set_defaults(func=cmd_graph)

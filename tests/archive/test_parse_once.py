@@ -10,8 +10,8 @@ import pytest
 from config_parses import ROUND_TRIP, counted, once_each
 from conftest import linear_ensemble
 
+from conch.archive.fleet_check import check_archive_models
 from conch.archive.inspection import inspect_archive
-from conch.archive.verify import check_archive
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 
@@ -23,7 +23,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_conch_check_of_one_archive_parses_each_config_once(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with counted(monkeypatch, built) as parses:
-        report = check_archive(built)
+        report = check_archive_models(built)[0]
     assert report.ok and sorted(report.configs) == ["parsed", "parsed__add_one", "parsed__double"]
     assert parses == once_each(built)
 
