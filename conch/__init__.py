@@ -2,7 +2,7 @@
 
 The public names load on first use (PEP 562): ``import conch`` alone is cheap, which is what lets
 ``conch build`` answer an unchanged rebuild without importing numpy or the declaration layer. The first
-public name asked for loads them all, the executor with them (it registers what ``Ensemble.run`` runs)."""
+public name asked for loads them all, the executor with them."""
 
 from typing import TYPE_CHECKING, Any
 

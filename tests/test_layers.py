@@ -5,6 +5,7 @@ and no modules import each other in a circle. Read from the source, as text: not
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +171,25 @@ def test_an_import_by_a_literal_name_counts(tmp_path: Path) -> None:
     source = tmp_path / "late.py"
     source.write_text("import importlib\n\ndef f():\n    return importlib.import_module('conch.cli.build')\n")
     assert list(imports(source)) == [(4, "conch.cli.build")]
+
+
+LAYOUT = CONCH.parent / "docs" / "layout.md"
+
+
+def _layout_paths() -> set[str]:
+    """Every `conch/...` path docs/layout.md names in code spans, without a trailing slash."""
+    text = LAYOUT.read_text(encoding="utf-8")
+    return {m.rstrip("/") for m in re.findall(r"`(conch/[^`\s]*)`", text)}
+
+
+def test_every_path_docs_layout_names_exists() -> None:
+    missing = sorted(p for p in _layout_paths() if not (CONCH.parent / p).exists())
+    assert not missing, f"docs/layout.md names paths that are not in the tree: {missing}"
+
+
+def test_docs_layout_names_every_part_of_conch() -> None:
+    named = _layout_paths()
+    parts = {f"conch/{p.name}" for p in CONCH.iterdir()
+             if p.name != "__pycache__" and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    unnamed = sorted(parts - named)
+    assert not unnamed, f"docs/layout.md does not say where these live: {unnamed}"
