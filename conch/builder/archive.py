@@ -166,34 +166,18 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
 
 
 def sweep_parts(path: Path) -> list[Path]:
-    """Remove ``path``'s temp files left by writers that were killed (their pid, in the name, is gone).
-
-    The folder is listed once while a process writes into it (1000 archives into one folder listed it
-    1000 times): a part left by a writer killed after that is swept by the next build."""
+    """Remove ``path``'s temp files (``.<name>.<pid>.<random>.part``) left by writers that were killed (their
+    pid is gone)."""
     removed = []
-    for name in _parts_in(path.parent).get(path.name, ()):
+    with os.scandir(path.parent) as entries:
+        parts = [e.name for e in entries if e.name.startswith(".") and e.name.endswith(".part")
+                 and e.name[1:].rsplit(".", 3)[0] == path.name]
+    for name in parts:
         pid = name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and not alive(int(pid)):
             (path.parent / name).unlink(missing_ok=True)
             removed.append(path.parent / name)
     return removed
-
-
-_listed: dict[str, dict[str, list[str]]] = {}  # the last folder listed (one: long-lived processes stage many)
-
-
-def _parts_in(folder: Path) -> dict[str, list[str]]:
-    """The ``.<name>.<pid>.<random>.part`` files of a folder by ``<name>``, as first listed in this process."""
-    key = os.path.abspath(folder)
-    if key not in _listed:
-        parts: dict[str, list[str]] = {}
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") and entry.name.endswith(".part"):
-                    parts.setdefault(entry.name[1:].rsplit(".", 3)[0], []).append(entry.name)
-        _listed.clear()
-        _listed[key] = parts
-    return _listed[key]
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
