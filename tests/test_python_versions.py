@@ -29,13 +29,15 @@ ens.sample("rows", {"X": rows}, {"Y": rows * 2})
 
 
 def interpreter(version: str) -> str | None:
-    """``pythonX.Y`` on PATH, else pyenv's newest X.Y.*."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
+    """pyenv's newest X.Y.*, else ``pythonX.Y`` on PATH; one that starts (a pyenv shim of a version not
+    selected does not)."""
     versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = sorted(versions.glob(f"{version}.*/bin/python{version}"), key=lambda p: p.parent.parent.name)
-    return str(candidates[-1]) if candidates else None
+    found = sorted(versions.glob(f"{version}.*/bin/python{version}"), key=lambda p: p.parent.parent.name)[::-1]
+    on_path = shutil.which(f"python{version}")
+    for candidate in [*map(str, found), *([on_path] if on_path else [])]:
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True, timeout=60, check=False).returncode == 0:
+            return candidate
+    return None
 
 
 @pytest.mark.parametrize("version", ["3.10", "3.13"])
