@@ -2,7 +2,7 @@
 
 The public names load on first use (PEP 562): ``import conch`` alone is cheap, which is what lets
 ``conch build`` answer an unchanged rebuild without importing numpy or the declaration layer. The first
-public name asked for loads them all, the executor with them (it registers what ``Ensemble.run`` runs)."""
+public name asked for loads them all, the executor with them."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +37,7 @@ if TYPE_CHECKING:
 
 
 def _public() -> dict[str, Any]:
-    """Every public name but the stamping ones, imported (the executor among them registers Ensemble.run, the
-    diagram how an Ensemble displays in Jupyter)."""
-    import conch.diagram  # noqa: F401 - registers the picture
+    """Every public name but the stamping ones, imported."""
     from conch.api import BuildReport, LocalEndpoint, ReplayResult, build, replay, serve
     from conch.backends.dali import DaliStep
     from conch.backends.onnx import OnnxStep

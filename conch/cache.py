@@ -254,6 +254,8 @@ def _imports(path: Path) -> tuple[tuple[int, str], ...]:
             found = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
             if identity is None:
                 return found
+            if len(_parsed) >= 4096:  # bounded: a notebook or a long harness starts over rather than grow
+                _parsed.clear()
             _parsed[identity] = found
     except (OSError, SyntaxError, ValueError):
         return ()

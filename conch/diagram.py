@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conch.ensembles.ensemble import use_pictures
 from conch.errors import BuildError, ConchError
 
 if TYPE_CHECKING:
@@ -200,6 +199,3 @@ def to_text(g: Graph) -> str:
     names = {n.id: n.lines[0] for n in g.nodes}
     lines += [f"  {names[e.source]} -> {names[e.target]}: {e.label}" for e in g.edges]
     return "\n".join(lines)
-
-
-use_pictures(mime_bundle)  # Ensemble shows its DAG in Jupyter (the declaration layer does not import this one)

@@ -21,7 +21,7 @@ from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ense
 from conch.compiler.config_reader import read_config
 from conch.compiler.pbtxt import check_config, render_config
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble, use_runner
+from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.run_result import RunResult, StepTrace
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
@@ -189,8 +189,6 @@ def run(
     with Executor(ensemble, release=release) as executor:
         return executor.run(inputs, intermediates=intermediates, strict=strict)
 
-
-use_runner(run)  # Ensemble.run runs here (the declaration layer does not import this one)
 
 
 def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:

@@ -114,9 +114,6 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/harness/load/runner.py", "the load generator ran past {limit} s; stopped it"):
         "a safety net past the stages, the request timeout and 180 s of grace; Locust stops its users at the "
         "end of the last stage, so a generator only overruns when Locust itself hangs",
-    ("conch/plan/validate.py", "the MME counted {hits + misses} invocations for a trace of {len(trace)}"):
-        "a consistency check of conch's own metrics: each invocation the replay sends is counted once; only "
-        "another client calling the same MME during the comparison makes the counts differ",
 }
 
 Parts = tuple[str | None, ...]  # a message as written: fixed text, None where a value goes

@@ -68,13 +68,13 @@ def test_bert_alone_is_one_model_replayed_and_served(examples: ExampleArchives, 
     import boto3
     import numpy as np
 
+    from conch.archive.fleet_check import check_archive_models
     from conch.archive.manifest import read_manifest
-    from conch.archive.verify import check_archive
     from conch.harness.endpoint import LocalMME
     from conch.wire import json_request
 
     archive = examples.archive("bert_alone.py", "local")
-    check = check_archive(archive)
+    check = check_archive_models(archive)[0]
     assert check.single == "bert_alone__bert" and check.ensemble is None, check.lines()
     report = replay_archives([archive], server=triton)
     assert report.passed and len(report.rows) == 1 + 2 * len(ENDPOINTS), report.table()

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from conch.ensembles.layout import FileSource
-from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, check_to_json, decode_array
+from conch.ensembles.samples import OutputCheck, check_from_json, check_to_json, decode_array
 from conch.ensembles.tensors import Tensor
 from conch.errors import ArchiveError
 
 MANIFEST_NAME = "conch-manifest.json"
 # a model folder name Triton can start a Python stub under (it goes through a shell)
 SHELL_SAFE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
-# 1: one tolerance per sample; 2: one check per expected output (``checks``).
+# 2: one check per expected output (``checks``); 1 (one tolerance per sample) is no longer read.
 FORMAT = 2
 
 
@@ -188,16 +188,9 @@ class SampleRecord:
                 "checks": {k: check_to_json(c) for k, c in sorted(self.checks.items())}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], format: int = FORMAT) -> SampleRecord:
-        expected = dict(data["expected"])
-        if format < 2:  # one tolerance for the whole sample; BYTES outputs were compared exactly
-            tolerance = Tolerance.from_json(data["tolerance"])
-            checks: dict[str, OutputCheck] = {
-                k: check_from_json({"kind": "exact"}) if v["datatype"] == "BYTES" else tolerance
-                for k, v in expected.items()}
-        else:
-            checks = {k: check_from_json(v) for k, v in data["checks"].items()}
-        return cls(str(data["name"]), dict(data["inputs"]), expected, checks)
+    def from_json(cls, data: Mapping[str, Any]) -> SampleRecord:
+        checks = {k: check_from_json(v) for k, v in data["checks"].items()}
+        return cls(str(data["name"]), dict(data["inputs"]), dict(data["expected"]), checks)
 
 
 def _folder_name(name: object) -> str:
@@ -277,8 +270,8 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: Any) -> Manifest:
-        """The manifest from its JSON form; KeyError, TypeError or ValueError when it is not one.
-        Format 1 manifests (one tolerance per sample) are read as well."""
+        """The manifest from its JSON form; KeyError, TypeError or ValueError when it is not one (format 1,
+        one tolerance per sample, was never released: it lacks ``checks``)."""
         if not isinstance(data, Mapping):
             raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
         version = int(data.get("format", 1))
@@ -291,7 +284,7 @@ class Manifest:
             stub_python=str(data.get("stub_python", "")),
             schema=Schema.from_json(data["schema"]),
             steps=tuple(map(StepRecord.from_json, data["steps"])),
-            samples=tuple(SampleRecord.from_json(s, version) for s in data["samples"]),
+            samples=tuple(map(SampleRecord.from_json, data["samples"])),
             description=str(data.get("description") or ""),
             conch_version=str(data.get("conch_version", "")),
             notes=tuple(data.get("notes", ())),
@@ -311,60 +304,9 @@ class _TooNew(ValueError):
 
 
 def dumps(manifest: Manifest | Mapping[str, Any]) -> bytes:
-    """The one writer: stable JSON (sorted keys, no timestamps, trailing newline): the bytes of
-    ``json.dumps(data, sort_keys=True, indent=1)``, written without json's pure-Python encoder (``indent``
-    turns its C encoder off; the manifest was a tenth of a small ensemble's build)."""
+    """The one writer: stable JSON (sorted keys, one space per level, no timestamps, trailing newline)."""
     data = manifest.to_json() if isinstance(manifest, Manifest) else manifest
-    try:
-        text = _indented(data, "\n")
-    except (_Unusual, RecursionError):  # json's own encoder says what is wrong (or writes what it accepts)
-        text = json.dumps(data, sort_keys=True, indent=1)
-    return (text + "\n").encode()
-
-
-class _Unusual(Exception):
-    """A value _indented leaves to json: a key that is not a string, a type that is not JSON's."""
-
-
-_string = json.encoder.encode_basestring_ascii  # the C function json's encoders call (ensure_ascii)
-
-
-def _indented(value: Any, newline: str) -> str:
-    """``value`` as ``json.dumps(value, sort_keys=True, indent=1)`` writes it, at the depth whose line start
-    is ``newline`` (a newline and one space per level); the checks come in json's order (True before int)."""
-    if isinstance(value, str):
-        return _string(value)
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return int.__repr__(value)
-    if isinstance(value, float):
-        return _float(value)
-    inner = newline + " "
-    if isinstance(value, list | tuple):
-        if not value:
-            return "[]"
-        return "[" + inner + ("," + inner).join([_indented(v, inner) for v in value]) + newline + "]"
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        if not all(isinstance(k, str) for k in value):
-            raise _Unusual
-        return "{" + inner + ("," + inner).join([_string(k) + ": " + _indented(v, inner)
-                                                 for k, v in sorted(value.items())]) + newline + "}"
-    raise _Unusual
-
-
-def _float(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float.__repr__(value)
+    return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
 
 
 def read_manifest(path: Path) -> Manifest:

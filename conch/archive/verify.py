@@ -44,16 +44,11 @@ ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ROOT_MODEL = "model"  # the folder SageMaker unpacks into (/opt/ml/models/<hash>/model): a root config's model
 
 
-def check_archive(archive: Path, release: Release | str | None = None) -> CheckReport:
-    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it for Triton ``release`` (None:
-    the release it was built for, else 24.10)."""
-    with checked(archive, release) as (report, _):
-        return report
-
-
 @contextmanager
 def checked(archive: Path, release: Release | str | None = None) -> Iterator[tuple[CheckReport, Path | None]]:
-    """:func:`check_archive`, with the folder it unpacked into (None when the extraction refused the archive)
+    """Unpack ``archive`` into a temp folder (refusing anything unsafe) and check it for Triton ``release`` (None:
+    the release it was built for, else 24.10): the report, with the
+    folder it unpacked into (None when the extraction refused the archive)
     until the block ends, for a caller that reads more of it."""
     archive = Path(archive)
     with scratch_temp("conch-check-") as tmp:

@@ -109,8 +109,12 @@ def dali_identity() -> list[object] | None:
 def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: int, num_threads: int | None) -> bytes:
     """Serialize a pipeline function (decorated with ``@pipeline_def`` or not) without a GPU, deterministically."""
     dali = _dali(step)
-    # Private API (DALI 2.x): operator-origin tracing stores absolute source paths and source lines.
-    # DALI versions without it have nothing to turn off.
+    # A documented exception to "no private names of other packages" (docs/architecture.md, "Private names
+    # kept"): DALI's operator-origin tracing (NVIDIA/DALI#5302) writes each operator's absolute source path and
+    # line into the serialized pipeline, so the archive's bytes would depend on the clone's path. Its only
+    # switch is nvidia.dali._utils.dali_trace.set_tracing, whose docstring says "this API will remain private";
+    # DALI has no public option or environment variable for it. DALI versions without it have nothing to turn
+    # off. ``_is_pipeline_def`` is the mark DALI's public ``pipeline_def`` decorator leaves on what it returns.
     dali_trace: Any = None
     with contextlib.suppress(ImportError):
         dali_trace = importlib.import_module("nvidia.dali._utils.dali_trace")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -202,32 +203,33 @@ def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]
     return name, qualname, path
 
 
-_import_problems: dict[tuple[str, int, int, int, int, int], str | None] = {}
-
-
 def _import_problem(path: Path) -> str | None:
     """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
     None; read once per process for a file of the same ``stat_identity`` (200 steps of one module parse it
     once), every time while the file is racy."""
     identity = stat_identity(path)
-    if identity is not None and identity in _import_problems:
-        return _import_problems[identity]
-    problem = None
-    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+    if identity is None:
+        return _read_import_problem(str(path))
+    return _import_problem_of(str(path), identity)
+
+
+@functools.lru_cache(maxsize=1024)
+def _import_problem_of(path: str, identity: tuple[int, ...]) -> str | None:
+    return _read_import_problem(path)
+
+
+def _read_import_problem(path: str) -> str | None:
+    for node in ast.parse(Path(path).read_text(encoding="utf-8"), filename=path).body:
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                problem = "relative"
-                break
+                return "relative"
             names = [node.module or ""]
         if any(n == "conch" or n.startswith("conch.") for n in names):
-            problem = "conch"
-            break
-    if identity is not None:
-        _import_problems[identity] = problem
-    return problem
+            return "conch"
+    return None
 
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"

@@ -147,6 +147,9 @@ def _without_debug_records(data: bytes) -> bytes:
         records[name] = source.read(info.filename)
     records = canonical_names(records) or records
     buffer = io.BytesIO()
+    # A documented exception (docs/architecture.md, "Private names kept"): torch.jit.save has no option to
+    # leave out the .debug_pkl records (pytorch/pytorch#123066, closed unfixed: TorchScript is no longer
+    # developed) and torch has no public writer of its zip records, which it aligns in its own way.
     writer = torch._C.PyTorchFileWriter(buffer)
     for name, record in records.items():
         writer.write_record(name, record, len(record))

@@ -18,6 +18,7 @@ from conch.version import __version__
 __all__ = ["BuildRecord", "Digests", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
+MEMO_LIMIT = 4096  # entries a per-process memo keeps before it starts over
 _known: dict[tuple[str, int, int, int, int, int], str] = {}
 
 
@@ -40,6 +41,8 @@ def digest(source: FileSource) -> str:
         value = known if isinstance(known, str) else sha256(source)
         if known != value:
             write_json(where, value)
+    if len(_known) >= MEMO_LIMIT:  # bounded: a notebook or a long harness starts over rather than grow
+        _known.clear()
     _known[identity] = value
     return value
 
@@ -129,6 +132,8 @@ def _real_path(archive: Path) -> str:
     folder = os.path.abspath(archive.parent)
     real = _real_folders.get(folder)
     if real is None:
+        if len(_real_folders) >= MEMO_LIMIT:
+            _real_folders.clear()
         real = _real_folders[folder] = str(Path(folder).resolve())
     return os.path.join(real, archive.name)
 

@@ -28,7 +28,7 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, SHELL_SAFE, Manifest, StampRecord, dumps, parse_manifest, sha256
 from conch.archive.verify import ENV_PREFIX, check_folder
 from conch.builder.archive import atomic_output, write_tar
-from conch.compiler.config_reader import ReadConfig, read_config
+from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.layout import FileSource
 from conch.errors import ArchiveError
 from conch.scratch import scratch_temp
@@ -51,16 +51,6 @@ def target_model_of(name: str) -> str:
         raise ArchiveError(f"TargetModel {name!r}: give a file name of ASCII letters, digits, '_', '.' and '-' "
                            "(e.g. text-v2 or text-v2.tar.gz); it becomes the archive's name under the S3 prefix")
     return name if name.endswith(ARCHIVE_SUFFIX) else f"{name}{ARCHIVE_SUFFIX}"
-
-
-def read_configs(folder: Path) -> dict[str, ReadConfig]:
-    """Every model folder's config under an unpacked archive (already through ``check_folder``), read by the
-    typed reader."""
-    configs = {}
-    for path in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()):
-        configs[path.name] = read_config((path / "config.pbtxt").read_text(encoding="utf-8"),
-                                         where=f"{path.name}/config.pbtxt")
-    return configs
 
 
 def step_models(configs: Mapping[str, ReadConfig]) -> list[str]:

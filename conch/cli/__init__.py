@@ -13,8 +13,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
+
+if TYPE_CHECKING:
+    from conch.cli.flags import Subcommands
 
 # Each command's module registers it (named after it; `import` is import_.py), in the order `conch --help` lists
 # them. A command line imports the module of its own command only (`conch build` none of the others).
@@ -70,17 +74,27 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in [only] if only in COMMANDS else COMMANDS:
-        command_module(name).register(sub)
-    listed = {action.dest: action.help for action in sub._choices_actions}
+        command_module(name).register(_Described(sub))
     for name, command in sub.choices.items():
         if name not in OWN_OUTPUT:
             add_output_flags(command)
-        if command.description is None and listed.get(name):  # the line `conch --help` lists it with
-            command.description = listed[name]
         if name in EXAMPLES:
             command.epilog = f"example:\n  {EXAMPLES[name]}"
             command.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+class _Described:
+    """``add_subparsers()`` as the commands see it: a command without a description of its own is described
+    by the line `conch --help` lists it with."""
+
+    def __init__(self, sub: Subcommands) -> None:
+        self.sub = sub
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if kwargs.get("description") is None and kwargs.get("help"):
+            kwargs["description"] = kwargs["help"]
+        return self.sub.add_parser(name, **kwargs)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, error, progress_bar, quiet_mode, say
+from conch.cli.flags import Subcommands
 
 if TYPE_CHECKING:
     from conch.builder.capture import CapturedOutput
@@ -87,7 +88,7 @@ def _output_lines(ensemble: str, output: Sequence[CapturedOutput], verbose: bool
     return [f"--- {ensemble}: {said.what}\n{said.text()}" for said in output]
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     from conch.cli.flags import add_ensemble_flags
     from conch.ensembles.target import Target
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, progress_bar, result, say
+from conch.cli.flags import Subcommands
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def _remote(url: str, args: argparse.Namespace, progress: Any) -> list[ArchiveMo
     return remote_archives(ModelLocation.parse(url), AwsTarget.resolve(args.region, args.s3_endpoint_url), progress)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     c = sub.add_parser("check", help="check MME archives (conch-built or hand-made) as SageMaker and Triton read them, "
                        "and several together as one endpoint serves them")
     c.add_argument("archives", nargs="+", help=".tar.gz archives, folders of them, model repository folders "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.flags import add_aws_flags
+from conch.cli.flags import Subcommands, add_aws_flags
 from conch.sagemaker.autoscaling import METRICS
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def _scaling(args: argparse.Namespace, instance_type: str) -> Autoscaling | None
     )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     from conch.sagemaker.endpoint import DEFAULT_INSTANCE_TYPE, DEFAULT_VARIANT, DEFAULT_WAIT_TIMEOUT_S
 
     d = sub.add_parser("deploy", help="upload archives to S3 (stamping any whose step names are taken under the "

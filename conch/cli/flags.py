@@ -6,12 +6,25 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any, Protocol
 
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.harness.endpoint.step_names import StepNames
 
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class Subcommands(Protocol):
+    """What a command's ``register`` adds its parser to: ``add_subparsers()``'s ``add_parser``."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+class Arguments(Protocol):
+    """A parser or one of its argument groups: what ``add_argument`` is called on."""
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action: ...
 
 
 def size(text: str) -> int:
@@ -35,7 +48,7 @@ def add_load_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--payload", type=Path, help="a KServe v2 JSON request to send instead of the samples")
 
 
-def add_step_names(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_step_names(parser: Arguments) -> None:
     """``--step-names``, the same for serve and bench."""
     parser.add_argument("--step-names", choices=[n.value for n in StepNames], default=StepNames.SHARED.value,
                         help="shared (default): keep each archive's step model names, as SageMaker's image does; "

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from conch.cli.console import document, result, say
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.flags import Subcommands
 
 FORMATS = ("dot", "mermaid", "svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
@@ -57,13 +57,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     g = sub.add_parser("graph", help="draw each ensemble's DAG: dot or Mermaid text, or SVG/PNG files")
     g.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     g.add_argument("--format", choices=FORMATS, default="dot",
                    help="dot (default) and mermaid print text (or write <ensemble>.dot/.mmd with --out); svg and "
                         "png write <ensemble>.svg/.png into --out (default: this folder)")
     g.add_argument("--out", type=Path, help="folder for one file per ensemble")
-    g.add_argument("--release", default=DEFAULT_RELEASE, help=argparse.SUPPRESS)  # accepted as before, unused
     g.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     g.set_defaults(func=cmd_graph)

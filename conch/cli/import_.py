@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from conch.cli.console import document, result, say
+from conch.cli.flags import Subcommands
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "import", help="write Python declarations for existing model repositories or MME .tar.gz archives",
         description="Read model repository folders or MME .tar.gz archives (hand-made or conch-built) and write "

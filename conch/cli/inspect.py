@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from conch.cli.console import say
+from conch.cli.flags import Subcommands
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -22,7 +23,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0 if found.ok else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     i = sub.add_parser("inspect", help="an archive's tree, model configs, environments, warmup and shared memory, "
                        "and its `conch check` (exit 1 when the check fails)")
     i.add_argument("archive", type=Path, help="a .tar.gz archive built by `conch build` (or a hand-made one)")

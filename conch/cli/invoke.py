@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.flags import add_aws_flags
+from conch.cli.flags import Subcommands, add_aws_flags
 from conch.verdicts import replay_document
 from conch.wire import BODIES
 
@@ -50,7 +50,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     v = sub.add_parser("invoke", help="replay an archive's samples (or send a JSON body) on a deployed MME")
     add_aws_flags(v)
     v.add_argument("--archive", type=Path, help="local archive whose samples to send (TargetModel: its name)")

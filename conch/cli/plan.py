@@ -9,7 +9,7 @@ from pathlib import Path
 from conch.cli.console import document, say
 from conch.cli.console import result as shown
 from conch.cli.discovery import bench_archives
-from conch.cli.flags import size
+from conch.cli.flags import Subcommands, size
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BenchError
 
@@ -63,7 +63,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("plan", help="simulate MMEs over instance types: instances needed, hit rate, cost")
     p.add_argument("--ensembles", type=int, required=True, help="how many ensembles the fleet serves")
     p.add_argument("--rps", type=float, required=True, help="requests per second over all ensembles")

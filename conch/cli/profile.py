@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
-from conch.cli.flags import add_load_flags
+from conch.cli.flags import Subcommands, add_load_flags
 from conch.cli.profiling import load_of
 from conch.ensembles.target import DEFAULT_RELEASE
 
@@ -141,7 +141,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
                        "scheduler's share and what to change, from Triton's statistics around a run")
     p.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz archives")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import discover_each, one_line, report_failure
-from conch.cli.flags import add_ensemble_flags, add_load_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
@@ -114,7 +114,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
     return chooser, recorder
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
     r.add_argument("--endpoint", action="append", choices=ENDPOINTS,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.cli.console import document, result, say
-from conch.cli.flags import add_ensemble_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     r = sub.add_parser("run", help="run samples through an ensemble in this process (no server), showing every step")
     r.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     r.add_argument("--sample", action="append", help="only this sample (repeatable; default: all)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, error, result, say
-from conch.cli.flags import add_step_names, size
+from conch.cli.flags import Subcommands, add_step_names, size
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.scratch import scratch_temp
 
@@ -101,7 +101,7 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
         (error if lenient(counts) else say)(line)  # stderr: stdout holds the ready line only
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     s = sub.add_parser("serve", help="a local SageMaker multi-model endpoint (boto3 sagemaker-runtime) until Ctrl-C")
     s.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz, "
                    "all loaded up front")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from conch.cli.console import document, result, say
+from conch.cli.flags import Subcommands
 
 
 def cmd_stamp(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def cmd_stamp(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     s = sub.add_parser("stamp", help="copy an archive under new TargetModel names, each with step names of its own "
                        "(copies and versions on one MME do not reload each other)")
     s.add_argument("archive", type=Path, help="a .tar.gz archive that passes `conch check`")

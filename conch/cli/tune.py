@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
+from conch.cli.flags import Subcommands
 from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser("tune", help="settings per step (instances, dynamic batching, threads) for the highest "
                        "throughput under a p99 target, found by a guided search on the real server and written "
                        "back as a patch to the declaration")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from conch.cli.console import document, result, say
-from conch.cli.flags import add_aws_flags
+from conch.cli.flags import Subcommands, add_aws_flags
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     u = sub.add_parser("undeploy", help="delete an endpoint and the configs, models and autoscaling conch made")
     add_aws_flags(u)
     u.set_defaults(func=cmd_undeploy)

@@ -27,8 +27,10 @@ def pbtxt_text(value: object, what: str) -> str:
 LAID_OUT_VERSION = 1  # the one version folder conch lays out per model
 
 
-class InstanceKind(enum.StrEnum):
+class InstanceKind(str, enum.Enum):  # enum.StrEnum from Python 3.11
     """Where Triton runs a model's instances (ModelInstanceGroup.Kind)."""
+
+    __str__ = str.__str__  # the value, as StrEnum's str() gives it
 
     AUTO = "KIND_AUTO"
     CPU = "KIND_CPU"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -125,32 +125,6 @@ def bind(step: Step, args: Sequence[object], kwargs: Mapping[str, object]) -> di
     return handles
 
 
-class Runner(Protocol):
-    """Runs one request through an ensemble in this process: conch.executor's ``run``."""
-
-    def __call__(
-        self, ensemble: Ensemble, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True
-    ) -> RunResult: ...
-
-
-_runner: list[Runner] = []  # filled by conch.executor when it is imported (conch's __init__ imports it)
-
-
-def use_runner(runner: Runner) -> None:
-    """Make ``Ensemble.run`` run through ``runner`` (the executor registers itself: the declaration layer
-    does not import the layers above it)."""
-    _runner[:] = [runner]
-
-
-_pictures: list[Callable[[Ensemble], dict[str, str]]] = []  # filled by conch.diagram when it is imported
-
-
-def use_pictures(draw: Callable[[Ensemble], dict[str, str]]) -> None:
-    """Make an ensemble display in Jupyter through ``draw`` (conch.diagram registers its picture of the DAG:
-    the declaration layer does not import the layers above it)."""
-    _pictures[:] = [draw]
-
-
 class Ensemble:
     """A Triton ensemble declared in Python.
 
@@ -218,7 +192,10 @@ class Ensemble:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """Jupyter's display: the DAG as SVG (Graphviz), or as Mermaid and text where Graphviz is missing."""
-        bundle = dict(_pictures[0](self)) if _pictures else {}
+        # An import up a layer, at display time (tests/test_layers.py: UPWARD): declaring never loads it.
+        from conch.diagram import mime_bundle
+
+        bundle = dict(mime_bundle(self))
         bundle.setdefault("text/plain", repr(self))
         return bundle
 
@@ -368,7 +345,10 @@ class Ensemble:
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
         """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
-        (run,) = _runner  # conch.executor registered it when conch was imported
+        # The declaration's one import up a layer, at call time (tests/test_layers.py: UPWARD): declaring
+        # never loads the executor, and running works however conch was imported.
+        from conch.executor import run
+
         return run(self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (Step.__call__ calls this) ----------------------------------------------------------

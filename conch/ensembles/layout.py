@@ -15,9 +15,11 @@ from conch.ensembles.tensors import Tensor
 FileSource = bytes | Path
 
 
-class Platform(enum.StrEnum):
+class Platform(str, enum.Enum):  # enum.StrEnum from Python 3.11
     """How Triton runs a model: the ``platform`` of its config, or the ``backend`` for backends that have
     no platform name (Triton's own spelling of each)."""
+
+    __str__ = str.__str__  # the value, as StrEnum's str() gives it
 
     ENSEMBLE = "ensemble"
     ONNXRUNTIME_ONNX = "onnxruntime_onnx"

@@ -12,7 +12,7 @@ import re
 from conch.errors import DeclarationError
 
 # Characters the Triton server (and a shell or an S3 key on the way) refuses or mangles in model names.
-FORBIDDEN_MODEL_CHARS = set(";|&$`<>()[]{}\"'*?~#!")
+FORBIDDEN_MODEL_CHARS = frozenset(";|&$`<>()[]{}\"'*?~#!")
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 TENSOR_NAME = re.compile(r"[A-Za-z0-9_.:/-]+")
 # The archive is <name>.tar.gz, written through a temp file `.<name>.tar.gz.XXXXXXXX.part`: 255 bytes at most.

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -147,7 +148,10 @@ class LocalTriton:
     def environment(self) -> dict[str, str]:
         _, libs = pytriton_paths()
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+        # The Python stub links this interpreter's libpython, which an interpreter outside the system's folders
+        # (pyenv, a conda env) keeps in its own LIBDIR.
+        own = sysconfig.get_config_var("LIBDIR") or ""
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), own, env.get("LD_LIBRARY_PATH", "")) if p)
         # The stub takes sys.prefix from the `python3` on PATH: this interpreter's environment.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["SAGEMAKER_MULTI_MODEL"] = "true"

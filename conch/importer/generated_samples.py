@@ -14,18 +14,13 @@ from typing import Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.samples import encode_array, read_samples
+from conch.ensembles.samples import encode_array
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.ensembles.tensors import Tensor
 from conch.errors import ConchError
 from conch.scratch import scratch_temp
 
 SAMPLE_NAME = "captured by conch import"
-
-
-def captured_samples(path: Path) -> list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]]:
-    """What modules generated before ``conch.ensembles.samples.read_samples`` existed call: the same."""
-    return [(name, inputs, expected, dict(checks)) for name, inputs, expected, checks in read_samples(path)]
 
 
 def write_samples(path: Path, records: list[Any], note: str) -> None:

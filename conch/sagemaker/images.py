@@ -62,10 +62,6 @@ def sagemaker_image(release: Release, account: str, region: str) -> str:
 #   a call can get "Request for unknown model" for a loaded model while another model loads or unloads.
 #   Unlocked in core r24.10 (server 2.51) and still in r26.06: no release fixes it.
 LIST_GUARD_RELEASE = Release(25, 12)
-LIST_GUARD_SOURCE = ("triton-inference-server/server PRs #8563, #8571 (r25.12: #8574, #8573), server v2.64.0, "
-                     "src/sagemaker_server.cc")
-LOOKUP_RACE_SOURCE = ("triton-inference-server/core src/model_repository_manager/model_repository_manager.cc "
-                      "FindModelIdentifier, unlocked from r24.10 through r26.06")
 
 
 def churn_note(release: Release | str) -> str:

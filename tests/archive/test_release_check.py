@@ -15,8 +15,9 @@ from conftest import linear_ensemble
 from load_rule_cases import cases
 from seed_archives import bert_repo, inception_repo, pack_repo
 
+from conch.archive.fleet_check import check_archive_models
 from conch.archive.release_check import env_python
-from conch.archive.verify import check_archive, check_folder
+from conch.archive.verify import check_folder
 from conch.builder.repository_build import build_ensemble
 from conch.errors import BuildError
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lines(archive: Path, release: str | None) -> list[str]:
-    return check_archive(archive, release).lines()
+    return check_archive_models(archive, release)[0].lines()
 
 
 def text(archive: Path, release: str) -> str:
@@ -33,7 +34,7 @@ def text(archive: Path, release: str) -> str:
 
 def test_a_packed_environment_is_judged_against_the_stub_of_the_release(tmp_path: Path) -> None:
     archive = pack_repo(bert_repo(), tmp_path / "bert.tar.gz")  # its environment is Python 3.10
-    assert check_archive(archive, "24.10").ok
+    assert check_archive_models(archive, "24.10")[0].ok
     found = text(archive, "26.05")
     assert ("bert.tar.gz/preprocess/config.pbtxt: error: its environment preprocess/processing_env.tar.gz is for "
             "Python 3.10, but the Python-backend stub of Triton 26.05 runs Python 3.12 and cannot load it: rebuild "
@@ -47,7 +48,7 @@ def test_a_packed_environment_is_judged_against_the_stub_of_the_release(tmp_path
 
 def test_tensorflow_models_are_refused_from_25_03(tmp_path: Path) -> None:
     archive = pack_repo(inception_repo(), tmp_path / "inception.tar.gz")
-    assert check_archive(archive, "25.02").ok
+    assert check_archive_models(archive, "25.02")[0].ok
     assert ("inception.tar.gz/inception_graphdef/config.pbtxt: error: runs on the TensorFlow backend, which Triton "
             "25.03 does not ship (gone from 25.03): serve it on a 25.02 or older image, or convert the model (e.g. to "
             "ONNX)") in text(archive, "25.03")
@@ -112,4 +113,4 @@ def test_env_python_reads_a_folder_and_a_tarball(tmp_path: Path) -> None:
     assert env_python(env) == "3.12"
     assert env_python(tmp_path / "missing.tar.gz") == ""
     with pytest.raises(BuildError, match="write it as YY.MM"):
-        check_archive(pack_repo(bert_repo(), tmp_path / "b.tar.gz"), "2610")
+        check_archive_models(pack_repo(bert_repo(), tmp_path / "b.tar.gz"), "2610")[0]

@@ -16,7 +16,7 @@ from seed_archives import pack_repo
 from single_models import add_sub_repo, simple_repo, write_repo
 
 from conch.archive.fleet_check import archive_models, check_archive_models, check_fleet, check_repository_models
-from conch.archive.verify import check_archive, check_repository
+from conch.archive.verify import check_repository
 
 
 @pytest.mark.parametrize(("repo", "served", "kind"), [
@@ -25,7 +25,7 @@ from conch.archive.verify import check_archive, check_repository
     (add_sub_repo(""), "model", "python"),  # the root is the model: SageMaker unpacks into .../<hash>/model
 ], ids=["add_sub", "simple", "root-config"])
 def test_single_model_archives_pass(tmp_path: Path, repo: dict[str, bytes | None], served: str, kind: str) -> None:
-    report = check_archive(pack_repo(repo, tmp_path / "m.tar.gz"))
+    report = check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0]
     assert report.lines() == [f"m.tar.gz: ok: single model {served!r} ({kind}), served as the TargetModel"]
     assert report.single == served and report.served == served and report.ensemble is None
 
@@ -33,22 +33,22 @@ def test_single_model_archives_pass(tmp_path: Path, repo: dict[str, bytes | None
 def test_the_served_models_name_may_differ_from_its_folder(tmp_path: Path) -> None:
     """Triton loads the served folder under the TargetModel (a model mapping) and renames it: no name rule."""
     repo = {k.replace("add_sub/", "v2/"): v for k, v in add_sub_repo().items()}
-    assert check_archive(pack_repo(repo, tmp_path / "m.tar.gz")).ok
+    assert check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0].ok
 
 
 def test_the_model_files_of_a_single_model_are_checked(tmp_path: Path) -> None:
     repo = {k: v for k, v in simple_repo().items() if not k.endswith("model.onnx")} | {"simple/1": None}
-    lines = check_archive(pack_repo(repo, tmp_path / "m.tar.gz")).lines()
+    lines = check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0].lines()
     assert lines == ["m.tar.gz/simple/1/: error: lacks model.onnx, the model file onnxruntime_onnx loads"]
     root = {k: v for k, v in add_sub_repo("").items() if k != "1/model.py"} | {"1": None}
-    lines = check_archive(pack_repo(root, tmp_path / "r.tar.gz")).lines()
+    lines = check_archive_models(pack_repo(root, tmp_path / "r.tar.gz"))[0].lines()
     assert lines == ["r.tar.gz/1/: error: lacks model.py, the model file python loads"]
 
 
 def test_a_model_folder_beside_another_folder_is_refused(tmp_path: Path) -> None:
     """Without an ensemble the front end serves the folder it lists last, which may be the one with no model."""
     repo = {**add_sub_repo(), "conch-envs/env.tar.gz": b"x"}
-    text = "\n".join(check_archive(pack_repo(repo, tmp_path / "m.tar.gz")).lines())
+    text = "\n".join(check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0].lines())
     assert text == ("m.tar.gz: error: holds model folder add_sub and 1 other folder(s) at its root (conch-envs) and "
                     "no ensemble: SageMaker's front end serves whichever folder it lists last, which may be one "
                     "without a model; move conch-envs into add_sub/ so the archive holds one folder (a single-model "
@@ -57,21 +57,21 @@ def test_a_model_folder_beside_another_folder_is_refused(tmp_path: Path) -> None
 
 def test_two_models_without_an_ensemble_are_refused(tmp_path: Path) -> None:
     repo = {**add_sub_repo(), **simple_repo()}
-    text = "\n".join(check_archive(pack_repo(repo, tmp_path / "m.tar.gz")).lines())
+    text = "\n".join(check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0].lines())
     assert ("no model folder holds an ensemble config (platform: \"ensemble\"); SageMaker would serve whichever "
             "folder it lists last; add the ensemble's folder with its config.pbtxt and 1/, or pack one model folder "
             "per archive (a single-model archive)") in text
 
 
 def test_an_archive_without_a_model_folder_is_refused(tmp_path: Path) -> None:
-    text = "\n".join(check_archive(pack_repo({"notes/readme.txt": b"x"}, tmp_path / "m.tar.gz")).lines())
+    text = "\n".join(check_archive_models(pack_repo({"notes/readme.txt": b"x"}, tmp_path / "m.tar.gz"))[0].lines())
     assert text == ("m.tar.gz: error: holds no model folder (a folder with a config.pbtxt) at its root; put the "
                     "model's folder (config.pbtxt and 1/) at the archive root")
 
 
 def test_a_root_config_hides_the_model_folders_beside_it(tmp_path: Path) -> None:
     repo = {**add_sub_repo(""), **simple_repo()}
-    lines = check_archive(pack_repo(repo, tmp_path / "m.tar.gz")).lines()
+    lines = check_archive_models(pack_repo(repo, tmp_path / "m.tar.gz"))[0].lines()
     assert lines[0] == ("m.tar.gz/config.pbtxt: warning: makes SageMaker load the archive as one model, so the model "
                         "folder(s) simple at the root are not loaded; to serve an ensemble of them, remove the "
                         "config.pbtxt at the root")
@@ -80,7 +80,8 @@ def test_a_root_config_hides_the_model_folders_beside_it(tmp_path: Path) -> None
 
 def test_an_ensemble_at_the_root_is_refused(tmp_path: Path) -> None:
     config = b'name: "e"\nplatform: "ensemble"\ninput [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    text = "\n".join(check_archive(pack_repo({"config.pbtxt": config, "1": None}, tmp_path / "m.tar.gz")).lines())
+    report = check_archive_models(pack_repo({"config.pbtxt": config, "1": None}, tmp_path / "m.tar.gz"))[0]
+    text = "\n".join(report.lines())
     assert ("m.tar.gz/config.pbtxt: error: is an ensemble at the archive root: its steps would have to be folders "
             "beside it, but the root is this model's own folder; put the ensemble in a folder of its own (with 1/) "
             "beside its steps' folders") in text

@@ -12,12 +12,12 @@ from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch import BuildError
 from conch.archive.check_report import CheckReport
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 
 
 def check_repo(tmp_path: Path, repo: dict[str, bytes | None], name: str = "hand.tar.gz") -> CheckReport:
-    return check_archive(pack_repo(repo, tmp_path / name))
+    return check_archive_models(pack_repo(repo, tmp_path / name))[0]
 
 
 def edit(repo: dict[str, bytes | None], file: str, old: str, new: str) -> dict[str, bytes | None]:
@@ -34,7 +34,7 @@ def only_error(report: CheckReport) -> str:
 @pytest.mark.parametrize("target", ["production", "local"])
 def test_conch_built_archives_pass(tmp_path: Path, target: str) -> None:
     archive = build_ensemble(linear_ensemble("chk"), tmp_path, target)
-    report = check_archive(archive)
+    report = check_archive_models(archive)[0]
     assert report.ok, report.lines()
     assert report.lines() == ["chk.tar.gz: ok: ensemble 'chk', 3 model folders"]
 
@@ -54,7 +54,7 @@ def test_every_example_archive_passes(file: str, target: str, examples: ExampleA
         assert (file, target) == ("resnet_tensorrt.py", "production"), exc
         assert "needs an NVIDIA GPU" in str(exc), exc
         return
-    report = check_archive(archive)
+    report = check_archive_models(archive)[0]
     assert report.ok, report.lines()
 
 
@@ -159,7 +159,7 @@ def test_each_bad_layout_fails_with_its_finding(tmp_path: Path, case: str) -> No
 
 def test_unsafe_archive_fails_with_the_extraction_refusal(tmp_path: Path) -> None:
     archive = write_archive(tmp_path / "evil.tar.gz", [("m/1/model.py", "symlink", "/etc/passwd")])
-    text = only_error(check_archive(archive))
+    text = only_error(check_archive_models(archive)[0])
     assert "evil.tar.gz: error: archive" in text and "entry 'm/1/model.py' is a symlink to the absolute path" in text
 
 

@@ -10,7 +10,7 @@ import dali_pipelines
 import pytest
 
 from conch import BuildError, DaliStep, Ensemble, Tensor
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 
 
@@ -48,13 +48,13 @@ def test_declared_dtype_that_the_pipeline_does_not_return_fails_the_build(tmp_pa
 def test_a_matching_declaration_builds_and_probe_false_skips_the_run(tmp_path: Path) -> None:
     good = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
                     [Tensor("PIXELS", "FP32", [32, 32, 3])], max_batch_size=4)
-    assert check_archive(build(tmp_path / "a", good, "UINT8", [-1])).ok
+    assert check_archive_models(build(tmp_path / "a", good, "UINT8", [-1]))[0].ok
     unchecked = DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
                          [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4, probe=False)
     archive = build(tmp_path / "b", unchecked, "UINT8", [-1])
     # probe=False takes the declaration as written: the config says what the user declared
     config = read_file(archive, "probe__resize/config.pbtxt")
-    assert "dims: [ 299, 299, 3 ]" in config and check_archive(archive).ok
+    assert "dims: [ 299, 299, 3 ]" in config and check_archive_models(archive)[0].ok
 
 
 def test_a_build_without_the_probe_does_not_vouch_for_one_with_it(tmp_path: Path) -> None:
@@ -63,6 +63,6 @@ def test_a_build_without_the_probe_does_not_vouch_for_one_with_it(tmp_path: Path
         return DaliStep("resize", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
                         [Tensor("PIXELS", "FP32", [299, 299, 3])], max_batch_size=4, probe=probe)
 
-    assert check_archive(build(tmp_path / "unprobed", step(False), "UINT8", [-1])).ok
+    assert check_archive_models(build(tmp_path / "unprobed", step(False), "UINT8", [-1]))[0].ok
     with pytest.raises(BuildError, match=r"is declared with dims \[299, 299, 3\] but the pipeline returns"):
         build(tmp_path / "probed", step(True), "UINT8", [-1])

@@ -33,7 +33,7 @@ from conch import (
     TorchScriptStep,
 )
 from conch.archive.extract import safe_extract
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.step import Step
 from conch.executor import run
@@ -184,7 +184,7 @@ def holds(nodes: tuple[Node, ...], index: int, tmp: Path, triton: LocalTriton, o
         outcome.refused[expected[0]] += 1
         return
     assert expected is None, f"{nodes} built although a step is declared wrongly: {expected}"
-    report = check_archive(archive)
+    report = check_archive_models(archive)[0]
     assert report.ok, report.lines()
     target = f"{name}.tar.gz"
     unpacked = triton.workdir / "models" / f"dagprop-{name}"

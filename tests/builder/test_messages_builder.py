@@ -3,6 +3,7 @@ asserted by its text: `conch check` findings, extraction refusals, discover and 
 
 from __future__ import annotations
 
+import io
 import re
 import tarfile
 from pathlib import Path
@@ -12,9 +13,8 @@ from hostile_archives import Entry, write_archive
 from seed_archives import bert_repo, inception_repo, pack_repo
 
 from conch.archive.extract import safe_extract, scan_archive
-from conch.archive.verify import check_archive
-from conch.builder.archive import _Gathered
-from conch.builder.deflate import SegmentedGzip
+from conch.archive.fleet_check import check_archive_models
+from conch.builder.archive import add_file, member
 from conch.builder.discover import load_module_ensembles, python_files
 from conch.builder.pack import resolve
 from conch.builder.stamping import stamp_archive, stamped_name
@@ -31,7 +31,7 @@ def edit(repo: Repo, file: str, old: str, new: str) -> Repo:
 
 def checked(tmp_path: Path, repo: Repo) -> str:
     """The `conch check` lines of ``repo`` packed as hand.tar.gz, one text."""
-    return "\n".join(check_archive(pack_repo(repo, tmp_path / "hand.tar.gz")).lines())
+    return "\n".join(check_archive_models(pack_repo(repo, tmp_path / "hand.tar.gz"))[0].lines())
 
 
 def entries(repo: Repo) -> list[Entry]:
@@ -46,7 +46,7 @@ def entries(repo: Repo) -> list[Entry]:
 
 def test_symlink_at_the_root_is_an_error(tmp_path: Path) -> None:
     archive = write_archive(tmp_path / "hand.tar.gz", [*entries(inception_repo()), ("alias", "symlink", "dali")])
-    text = "\n".join(check_archive(archive).lines())
+    text = "\n".join(check_archive_models(archive)[0].lines())
     assert "hand.tar.gz/alias: error: is a symlink at the archive root; SageMaker only sees real folders as models" \
         in text
 
@@ -62,7 +62,7 @@ def test_fp16_ensemble_output_warns_binary_bodies(tmp_path: Path) -> None:
     repo = inception_repo()
     for file in ("inception_graphdef/config.pbtxt", "ensemble_dali_inception/config.pbtxt"):
         repo = edit(repo, file, "data_type: TYPE_FP32 dims: [ 1001 ]", "data_type: TYPE_FP16 dims: [ 1001 ]")
-    report = check_archive(pack_repo(repo, tmp_path / "hand.tar.gz"))
+    report = check_archive_models(pack_repo(repo, tmp_path / "hand.tar.gz"))[0]
     assert report.ok, report.lines()
     text = "\n".join(report.lines())
     assert ("hand.tar.gz/ensemble_dali_inception/config.pbtxt: warning: needs binary bodies: output 'OUTPUT' is "
@@ -239,18 +239,17 @@ def test_file_shrinking_while_archived_is_refused(tmp_path: Path) -> None:
     """The file is measured for its tar header, then cut short (another process rewriting it) before it is read."""
     model = tmp_path / "model.onnx"
     model.write_bytes(b"w" * 4096)
-    info = tarfile.TarInfo("m/1/model.onnx")
-    info.size = model.stat().st_size
+    info = member("m/1/model.onnx", tarfile.REGTYPE, 0o644, model.stat().st_size)
     model.write_bytes(b"w" * 100)
-    with (tmp_path / "out.tar.gz").open("wb") as out, pytest.raises(
+    with tarfile.open(fileobj=io.BytesIO(), mode="w") as tar, pytest.raises(
             BuildError, match=re.escape(f"file {model} shrank while it was archived; build again")):
-        _Gathered(SegmentedGzip(out)).member(info, model)
+        add_file(tar, info, model)
 
 
 def test_stamping_onto_a_folder_the_archive_already_holds_is_refused(tmp_path: Path) -> None:
     taken = stamped_name("preprocess", "bert-2.tar.gz")
     archive = pack_repo({**bert_repo(), f"{taken}/notes.txt": b"left here by hand\n"}, tmp_path / "bert.tar.gz")
-    assert check_archive(archive).ok
+    assert check_archive_models(archive)[0].ok
     with pytest.raises(ArchiveError, match=re.escape(
             f"bert.tar.gz: cannot rename step 'preprocess' to '{taken}', the archive already holds a folder of that "
             "name; rename that folder and rebuild")):

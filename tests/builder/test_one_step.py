@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conch import DeclarationError, Ensemble, PythonStep, Tensor
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.compiler.compiled import compile_ensemble
 from conch.harness.local_replay import replay_archives
@@ -38,7 +38,7 @@ def members(archive: Path) -> list[str]:
 def test_one_step_is_built_as_the_model_alone_and_replays(tmp_path: Path, triton: LocalTriton) -> None:
     archive = build_ensemble(doubling("alone"), tmp_path, "local")
     assert [m for m in members(archive) if "/" not in m] == ["alone__double", "conch-manifest.json"]
-    report = check_archive(archive)
+    report = check_archive_models(archive)[0]
     assert report.single == "alone__double" and report.ensemble is None, report.lines()
     replayed = replay_archives([archive], server=triton)
     assert replayed.passed and len(replayed.rows) == 4, replayed.table()

@@ -14,9 +14,9 @@ from conftest import linear_ensemble
 from seed_archives import bert_repo, pack_repo
 
 import conch
+from conch.archive.fleet_check import check_archive_models
 from conch.archive.inspection import inspect_archive
 from conch.archive.manifest import MANIFEST_NAME, read_manifest
-from conch.archive.verify import check_archive
 from conch.builder.repository_build import build_ensemble
 from conch.builder.stamping import stamp_archive, stamp_archives, stamped_name
 from conch.errors import ArchiveError
@@ -53,7 +53,7 @@ def test_a_stamp_renames_the_steps_and_nothing_else(built: Path, tmp_path: Path)
                 assert a.extractfile(old).read() == b.extractfile(name).read()  # type: ignore[union-attr]
         ensemble = b.extractfile("stampme/config.pbtxt").read().decode()  # type: ignore[union-attr]
     assert f'model_name: "{new["stampme__double"]}"' in ensemble and 'platform: "ensemble"' in ensemble
-    assert check_archive(stamped.archive).ok, check_archive(stamped.archive).lines()
+    assert check_archive_models(stamped.archive)[0].ok, check_archive_models(stamped.archive)[0].lines()
 
 
 def test_the_same_inputs_give_the_same_bytes(built: Path, tmp_path: Path) -> None:
@@ -89,10 +89,10 @@ def test_a_hand_made_archive_is_stamped_with_its_environments_working(tmp_path: 
     repo["postprocess/config.pbtxt"] = repo["postprocess/config.pbtxt"].replace(  # type: ignore[union-attr]
         b"$$TRITON_MODEL_DIRECTORY/processing_env", b"$$TRITON_MODEL_DIRECTORY/../preprocess/processing_env")
     archive = pack_repo(repo, tmp_path / "bert.tar.gz")
-    assert check_archive(archive).ok
+    assert check_archive_models(archive)[0].ok
     stamped = stamp_archive(archive, "bert-2", tmp_path / "out")
     assert not stamped.manifest and set(stamped.steps) == {"bert-trt", "postprocess", "preprocess"}
-    assert check_archive(stamped.archive).ok, check_archive(stamped.archive).lines()
+    assert check_archive_models(stamped.archive)[0].ok, check_archive_models(stamped.archive)[0].lines()
     with tarfile.open(stamped.archive) as tar:
         post = tar.extractfile(f"{stamped.steps['postprocess']}/config.pbtxt").read().decode()  # type: ignore[union-attr]
     assert f"$$TRITON_MODEL_DIRECTORY/../{stamped.steps['preprocess']}/processing_env.tar.gz" in post
@@ -131,7 +131,8 @@ def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, t
 
 def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_path: Path) -> None:
     from conch.archive.extract import safe_extract
-    from conch.builder.stamping import read_configs, stamp_folder
+    from conch.archive.verify import check_folder
+    from conch.builder.stamping import stamp_folder
 
     folder = tmp_path / "unpacked"
     safe_extract(built, folder)
@@ -139,7 +140,7 @@ def test_a_folder_already_holding_the_stamped_name_is_refused(built: Path, tmp_p
     (folder / taken).mkdir()
     with pytest.raises(ArchiveError, match=rf"cannot rename step 'stampme__double' to '{taken}': the archive already "
                        "holds a folder of that name"):
-        stamp_folder(folder, {"stampme__double": taken}, read_configs(folder))
+        stamp_folder(folder, {"stampme__double": taken}, check_folder(folder, "y.tar.gz").configs)
     assert (folder / "stampme__double").is_dir()  # nothing renamed
 
 

@@ -209,7 +209,7 @@ def test_a_staged_archive_whose_manifest_does_not_read_is_refused_by_its_name(tm
 def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: Path, triton: LocalTriton) -> None:
     """Triton's JSON cannot carry FP16: the SageMaker-JSON row says so instead of failing, the binary rows
     pass, `conch check` warns, and the server itself refuses the JSON body (what the row stands for)."""
-    from conch.archive.verify import check_archive
+    from conch.archive.fleet_check import check_archive_models
 
     archive = build_ensemble(half_ensemble("halves"), tmp_path, "local")
     from conch.archive.manifest import read_manifest
@@ -218,7 +218,7 @@ def test_fp16_marks_the_json_row_not_applicable_and_json_really_fails(tmp_path: 
         "ensemble 'halves' needs binary bodies: input 'X' is FP16, output 'Y' is FP16: Triton's JSON bodies cannot "
         "carry FP16 or BF16 (its HTTP front end answers 400 'sending FP16 data via JSON is not supported'); callers "
         "must send binary+json bodies (application/vnd.sagemaker-triton.binary+json;json-header-size=N)"]
-    (warning,) = check_archive(archive).findings
+    (warning,) = check_archive_models(archive)[0].findings
     assert warning.level == "warning" and warning.file == "halves/config.pbtxt"
     assert warning.message.startswith("needs binary bodies: input 'X' is FP16, output 'Y' is FP16: "
                                       "Triton's JSON bodies cannot carry FP16 or BF16")

@@ -11,7 +11,7 @@ import pytest
 from seed_archives import pack_repo
 from single_models import ADD_SUB_CONFIG, add_sub_repo, simple_repo, write_repo
 
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 from conch.errors import BuildError
 from conch.harness.local_replay import replay_archives
@@ -36,7 +36,7 @@ def test_a_single_model_archive_imports_builds_alone_and_replays(tmp_path: Path,
                                  "'add_sub_alone' of this one step, which `conch build` writes as the model alone"]
     module = load_module(imported.module)
     rebuilt = build_ensemble(module.add_sub_alone, tmp_path / "dist", "local")  # type: ignore[attr-defined]
-    assert check_archive(rebuilt).single == "add_sub"
+    assert check_archive_models(rebuilt)[0].single == "add_sub"
     samples = read_payloads(imported.module.with_suffix(".samples.json"))  # the samples `conch import` wrote
     report = replay_archives([archive, rebuilt], server=triton, payloads=samples)
     assert report.passed and len(report.rows) == 8, report.table()

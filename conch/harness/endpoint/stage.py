@@ -62,7 +62,7 @@ class StepClaims:
 
 def rename_steps(folder: Path, target_model: str, renames: dict[str, str],
                  configs: dict[str, ReadConfig]) -> None:
-    """Rename step folders under ``folder`` and every reference to them (``configs``: its ``read_configs``),
+    """Rename step folders under ``folder`` and every reference to them (``configs``: as its check read them),
     as `conch stamp` does (conch.builder.stamping.stamp_folder)."""
     try:
         stamp_folder(folder, renames, configs)

@@ -23,11 +23,8 @@ from test_mme_bad_input import one_step
 
 from conch import ServeError
 from conch.builder.repository_build import build_ensemble
-from conch.errors import BenchError
 from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.sources import S3Source
-from conch.harness.load.spec import archive_targets
-from conch.plan.validate import replay_trace
 from conch.wire import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.integration
@@ -84,12 +81,6 @@ def test_a_load_still_out_of_memory_after_unloading_three_others_says_so(mme: Lo
     assert ("TargetModel 'oom.tar.gz' failed to load: still out of memory (507) after unloading 3 other models"
             in error["message"])
     np.testing.assert_array_equal(invoke_linear(rt, GOOD[3]), EXPECTED)  # the endpoint still serves
-
-
-def test_a_hit_rate_trace_stops_at_the_first_call_the_mme_refuses(mme: LocalMME, folder: Path) -> None:
-    targets = archive_targets([folder / GOOD[0]], ["absent.tar.gz"], body_kind="json")
-    with pytest.raises(BenchError, match=r"absent.tar.gz: HTTP 400 .*no object at "):
-        replay_trace(mme.url, mme.endpoint_name, targets, [0])
 
 
 def test_an_archive_s3_will_not_hand_out_names_the_object_and_s3s_reason(moto_server: str, folder: Path,

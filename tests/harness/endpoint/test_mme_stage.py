@@ -13,7 +13,7 @@ from conftest import REFUSED_URL, linear_ensemble
 from conch.archive.extract import safe_extract
 from conch.archive.verify import check_folder
 from conch.builder.repository_build import build_ensemble
-from conch.builder.stamping import read_configs, stamped_name, step_models
+from conch.builder.stamping import stamped_name, step_models
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet, Model
 from conch.harness.endpoint.hop import TritonHop
@@ -56,12 +56,12 @@ def test_a_taken_isolated_name_is_not_handed_out_twice() -> None:
 def test_renamed_steps_keep_the_archive_valid(unpacked: Path, tmp_path: Path) -> None:
     folder = tmp_path / "model"
     shutil.copytree(unpacked, folder)
-    configs = read_configs(folder)
+    configs = check_folder(folder, "model.tar.gz").configs
     steps = step_models(configs)
     assert steps == ["stage__add_one", "stage__double"]
     renames = {s: stamped_name(s, "copy.tar.gz") for s in steps}
     rename_steps(folder, "copy.tar.gz", renames, configs)
-    configs = read_configs(folder)
+    configs = check_folder(folder, "copy.tar.gz").configs
     assert sorted(configs) == sorted([*renames.values(), "stage"])
     assert [s.model_name for s in configs["stage"].ensemble_steps] == [
         renames["stage__double"], renames["stage__add_one"]]
@@ -74,7 +74,8 @@ def test_a_rename_onto_a_folder_of_the_archive_is_refused(unpacked: Path, tmp_pa
     folder = tmp_path / "model"
     shutil.copytree(unpacked, folder)
     with pytest.raises(ValidationError, match="--step-names shared"):
-        rename_steps(folder, "copy.tar.gz", {"stage__double": "stage__add_one"}, read_configs(folder))
+        rename_steps(folder, "copy.tar.gz", {"stage__double": "stage__add_one"},
+                     check_folder(folder, "copy.tar.gz").configs)
     assert check_folder(folder, "copy.tar.gz").ok  # nothing was changed
 
 

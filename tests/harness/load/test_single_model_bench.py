@@ -13,7 +13,7 @@ import pytest
 from seed_archives import pack_repo
 from single_models import add_sub_payload, add_sub_repo
 
-from conch.archive.verify import check_archive
+from conch.archive.fleet_check import check_archive_models
 
 pytestmark = pytest.mark.integration
 
@@ -50,4 +50,4 @@ def test_a_single_model_archive_is_stamped_without_step_names(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no conch manifest" not in done.stderr  # no step names to record
     for name in ("copy-1.tar.gz", "copy-2.tar.gz"):
-        assert check_archive(tmp_path / "s" / name).single == "model"
+        assert check_archive_models(tmp_path / "s" / name)[0].single == "model"
