@@ -71,7 +71,7 @@ def test_check_json_and_quiet(dist: Path) -> None:
     doc = document(conch("check", str(dist), "--json"))
     assert doc["ok"] is True
     assert doc["archives"] == [{"archive": str(dist / "cli_linear.tar.gz"), "ok": True, "ensemble": "cli_linear",
-                                "models": 3, "findings": []}]
+                                "single": None, "models": 3, "findings": []}]
     quiet_ok(conch("check", str(dist), "--quiet"))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from conch.archive.check_report import CheckReport
 from conch.archive.extract import safe_extract
+from conch.archive.fleet_check import ArchiveModels
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
@@ -148,17 +149,17 @@ def replay_archives(
         default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
         server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
     triton = server
-    clashing = fleet_clashes(archives)
+    held: list[ArchiveModels] = []  # the archives loaded so far: their step names are taken
     try:
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            if target_name(archive) in clashing:
-                report.rows.append(ReplayRow(target_name(archive), "-", "check", False,
-                                             clashing[target_name(archive)]))
-            else:
-                _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard)
+            models, clash = fleet_clash(archive, held)
+            if clash is not None:
+                report.rows.append(ReplayRow(target_name(archive), "-", "check", False, clash))
+            elif _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard):
+                held += [models] if models is not None else []
             if done:
                 done(archive)
     finally:
@@ -176,22 +177,24 @@ def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
     return endpoints
 
 
-def fleet_clashes(archives: Sequence[Path]) -> dict[str, str]:
-    """{TargetModel: the fleet check's finding} for each archive that cannot load beside one before it on one
-    server: step model names another archive holds (`conch check`'s words; without this, Triton's raw error, e.g.
-    "ensemble tensor IN0: inconsistent data type"). The first holder of the names loads; the others do not."""
-    if len(archives) < 2:
-        return {}
+def fleet_clash(archive: Path, held: Sequence[ArchiveModels]) -> tuple[ArchiveModels | None, str | None]:
+    """(what the fleet check reads of ``archive``, and why it cannot load beside the archives ``held`` (loaded
+    before it on one server) or None): step model names another archive holds, in `conch check`'s words (without
+    this, Triton's raw error, e.g. "ensemble tensor IN0: inconsistent data type"). The first holder of the names
+    loads; the others do not. An archive the fleet check cannot read is left to its own check."""
     from conch.archive.fleet_check import archive_models, check_fleet
 
-    report = check_fleet([archive_models(a) for a in archives if a.is_file()])
-    clashing: dict[str, str] = {}
-    for finding in report.errors:
-        if finding.kind == "shared-step-names":
-            for name in finding.archives[1:]:
-                clashing.setdefault(name, f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them "
-                                    "and loaded first)")
-    return clashing
+    try:
+        models = archive_models(archive)
+    except (ConchError, OSError):
+        return None, None
+    if not held:
+        return models, None
+    for finding in check_fleet([*held, models]).errors:
+        if finding.kind == "shared-step-names" and target_name(archive) in finding.archives[1:]:
+            return models, (f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them and loaded "
+                            "first)")
+    return models, None
 
 
 def load_archive(
@@ -237,11 +240,12 @@ def _replay_one(
     progress: Callable[[str], None] | None,
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
-) -> None:
+) -> bool:
+    """Load one archive and replay its samples into ``report``; whether it loaded."""
     loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None)
     if isinstance(loaded, ReplayRow):
         report.rows.append(loaded)
-        return
+        return False
     name = loaded.name
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
     chosen: Sequence[ReplaySample] = (samples(archive, loaded.manifest) if samples
@@ -255,6 +259,7 @@ def _replay_one(
             report.rows.append(row)
             if progress:
                 progress(_short(row))
+    return True
 
 
 def replay_sample(

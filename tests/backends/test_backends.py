@@ -22,10 +22,10 @@ from conch.harness.local_replay import replay_archives
 IDS = [c.kind for c in CASES]
 
 
-def single_step_ensemble(case: BackendCase, tmp: Path, name: str = "single") -> Ensemble:
+def single_step_ensemble(case: BackendCase, tmp: Path, name: str = "single", keep_ensemble: bool = False) -> Ensemble:
     step = case.make(tmp)
     mbs = step.max_batch_size
-    ens = Ensemble(name, max_batch_size=mbs)
+    ens = Ensemble(name, max_batch_size=mbs, keep_ensemble=keep_ensemble)
     handles = {t.name: ens.input(t.name.upper().replace("/", "_"), t.dtype, t.dims) for t in step.inputs}
     outs = step(**handles)
     outs = [outs] if not isinstance(outs, tuple) else list(outs)
@@ -76,8 +76,8 @@ def with_every_setting(step: Step) -> Step:
 @pytest.mark.parametrize("settings", ["declared", "every setting"])
 def test_rendered_configs_mean_what_was_declared(case: BackendCase, settings: str, tmp_path: Path) -> None:
     """Each config.pbtxt, parsed as ModelConfig, equals the config built from the declaration field by field:
-    the step's in production, and the ensemble's wiring."""
-    ens = single_step_ensemble(case, tmp_path)
+    the step's in production, and the ensemble's wiring (kept: a one-step DAG may be written as its model alone)."""
+    ens = single_step_ensemble(case, tmp_path, keep_ensemble=True)
     call = ens.calls[0]
     if settings == "every setting":
         with_every_setting(call.step)
