@@ -110,6 +110,7 @@ class ConchSession:
         self.selected: list[str] = []  # the sources of the items pytest will run
         self.archives: dict[str, Path | ReplayRow] = {}
         self.loads: dict[str, LoadedArchive | ReplayRow] = {}
+        self.held: list[Any] = []  # what the fleet check read of each archive loaded (replay's shared-name check)
         self._scratch: Any = None
         self._triton: ConchTriton | None = None
         self._mme: LocalEndpoint | None = None
@@ -171,7 +172,7 @@ class ConchSession:
             else:
                 triton = self.triton()
                 loaded = load_archive(archive, triton.triton, triton.client,
-                                      self.config.getoption("conch_load_timeout"))
+                                      self.config.getoption("conch_load_timeout"), held=self.held)
                 self.loads[source.name] = loaded
                 if isinstance(loaded, LoadedArchive):
                     triton.loaded[loaded.name] = loaded

@@ -161,6 +161,12 @@ def file_identity(path: Path) -> tuple[int, int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def report_models(target_model: str, report: CheckReport, manifest_data: bytes | None) -> ArchiveModels:
+    """What the fleet check needs of an archive whose `conch check` passed (its ``report``), without reading the
+    archive again: its configs as the check parsed them and its manifest's bytes."""
+    return _archive_models(target_model, report.configs, manifest_data, report.single)
+
+
 def _archive_models(target_model: str, configs: dict[str, ReadConfig], manifest_data: bytes | None,
                     single: str | None = None) -> ArchiveModels:
     manifest = None

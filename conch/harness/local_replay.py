@@ -155,11 +155,7 @@ def replay_archives(
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive in archives:
-            models, clash = fleet_clash(archive, held)
-            if clash is not None:
-                report.rows.append(ReplayRow(target_name(archive), "-", "check", False, clash))
-            elif _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard):
-                held += [models] if models is not None else []
+            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard, held)
             if done:
                 done(archive)
     finally:
@@ -177,24 +173,19 @@ def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
     return endpoints
 
 
-def fleet_clash(archive: Path, held: Sequence[ArchiveModels]) -> tuple[ArchiveModels | None, str | None]:
-    """(what the fleet check reads of ``archive``, and why it cannot load beside the archives ``held`` (loaded
-    before it on one server) or None): step model names another archive holds, in `conch check`'s words (without
-    this, Triton's raw error, e.g. "ensemble tensor IN0: inconsistent data type"). The first holder of the names
-    loads; the others do not. An archive the fleet check cannot read is left to its own check."""
-    from conch.archive.fleet_check import archive_models, check_fleet
+def fleet_clash(models: ArchiveModels, held: Sequence[ArchiveModels]) -> str | None:
+    """Why an archive (``models``: what the fleet check reads of it) cannot load beside the archives ``held``
+    (loaded before it on one server), or None: step model names another archive holds, in `conch check`'s words
+    (without this, Triton's raw error, e.g. "ensemble tensor IN0: inconsistent data type"). The first holder of
+    the names loads; the others do not."""
+    from conch.archive.fleet_check import check_fleet
 
-    try:
-        models = archive_models(archive)
-    except (ConchError, OSError):
-        return None, None
     if not held:
-        return models, None
+        return None
     for finding in check_fleet([*held, models]).errors:
-        if finding.kind == "shared-step-names" and target_name(archive) in finding.archives[1:]:
-            return models, (f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them and loaded "
-                            "first)")
-    return models, None
+        if finding.kind == "shared-step-names" and models.target_model in finding.archives[1:]:
+            return f"fleet: {finding.message} (not loaded: {finding.archives[0]} holds them and loaded first)"
+    return None
 
 
 def load_archive(
@@ -204,16 +195,26 @@ def load_archive(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     progress: Callable[[str], None] | None = None,
     manifest_needed: bool = True,
+    held: list[ArchiveModels] | None = None,
 ) -> LoadedArchive | ReplayRow:
     """Stage, check and load one archive as SageMaker's MME does: the loaded archive, or the failed row
     (endpoint ``check`` or ``load``) saying why it did not load. ``manifest_needed`` False: an archive without a
-    conch manifest loads too (its samples come from elsewhere: ``--payload``, a payload folder)."""
+    conch manifest loads too (its samples come from elsewhere: ``--payload``, a payload folder). ``held``: the
+    archives loaded on this server before it (checked together with it as one fleet; it joins them once
+    loaded)."""
+    from conch.archive.fleet_check import report_models
+
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
         manifest, check = _checked(archive, folder, manifest_needed)
     except ConchError as exc:
         return ReplayRow(name, "-", "check", False, str(exc))
+    manifest_file = _manifest_of(folder)
+    models = report_models(name, check, manifest_file.read_bytes() if manifest_file.is_file() else None)
+    clash = fleet_clash(models, held or [])
+    if clash is not None:
+        return ReplayRow(name, "-", "check", False, clash)
     configs = check.configs
     try:
         check_backends(archive, manifest, configs)
@@ -225,6 +226,8 @@ def load_archive(
         load_ms = (time.perf_counter() - start) * 1000
     except ConchError as exc:
         return ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}")
+    if held is not None:
+        held.append(models)
     served = configs[check.served] if check.served else None
     refusal = json_refusal(manifest.schema.tensors() if manifest else _tensors(served))
     return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)), refusal, load_ms, served)
@@ -240,12 +243,14 @@ def _replay_one(
     progress: Callable[[str], None] | None,
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
-) -> bool:
-    """Load one archive and replay its samples into ``report``; whether it loaded."""
-    loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None)
+    held: list[ArchiveModels] | None = None,
+) -> None:
+    """Load one archive (beside those ``held``) and replay its samples into ``report``."""
+    loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None,
+                          held=held)
     if isinstance(loaded, ReplayRow):
         report.rows.append(loaded)
-        return False
+        return
     name = loaded.name
     report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
     chosen: Sequence[ReplaySample] = (samples(archive, loaded.manifest) if samples
@@ -259,7 +264,6 @@ def _replay_one(
             report.rows.append(row)
             if progress:
                 progress(_short(row))
-    return True
 
 
 def replay_sample(
