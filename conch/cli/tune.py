@@ -155,8 +155,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         server.only(args.step or [])
         start = Settings({(s.ensemble, s.model): Knobs() for s in server.steps}) if args.from_defaults \
             else server.declared
-        outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, patience=args.patience,
-                         progress=bar.line)
+        try:
+            outcome = guided(server, start, levels, budget_s=args.budget_minutes * 60, patience=args.patience,
+                             progress=bar.line)
+        finally:
+            if args.url:  # a server of the user's: its steps go back to the settings they had, whatever happened
+                try:
+                    server.apply(server.declared)
+                except BenchError as exc:
+                    say(f"warning: the steps of {args.url} could not be set back to their declared settings: {exc}")
     report = table(outcome, server.steps, args.p99_ms, server.server)
     doc = to_json(outcome, server.steps, args.p99_ms, server.server, levels)
     result(report)

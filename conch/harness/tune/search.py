@@ -43,14 +43,15 @@ class Round:
 
     def verdict(self) -> str:
         floor = f"{NOISE_FLOOR:.0%}"
-        if self.kept:
-            assert self.again is not None
+        if self.kept and self.again is not None:
             return (f"kept: {self.trial.figure()} beats the current settings' {self.base.figure()} and, measured "
-                    f"again, {self.again.figure()}, by more than {floor} (the run's noise so far {self.noise:.0%})")
+                    f"again, {self.again.figure()}, by more than the run's noise so far ({self.noise:.0%}, at least "
+                    f"{floor})")
         if self.again is not None:
             return (f"dropped: {self.trial.figure()}, but the current settings measured again gave "
                     f"{self.again.figure()} (the run's noise so far {self.noise:.0%})")
-        return f"dropped: {self.trial.figure()} does not beat {self.base.figure()} by {floor}"
+        return (f"dropped: {self.trial.figure()} does not beat {self.base.figure()} by the run's noise so far "
+                f"({self.noise:.0%}, at least {floor})")
 
     def to_json(self) -> dict[str, Any]:
         return {"round": self.number, "ensemble": self.move.step.ensemble, "step": self.move.step.step,
@@ -197,13 +198,14 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         say(f"round {len(rounds) + 1}: {move.step.ensemble}/{move.step.step}: {move.change} ({move.why})")
         trial = server.measure(move.settings)
         base, again, kept = current_trial, None, False
-        if trial.beats(base, NOISE_FLOOR):
+        if trial.beats(base, noise):
             again = server.measure(current)  # the A/B: the current settings once more, in the same run
             a, b = again.throughput or -again.first_p99_ms, base.throughput or -base.first_p99_ms
             spreads.append(abs(a - b) / max(abs(a), abs(b), 1e-9))
             noise = max(NOISE_FLOOR, statistics.median(spreads))
-            # beyond the run's noise: better than both measurements of the current settings, by the floor at least
-            kept = trial.beats(base, NOISE_FLOOR) and trial.beats(again, NOISE_FLOOR)
+            # beyond the run's noise (the median spread of repeated measurements, the floor at least): better than
+            # both measurements of the current settings by that much
+            kept = trial.beats(base, noise) and trial.beats(again, noise)
             if not kept and again.profiles:
                 current_trial = again
         done = Round(len(rounds) + 1, move, trial, base, again, noise, kept)
