@@ -183,8 +183,12 @@ def serve(source: str | Path | BuildReport, *, s3_endpoint_url: str | None = Non
                              "one endpoint serves one folder: serve one of them")
         source = folders.pop()
     mme = LocalMME(source, s3_endpoint_url=s3_endpoint_url, **options).start()
-    # the local front checks no signature, but boto3 wants credentials to sign with: none of the user's are sent
-    client = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
-                          aws_access_key_id="local", aws_secret_access_key="local")
+    try:
+        # the local front checks no signature, but boto3 wants credentials to sign with: none of the user's are sent
+        client = boto3.client("sagemaker-runtime", endpoint_url=mme.url, region_name="us-east-1",
+                              aws_access_key_id="local", aws_secret_access_key="local")
+    except BaseException:
+        mme.stop()  # nothing would stop the server otherwise
+        raise
     names = [] if str(source).startswith("s3://") else sorted(p.name for p in Path(source).glob("*.tar.gz"))
     return LocalEndpoint(mme.url, options.get("endpoint_name", ENDPOINT_NAME), client, names, mme)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,8 @@ def root_model_staged(folder: Path) -> Path:
 
     if not (folder / "config.pbtxt").is_file():
         return folder
-    inner = folder / f".{ROOT_MODEL}"
-    inner.mkdir()
+    # a folder of a name no archive entry holds (a fixed one could clash with an entry of the archive's own)
+    inner = Path(tempfile.mkdtemp(prefix=f".{ROOT_MODEL}-", dir=folder))
     for entry in list(folder.iterdir()):
         if entry != inner:
             entry.rename(inner / entry.name)
