@@ -13,6 +13,7 @@ from conch.harness.mme_contract import (
     load_body,
     model_hash,
     model_path,
+    root_model_staged,
     sequence_parameters,
     target_headers,
 )
@@ -41,3 +42,24 @@ def test_tritons_error_answers_are_read_the_same_by_both_clients() -> None:
     assert error_text(b"", "Bad Gateway") == "Bad Gateway"
     # the async hop's answers name their status when Triton sent no body
     assert Answer(503, b"", "").error_text() == "HTTP 503"
+
+
+def test_a_root_config_is_staged_as_the_folder_model_whatever_the_archive_holds(tmp_path: Path) -> None:
+    """SageMaker's path for a root config.pbtxt is <hash>/model: the archive's entries move there, its own
+    hidden '.model' folder and a folder named 'model' included (a fixed staging name once clashed with them)."""
+    (tmp_path / "config.pbtxt").write_text('backend: "python"\n')
+    for name in ("1", ".model", "model"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name)
+    assert root_model_staged(tmp_path) == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    staged = tmp_path / "model"
+    assert sorted(p.name for p in staged.iterdir()) == [".model", "1", "config.pbtxt", "model"]
+    assert (staged / ".model" / "f.txt").read_text() == ".model"
+    assert (staged / "model" / "f.txt").read_text() == "model"
+
+
+def test_an_archive_without_a_root_config_is_left_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    assert root_model_staged(tmp_path) == tmp_path
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
