@@ -32,10 +32,11 @@ def built_for(root: Path) -> Manifest | None:
         return None
 
 
-def check_release(root: Path, models: Mapping[str, Model], release: Release | str, report: CheckReport) -> None:
-    """What differs for the archive unpacked at ``root`` on Triton ``release``'s image, reported as findings."""
+def check_release(root: Path, models: Mapping[str, Model], release: Release | str, report: CheckReport,
+                  manifest: Manifest | None) -> None:
+    """What differs for the archive unpacked at ``root`` (its ``manifest``: :func:`built_for`) on Triton
+    ``release``'s image, reported as findings."""
     release = Release.of(release)
-    manifest = built_for(root)
     built = Release.of(manifest.release) if manifest is not None else None
     for model in models.values():
         _backend(model, release, report)

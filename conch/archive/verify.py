@@ -17,7 +17,7 @@ from pathlib import Path
 from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
-from conch.archive.manifest import SHELL_SAFE
+from conch.archive.manifest import SHELL_SAFE, Manifest
 from conch.archive.release_check import built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
@@ -89,11 +89,11 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     archive one model; else one folder at the root is that model (a single-model archive); else the folder whose
     config matches the ensemble regex is served."""
     report = CheckReport(archive)
+    manifest = built_for(root)  # read once: the release check needs it too
     if release is None:
-        manifest = built_for(root)
         release = manifest.release if manifest is not None else DEFAULT_RELEASE
     if (root / "config.pbtxt").exists():
-        _check_root_model(root, report, release)
+        _check_root_model(root, report, release, manifest)
         return report
     folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
     for link in sorted(p for p in root.iterdir() if p.is_symlink()):
@@ -118,9 +118,9 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     described = {name: ModelFolder.read(m.path, m.config.message()) for name, m in models.items()}
     for name in [served.folder] if served is not None else list(models):
         check_load(described, name, report, release, mapped=True)
-    for model in models.values():
-        _check_model(model, root, report)
-    check_release(root, models, release, report)
+    for name, model in models.items():
+        _check_model(model, described[name], root, report)
+    check_release(root, models, release, report, manifest)
     if served is not None:
         _check_body(served, report)
     return report
@@ -135,7 +135,7 @@ def _single_model(folders: list[Path], models: dict[str, Model]) -> Model | None
     return None if model.config.is_ensemble else model
 
 
-def _check_root_model(root: Path, report: CheckReport, release: Release | str) -> None:
+def _check_root_model(root: Path, report: CheckReport, release: Release | str, manifest: Manifest | None) -> None:
     """A config.pbtxt at the root: SageMaker loads the archive itself as one model, from the folder it unpacked
     into (``/opt/ml/models/<hash>/model``: its folder name is ``model``), its versions at the root."""
     model = _read_model(root, report, folder=ROOT_MODEL, prefix="")
@@ -154,8 +154,8 @@ def _check_root_model(root: Path, report: CheckReport, release: Release | str) -
         return
     described = replace(ModelFolder.read(root, model.config.message()), folder=ROOT_MODEL, prefix="")
     check_load({ROOT_MODEL: described}, ROOT_MODEL, report, release, mapped=True)
-    _check_model(model, root, report)
-    check_release(root, {ROOT_MODEL: model}, release, report)
+    _check_model(model, described, root, report)
+    check_release(root, {ROOT_MODEL: model}, release, report, manifest)
     _check_body(model, report)
 
 
@@ -237,14 +237,11 @@ def _no_ensemble(models: dict[str, Model], folders: list[Path], report: CheckRep
                      "pack one model folder per archive (a single-model archive)")
 
 
-def versions_served(model: Model) -> list[str]:
-    """The version folders Triton serves under the model's version policy (load_rules reports when none)."""
-    return [str(v) for v in ModelFolder.read(model.path, model.config.message()).versions_to_load()]
-
-
-def _check_model(model: Model, root: Path, report: CheckReport) -> None:
+def _check_model(model: Model, described: ModelFolder, root: Path, report: CheckReport) -> None:
+    """A model folder's files (its model file in each version Triton loads, labels, environment), ``described``
+    as the load rules read it (load_rules reports when no version loads)."""
     config, file = model.config, f"{model.prefix}config.pbtxt"
-    served = versions_served(model)
+    served = [str(v) for v in described.versions_to_load()]
     if config.carried.model_transaction_policy.decoupled:
         report.error(file, "is a decoupled model, which SageMaker's front end refuses to serve")
     if config.is_ensemble:

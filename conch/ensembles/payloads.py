@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,14 +41,16 @@ LAYOUT_HINT = ("each sample is NAME.request.json (or NAME.request.bin) with NAME
 
 @dataclass(frozen=True)
 class Payload:
-    """One sample read from a payload folder: its inputs, expected outputs and their checks."""
+    """One request replayed in place of an archive's own samples: read from a payload folder, or from one
+    ``--payload`` file (``conch.harness.payloads``): its inputs, expected outputs (none for a bare request) and
+    their checks."""
 
     name: str
     inputs: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray]
-    checks: dict[str, OutputCheck]
-    recorded: bool  # outputs a run answered (``conch replay --record``), not outputs anyone checked
-    request: Path
+    expected: dict[str, np.ndarray] = field(default_factory=dict)
+    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
+    recorded: bool = False  # outputs a run answered (``conch replay --record``), not outputs anyone checked
+    request: Path | None = None  # the file the request was read from
 
     def input_arrays(self) -> dict[str, np.ndarray]:
         return self.inputs

@@ -4,34 +4,14 @@ writes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from conch.ensembles.samples import OutputCheck, read_samples
+from conch.ensembles.payloads import Payload
+from conch.ensembles.samples import read_samples
 from conch.errors import ConchError, ServeError
 from conch.wire import parse_json_request
 
 __all__ = ["Payload", "read_payloads"]
-
-
-@dataclass(frozen=True)
-class Payload:
-    """A request replayed instead of an archive's samples (``--payload FILE``): its inputs and, when the file
-    holds them (the samples `conch import` writes), the outputs expected and how each is compared."""
-
-    name: str
-    inputs: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray] = field(default_factory=dict)
-    checks: Mapping[str, OutputCheck] = field(default_factory=dict)
-
-    def input_arrays(self) -> dict[str, np.ndarray]:
-        return self.inputs
-
-    def expected_arrays(self) -> dict[str, np.ndarray]:
-        return self.expected
 
 
 def read_payloads(path: Path) -> list[Payload]:
@@ -44,11 +24,12 @@ def read_payloads(path: Path) -> list[Payload]:
         raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
     if b'"samples"' in data:
         try:
-            return [Payload(name, inputs, expected, checks) for name, inputs, expected, checks in read_samples(path)]
+            return [Payload(name, inputs, expected, checks, request=path)
+                    for name, inputs, expected, checks in read_samples(path)]
         except ConchError as exc:
             raise ServeError(f"--payload {exc}") from None
     try:
-        return [Payload(path.name, parse_json_request(data))]
+        return [Payload(path.name, parse_json_request(data), request=path)]
     except (ValueError, ConchError) as exc:
         raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
                          '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
