@@ -130,7 +130,7 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
     if origin is None:
         return None
     files = _imported_siblings(Path(origin))
-    return key_of([sorted((os.path.basename(f), _file_sha256(f)) for f in files), repr(bound)])
+    return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)])
 
 
 def pure_key(fn: Callable[..., Any]) -> list[object] | None:
@@ -270,6 +270,10 @@ def _real_file(file: object) -> str | None:
     return os.path.normpath(file)
 
 
-def _file_sha256(path: str) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's content, read in 1 MiB blocks (a model file is not held in memory whole)."""
+    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

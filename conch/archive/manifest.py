@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from conch.cache import file_sha256
 from conch.ensembles.layout import FileSource
 from conch.ensembles.samples import OutputCheck, check_from_json, check_to_json, decode_array
 from conch.ensembles.tensors import Tensor
@@ -28,14 +29,7 @@ FORMAT = 2
 
 
 def sha256(source: FileSource) -> str:
-    h = hashlib.sha256()
-    if isinstance(source, bytes):
-        h.update(source)
-    else:
-        with Path(source).open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+    return hashlib.sha256(source).hexdigest() if isinstance(source, bytes) else file_sha256(source)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
 from conch.backends.torchscript_names import canonical_names
-from conch.cache import remembered, stat_identity
+from conch.cache import file_sha256, remembered, stat_identity
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -247,8 +247,8 @@ class TorchScriptStep(Step):
             return None
         source = self.artifact.resolve()
         known = None if isinstance(source, bytes) else stat_identity(source)
-        identity: list[object] = list(known) if known is not None else [hashlib.sha256(
-            source if isinstance(source, bytes) else source.read_bytes()).hexdigest()]
+        identity: list[object] = list(known) if known is not None else [
+            hashlib.sha256(source).hexdigest() if isinstance(source, bytes) else file_sha256(source)]
         tensors = [[t.name, t.dtype.wire, list(t.dims), None if t.reshape is None else list(t.reshape)]
                    for t in (*self.inputs, *self.outputs)]
         return [_BINDING_FORMAT, torch_version, identity, tensors, len(self.inputs), self.max_batch_size,
