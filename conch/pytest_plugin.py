@@ -110,6 +110,7 @@ class ConchSession:
         self.selected: list[str] = []  # the sources of the items pytest will run
         self.archives: dict[str, Path | ReplayRow] = {}
         self.loads: dict[str, LoadedArchive | ReplayRow] = {}
+        self.manifests: dict[Path, Any] = {}  # archive -> its manifest, read once for the deployed endpoint's items
         self.held: list[Any] = []  # what the fleet check read of each archive loaded (replay's shared-name check)
         self._scratch: Any = None
         self._triton: ConchTriton | None = None
@@ -202,7 +203,9 @@ class ConchSession:
             return archive
         target = target_name(archive)
         try:
-            manifest = read_manifest(archive)
+            manifest = self.manifests.get(archive)
+            if manifest is None:
+                manifest = self.manifests[archive] = read_manifest(archive)
             chosen = self.sample_of(source, sample, manifest)
             refusal = json_refusal(manifest.schema.tensors())
             if body == "json" and refusal:
