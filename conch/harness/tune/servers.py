@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
 
-from conch.archive.extract import safe_extract
 from conch.archive.manifest import Manifest, read_manifest
 from conch.errors import BenchError, ConchError
 from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
@@ -88,9 +87,7 @@ def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], 
             named = []
             for archive in archives:
                 name = target_name(archive)
-                with scratch_temp("conch-tune-") as unpacked:
-                    safe_extract(archive, Path(unpacked))
-                    manifest = read_manifest(Path(unpacked))
+                manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
                 check_local(archive, manifest)
                 say(f"loading {name} on the local MME at {mme.url}")
                 mme.load(name)

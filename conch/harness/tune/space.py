@@ -141,10 +141,6 @@ class Settings:
     def cpu_slots(self) -> int:
         return sum(k.cpu_slots() for k in self.knobs.values())
 
-    def changed(self, other: Settings) -> list[tuple[str, str]]:
-        """The steps whose knobs differ from ``other``'s."""
-        return sorted(k for k in self.knobs if other.knobs.get(k) != self.knobs[k])
-
     def to_json(self) -> list[dict[str, Any]]:
         return [{"ensemble": e, "model": m, **k.to_json()} for (e, m), k in sorted(self.knobs.items())]
 
@@ -161,11 +157,6 @@ def knobs_of(config: Mapping[str, Any], step: StepSpace) -> Knobs:
         return Knobs(instances, False, 0, (), threads)
     return Knobs(instances, True, int(dynamic.get("max_queue_delay_microseconds", 0) or 0),
                  tuple(int(s) for s in dynamic.get("preferred_batch_size") or ()), threads)
-
-
-def reset_knobs() -> Knobs:
-    """One instance, no dynamic batching, the backend's default threads: where `--from-defaults` starts."""
-    return Knobs()
 
 
 def apply_knobs(config: Mapping[str, Any], step: StepSpace, knobs: Knobs) -> dict[str, Any]:
