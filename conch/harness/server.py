@@ -149,9 +149,10 @@ class LocalTriton:
         _, libs = pytriton_paths()
         env = dict(os.environ)
         # The Python stub links this interpreter's libpython, which an interpreter outside the system's folders
-        # (pyenv, a conda env) keeps in its own LIBDIR.
+        # (pyenv, a conda env) keeps in its own LIBDIR: searched last, after the user's own entries, which it
+        # must not shadow.
         own = sysconfig.get_config_var("LIBDIR") or ""
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), own, env.get("LD_LIBRARY_PATH", "")) if p)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", ""), own) if p)
         # The stub takes sys.prefix from the `python3` on PATH: this interpreter's environment.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["SAGEMAKER_MULTI_MODEL"] = "true"
