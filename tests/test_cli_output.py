@@ -15,8 +15,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 from test_cli import FIXTURES, PIPELINES, _lines_until, conch
 
 ROOT = Path(__file__).parents[1]
@@ -153,7 +153,7 @@ def test_serve_prints_one_ready_json_line_on_stdout(flags: tuple[str, ...]) -> N
         (line,) = _lines_until(proc.stdout, "{", timeout=120)
         ready = json.loads(line)
         assert ready["event"] == "ready" and ready["failed"] == [] and ready["endpoint_name"] == "local"
-        assert requests.get(f"{ready['url']}/ping", timeout=10).status_code == 200
+        assert httpx.get(f"{ready['url']}/ping", timeout=10).status_code == 200
     finally:
         rest, err = _stopped(proc)
     assert rest == ""  # stdout held the ready line only
@@ -184,8 +184,8 @@ def _listening(pid: int) -> set[int]:
 
 def _pings(port: int) -> bool:
     try:
-        return requests.get(f"http://127.0.0.1:{port}/ping", timeout=30).status_code == 200
-    except requests.RequestException:
+        return httpx.get(f"http://127.0.0.1:{port}/ping", timeout=30).status_code == 200
+    except httpx.HTTPError:
         return False
 
 

@@ -1,16 +1,18 @@
 """A client of SageMaker's multi-model-endpoint contract as Triton's SageMaker front end serves it (routes,
 headers and error answers from conch.harness.mme_contract, which the local MME's async hop shares), and of the
 KServe HTTP endpoint (its route from conch.harness.kserve_routes): load and unload by archive, invoke with JSON
-or binary+json bodies (encoded by conch.wire)."""
+or binary+json bodies (encoded by conch.wire). Over one httpx.Client: its calls keep their connection alive."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
+import httpx
 import numpy as np
-import requests
 
 from conch.errors import ServeError
 from conch.harness.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
@@ -40,23 +42,37 @@ class InvokeError(ServeError):
 
 
 class MultiModelClient:
-    """Talks to Triton's SageMaker front end the way the SageMaker MME platform does."""
+    """Talks to Triton's SageMaker front end the way the SageMaker MME platform does, over one kept-alive
+    connection pool (``close`` or a ``with`` block ends it; so does dropping the client)."""
 
     def __init__(self, sagemaker_url: str, http_url: str, *, request_timeout: float = 120.0) -> None:
         self.sagemaker_url = sagemaker_url.rstrip("/")
         self.http_url = http_url.rstrip("/")
         self.request_timeout = request_timeout
+        self.http = httpx.Client(timeout=request_timeout)
+        # the pool closes with the client, whoever holds it (replay, profile and tune keep one per server)
+        self._closed = weakref.finalize(self, self.http.close)
+
+    def close(self) -> None:
+        self._closed()
+
+    def __enter__(self) -> MultiModelClient:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
 
     def load(self, target_model: str, folder: Path, timeout: float) -> None:
         """``POST /models``: register the unpacked archive and load its ensemble as ``target_model``."""
         try:
-            response = requests.post(
+            response = self.http.post(
                 f"{self.sagemaker_url}{MODELS}",
                 json=load_body(target_model, folder),
                 headers=target_headers(target_model),
                 timeout=timeout,
             )
-        except requests.Timeout:
+        except httpx.TimeoutException:
             raise ServeError(
                 f"loading {target_model!r} did not finish within {timeout:.0f} s (a Python-backend load can hang, "
                 "e.g. on a Python version mismatch in its environment)"
@@ -67,7 +83,7 @@ class MultiModelClient:
             )
 
     def unload(self, target_model: str, timeout: float = 60.0) -> None:
-        response = requests.delete(
+        response = self.http.delete(
             f"{self.sagemaker_url}{model_path(target_model)}",
             headers=target_headers(target_model),
             timeout=timeout,
@@ -80,14 +96,14 @@ class MultiModelClient:
     def list_models(self) -> list[dict[str, Any]]:
         """``GET /models``. Triton 2.51 checks readiness under the hash, not the TargetModel name the
         ensemble was loaded as, so archives loaded with a TargetModel header are not listed."""
-        response = requests.get(f"{self.sagemaker_url}{MODELS}", timeout=self.request_timeout)
+        response = self.http.get(f"{self.sagemaker_url}{MODELS}")
         response.raise_for_status()
         models: list[dict[str, Any]] = response.json().get("models", [])
         return [m for m in models if m]
 
     def describe(self, target_model: str) -> dict[str, Any] | None:
         """``GET /models/<hash>``: the loaded archive's name and folder, or None if it is not loaded."""
-        response = requests.get(f"{self.sagemaker_url}{model_path(target_model)}", timeout=self.request_timeout)
+        response = self.http.get(f"{self.sagemaker_url}{model_path(target_model)}")
         if response.status_code == 404:
             return None
         response.raise_for_status()
@@ -107,7 +123,7 @@ class MultiModelClient:
         response = self._invoke(target_model, *binary_request(inputs, _sequence(sequence_id)))
         return parse_binary_response(response.content, response.headers.get("Content-Type", ""))
 
-    def _invoke(self, target_model: str, body: bytes, content_type: str) -> requests.Response:
+    def _invoke(self, target_model: str, body: bytes, content_type: str) -> httpx.Response:
         return self._post(target_model, f"{self.sagemaker_url}{invoke_path(target_model)}", body,
                           target_headers(target_model, content_type))
 
@@ -121,11 +137,11 @@ class MultiModelClient:
         response = self._post(model, f"{self.http_url}{path}", body, request_headers(content_type))
         return parse_binary_response(response.content, response_content_type(response.headers.get(HEADER_LENGTH)))
 
-    def _post(self, model: str, url: str, body: bytes, headers: Mapping[str, str]) -> requests.Response:
+    def _post(self, model: str, url: str, body: bytes, headers: Mapping[str, str]) -> httpx.Response:
         """One inference request; InvokeError with Triton's message (and status) when it is not answered 200."""
         try:
-            response = requests.post(url, data=body, headers=headers, timeout=self.request_timeout)
-        except requests.Timeout:
+            response = self.http.post(url, content=body, headers=headers)
+        except httpx.TimeoutException:
             raise InvokeError(f"{model!r} did not answer within {self.request_timeout:.0f} s") from None
         if response.status_code != 200:
             raise InvokeError(_error_text(response), response.status_code)
@@ -137,5 +153,5 @@ def _sequence(sequence_id: int) -> dict[str, Any] | None:
     return sequence_parameters(sequence_id) if sequence_id else None
 
 
-def _error_text(response: requests.Response) -> str:
-    return error_text(response.content, response.reason)
+def _error_text(response: httpx.Response) -> str:
+    return error_text(response.content, response.reason_phrase)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import requests
+import httpx
 
 from conch.cache import cached_file
 from conch.errors import ServeError
@@ -191,16 +191,18 @@ class LocalTriton:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise ServeError(f"tritonserver exited with code {self.process.returncode} at start\n{self.log_tail()}")
-            with contextlib.suppress(requests.RequestException):
-                live = requests.get(f"{self.http_url}/v2/health/live", timeout=1).status_code == 200
-                ping = requests.get(f"{self.sagemaker_url}/ping", timeout=1).status_code == 200
-                if live and ping:
-                    return
-            time.sleep(0.05)
+        with httpx.Client(timeout=1) as http:
+            while time.monotonic() < deadline:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise ServeError(f"tritonserver exited with code {self.process.returncode} at start\n"
+                                     f"{self.log_tail()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    live = http.get(f"{self.http_url}/v2/health/live").status_code == 200
+                    ping = http.get(f"{self.sagemaker_url}/ping").status_code == 200
+                    if live and ping:
+                        return
+                time.sleep(0.05)
         raise ServeError(f"tritonserver was not ready within {self.startup_timeout:.0f} s\n{self.log_tail()}")
 
     def running(self) -> bool:

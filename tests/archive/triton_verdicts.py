@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-import requests
+import httpx
 
 from conch.harness.server import LocalTriton
 
@@ -27,8 +27,8 @@ def triton_verdicts(repositories: Iterable[tuple[Path, str]], workdir: Path) -> 
     with LocalTriton(workdir, extra_args=args) as server:
         for _, name in pairs:
             seen = server.log_path.stat().st_size
-            answer = requests.post(f"{server.http_url}/v2/repository/models/{name}/load", timeout=LOAD_TIMEOUT_S)
-            if answer.ok:
+            answer = httpx.post(f"{server.http_url}/v2/repository/models/{name}/load", timeout=LOAD_TIMEOUT_S)
+            if answer.is_success:
                 verdicts[name] = ""
                 continue
             with server.log_path.open("rb") as log:
@@ -36,6 +36,6 @@ def triton_verdicts(repositories: Iterable[tuple[Path, str]], workdir: Path) -> 
                 polls = [m.group(1) + ": " + m.group(2) for line in log.read().decode(errors="replace").splitlines()
                          if (m := POLL_FAILED.search(line))]
             verdicts[name] = "\n".join([str(answer.json().get("error", answer.text)).strip(), *polls])
-            requests.post(f"{server.http_url}/v2/repository/models/{name}/unload",
-                          json={"parameters": {"unload_dependents": True}}, timeout=LOAD_TIMEOUT_S)
+            httpx.post(f"{server.http_url}/v2/repository/models/{name}/unload",
+                       json={"parameters": {"unload_dependents": True}}, timeout=LOAD_TIMEOUT_S)
     return verdicts

@@ -8,8 +8,8 @@ import socket
 import time
 from pathlib import Path
 
+import httpx
 import pytest
-import requests
 
 import conch.harness.server as server_module
 from conch import ServeError
@@ -53,9 +53,9 @@ def test_backend_folder_is_built_in_a_fresh_cache_without_the_system_temp_folder
 def test_start_answers_on_both_endpoints_then_stop_kills_the_group(tmp_path: Path) -> None:
     server = LocalTriton(tmp_path / "w")
     with server:
-        assert requests.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
-        assert requests.get(f"{server.sagemaker_url}/ping", timeout=5).status_code == 200
-        assert requests.get(f"{server.sagemaker_url}/models", timeout=5).json() == {"models": []}
+        assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+        assert httpx.get(f"{server.sagemaker_url}/ping", timeout=5).status_code == 200
+        assert httpx.get(f"{server.sagemaker_url}/models", timeout=5).json() == {"models": []}
         assert server.http_url.startswith("http://127.0.0.1:")
         assert server.process is not None
         pid = server.process.pid
@@ -83,7 +83,7 @@ def test_a_port_taken_between_choosing_and_binding_it_is_retried(tmp_path: Path,
                             lambda: taken.getsockname()[1] if next(calls) == 0 else free_port())
         with LocalTriton(tmp_path / "w", startup_timeout=30) as server:
             assert server.http_port != taken.getsockname()[1]
-            assert requests.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+            assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
 
 
 def test_namespacing_follows_the_sagemaker_image_of_the_release() -> None:

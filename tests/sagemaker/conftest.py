@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import httpx
 import pytest
-import requests
 
 from conch.aws import AwsTarget
 from conch.builder.repository_build import build_ensemble
@@ -114,7 +114,7 @@ def moto(moto_server: str, aws_calls: Calls, monkeypatch: pytest.MonkeyPatch) ->
     """moto's server with its state reset, and an AwsTarget pointing at it."""
     # Any client that somehow got no endpoint_url (also in `conch` subprocesses) still lands on moto.
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
-    requests.post(f"{moto_server}/moto-api/reset", timeout=10).raise_for_status()
+    httpx.post(f"{moto_server}/moto-api/reset", timeout=10).raise_for_status()
     return Moto(moto_server, AwsTarget(REGION, moto_server), aws_calls)
 
 

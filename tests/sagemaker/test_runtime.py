@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import basic_steps
+import httpx
 import numpy as np
 import pytest
-import requests
 from conftest import ACCOUNT, REGION, Moto, half_ensemble, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
@@ -84,8 +84,8 @@ class TritonBehindSageMaker:
     def invoke_endpoint(self, EndpointName: str, TargetModel: str, ContentType: str, Body: bytes) -> dict[str, Any]:
         from botocore.exceptions import ClientError
 
-        response = requests.post(f"{self.url}/models/{model_hash(TargetModel)}/invoke", data=Body, timeout=60,
-                                 headers={"Content-Type": ContentType, TARGET_HEADER: TargetModel})
+        response = httpx.post(f"{self.url}/models/{model_hash(TargetModel)}/invoke", content=Body, timeout=60,
+                              headers={"Content-Type": ContentType, TARGET_HEADER: TargetModel})
         if response.status_code != 200:
             error = {"Error": {"Code": "ModelError", "Message": "Received client error from primary"},
                      "OriginalStatusCode": response.status_code, "OriginalMessage": response.text}
@@ -141,7 +141,7 @@ def test_a_real_triton_answer_relayed_by_the_server_replays_green(
     # moto answers invoke_endpoint from a queue it is given; give it Triton's real answer to this sample.
     results = {"account_id": ACCOUNT, "region": REGION,
                "results": [{"Body": answer["Body"].read().decode(), "ContentType": answer["ContentType"]}]}
-    requests.post(f"{moto.url}/moto-api/static/sagemaker/endpoint-results", json=results, timeout=10)
+    httpx.post(f"{moto.url}/moto-api/static/sagemaker/endpoint-results", json=results, timeout=10)
 
     report = replay_endpoint(moto.aws, "text-mme", archive, bodies=("json",))
     assert report.passed, report.table()

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import basic_steps
+import httpx
 import numpy as np
 import pytest
-import requests
 from conftest import REGION, Moto, linear_ensemble
 
 from conch import DeployError, Ensemble, PythonStep, Tensor
@@ -118,11 +118,11 @@ def test_bad_names_are_refused_before_any_call(moto: Moto, bucket: str, tmp_path
 @pytest.fixture
 def iam_enforced(moto: Moto) -> Iterator[None]:
     """moto checks signatures and IAM policies from here on (off again afterwards)."""
-    requests.post(f"{moto.url}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
+    httpx.post(f"{moto.url}/moto-api/reset-auth", content=b"0", timeout=10).raise_for_status()
     try:
         yield
     finally:
-        requests.post(f"{moto.url}/moto-api/reset-auth", data=b"inf", timeout=10).raise_for_status()
+        httpx.post(f"{moto.url}/moto-api/reset-auth", content=b"inf", timeout=10).raise_for_status()
 
 
 def _user(moto: Moto, name: str, allow: list[str], deny: tuple[str, ...] = ()) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """The requests of a profile run: each body sent ``requests`` times in turn, by ``concurrency`` threads, each
-with its own HTTP session; the client's latencies are kept (the server's own figures come from its stats)."""
+with its own kept-alive httpx.Client; the client's latencies are kept (the server's own figures come from its stats)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import httpx
 import numpy as np
-import requests
 
 from conch.harness.kserve_routes import infer_path, request_headers
 from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, binary_request
@@ -74,7 +74,7 @@ def run(target: Target, bodies: Sequence[Body], requests_total: int, concurrency
     errors: list[str] = []
 
     def worker() -> None:
-        with requests.Session() as session:
+        with httpx.Client(timeout=TIMEOUT_S) as session:
             while True:
                 with lock:
                     if taken[0] >= requests_total:
@@ -83,10 +83,9 @@ def run(target: Target, bodies: Sequence[Body], requests_total: int, concurrency
                     taken[0] += 1
                 start = time.perf_counter()
                 try:
-                    answer = session.post(target.url, data=body.content, timeout=TIMEOUT_S,
-                                          headers=target.headers_for(body))
+                    answer = session.post(target.url, content=body.content, headers=target.headers_for(body))
                     ok, why = answer.status_code == 200, f"HTTP {answer.status_code}: {answer.text[:200]}"
-                except requests.RequestException as exc:
+                except (httpx.HTTPError, httpx.InvalidURL) as exc:
                     ok, why = False, f"{type(exc).__name__}: {exc}"
                 elapsed = (time.perf_counter() - start) * 1000
                 with lock:

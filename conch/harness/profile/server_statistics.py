@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import requests
+import httpx
 
 from conch.errors import ServeError
 from conch.harness.kserve_routes import model_path
@@ -35,8 +35,11 @@ class StatsEndpoint:
     metrics_url: str | None = None
     timeout: float = 30.0
 
-    def _get(self, path: str, session: requests.Session | None = None) -> requests.Response:
-        return (session or requests).get(f"{self.http_url.rstrip('/')}{path}", timeout=self.timeout)
+    def _client(self) -> httpx.Client:
+        return httpx.Client(timeout=self.timeout)
+
+    def _get(self, path: str, session: httpx.Client) -> httpx.Response:
+        return session.get(f"{self.http_url.rstrip('/')}{path}")
 
     def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
         """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
@@ -44,13 +47,14 @@ class StatsEndpoint:
         "unknown model" for a model held in another repository."""
         found: dict[str, Mapping[str, Any]] = {}
         paths = [model_path(model, "stats") for model in models]
-        with requests.Session() as session:
+        with self._client() as session:
             for path in paths:
                 try:
                     answer = self._get(path, session)
-                    answer.raise_for_status()
+                    if answer.status_code != 200:  # said in one line (httpx's raise_for_status adds a link)
+                        raise ValueError(f"[{answer.status_code}] {error_text(answer.content, answer.reason_phrase)}")
                     found.update(snapshot(answer.json()))
-                except (requests.RequestException, ValueError) as exc:  # no answer, an error status, or not JSON
+                except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # no answer, an error status, not JSON
                     raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe "
                                      "v2 HTTP address of a Triton with the statistics extension") from None
         return found
@@ -58,12 +62,13 @@ class StatsEndpoint:
     def config(self, model: str) -> dict[str, Any]:
         path = model_path(model, "config")
         try:
-            answer = self._get(path)
-        except requests.RequestException as exc:  # the server did not answer
+            with self._client() as session:
+                answer = self._get(path, session)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # the server did not answer
             raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
                              "v2 HTTP address of a running Triton") from None
         if answer.status_code != 200:  # it did, with Triton's {"error": ...}
-            why = error_text(answer.content, answer.reason or "")
+            why = error_text(answer.content, answer.reason_phrase or "")
             raise ServeError(f"{self.http_url} has no model {model!r} loaded ([{answer.status_code}] {why}); give the "
                              "ensemble's name as the server knows it (--model)") from None
         found: dict[str, Any] = answer.json()
@@ -74,8 +79,9 @@ class StatsEndpoint:
         if not self.metrics_url:
             return {}
         try:
-            text = requests.get(f"{self.metrics_url.rstrip('/')}/metrics", timeout=self.timeout).text
-        except requests.RequestException:
+            with self._client() as session:
+                text = session.get(f"{self.metrics_url.rstrip('/')}/metrics").text
+        except (httpx.HTTPError, httpx.InvalidURL):
             return {}
         return parse_summaries(text)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
+import httpx
 
 from conch.harness.profile.load import Body, Target, run
 
@@ -81,11 +81,12 @@ def trace_requests(http_url: str, trace_file: Path, target: Target, ensemble: st
     setting = f"{http_url.rstrip('/')}/v2/trace/setting"
     for old in trace_file.parent.glob(f"{trace_file.name}.*"):
         old.unlink()
-    requests.post(setting, json={"trace_level": ["TIMESTAMPS"]}, timeout=30).raise_for_status()
-    try:
-        run(target, bodies, TRACED_REQUESTS, 1)
-    finally:
-        requests.post(setting, json={"trace_level": ["OFF"]}, timeout=30)
+    with httpx.Client(timeout=30) as http:
+        http.post(setting, json={"trace_level": ["TIMESTAMPS"]}).raise_for_status()
+        try:
+            run(target, bodies, TRACED_REQUESTS, 1)
+        finally:
+            http.post(setting, json={"trace_level": ["OFF"]})
     deadline = time.monotonic() + WRITE_WAIT_S
     traced: list[TracedRequest] = []
     while time.monotonic() < deadline:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
-import requests
 
 from conch.errors import BenchError
 from conch.harness.kserve_routes import model_path
@@ -159,12 +159,12 @@ class TrialServer:
             url = f"{self.stats.http_url.rstrip('/')}{load_route(step.model)}"
             began = time.monotonic()
             try:
-                answer = requests.post(url, json={"parameters": {"config": json.dumps(config)}},
-                                       timeout=self.load_timeout)
-            except requests.RequestException as exc:
+                answer = httpx.post(url, json={"parameters": {"config": json.dumps(config)}},
+                                    timeout=self.load_timeout)
+            except httpx.HTTPError as exc:
                 raise BenchError(f"{self.server} did not answer the reload of step {step.step!r} ({exc})") from None
             if answer.status_code != 200:
-                why = error_text(answer.content, answer.reason or "")
+                why = error_text(answer.content, answer.reason_phrase or "")
                 raise BenchError(f"{self.server} refused to load step {step.step!r} of {step.ensemble} with "
                                  f"{knobs.text()} ([{answer.status_code}] {why}); see the server's log. The tune "
                                  "reloads steps through Triton's model repository API, which a Triton started without "

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
-import requests
 from botocore.exceptions import ClientError
 from conftest import linear_ensemble
 from mme_archives import EXPECTED, copies, invoke_linear, runtime
@@ -48,7 +48,7 @@ def fresh_mme(linear_archive: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def test_models_load_on_first_call_and_the_least_recently_used_is_unloaded(fresh_mme: LocalMME) -> None:
     mme = fresh_mme
     rt = runtime(mme.url)
-    assert requests.get(f"{mme.url}/ping", timeout=5).status_code == 200
+    assert httpx.get(f"{mme.url}/ping", timeout=5).status_code == 200
     before = mme.metrics_json()
     for name in ("m0.tar.gz", "m1.tar.gz", "m0.tar.gz", "m2.tar.gz", "m3.tar.gz", "m0.tar.gz"):
         np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
@@ -60,7 +60,7 @@ def test_models_load_on_first_call_and_the_least_recently_used_is_unloaded(fresh
     assert sum(after["ModelUnloads"].values()) - sum(before["ModelUnloads"].values()) == 3
     assert after["ModelCacheHit"]["hits"] - before["ModelCacheHit"]["hits"] == 1
     assert after["ModelDownloads"] - before["ModelDownloads"] == 4  # the reload of m0 came from the disk cache
-    text = requests.get(f"{mme.url}/metrics", timeout=5).text
+    text = httpx.get(f"{mme.url}/metrics", timeout=5).text
     for name in ("ModelLoadingWaitTime", "ModelDownloadingTime", "ModelLoadingTime", "ModelUnloadingTime",
                  "ModelCacheHit", "LoadedModelCount", "MemoryUsedBytes", "DiskUsedBytes"):
         assert f"\n{name}" in text, name
@@ -111,7 +111,7 @@ def test_an_unknown_model_answer_for_a_loaded_model_is_passed_on_and_counted(
     with LocalMME(tmp_path / "src", retry_lookup=retry_lookup) as endpoint:
         rt = runtime(endpoint.url)
         np.testing.assert_array_equal(invoke_linear(rt, "lost.tar.gz"), EXPECTED)
-        unload = requests.post(f"{endpoint.triton.http_url}/v2/repository/models/lost.tar.gz/unload", timeout=60)
+        unload = httpx.post(f"{endpoint.triton.http_url}/v2/repository/models/lost.tar.gz/unload", timeout=60)
         assert unload.status_code == 200
         with pytest.raises(ClientError) as lost:
             invoke_linear(rt, "lost.tar.gz")

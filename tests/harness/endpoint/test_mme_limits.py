@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import mme_steps
 import numpy as np
 import pytest
-import requests
 import slow_steps
 from botocore.exceptions import ClientError
 from conftest import linear_ensemble
@@ -72,7 +72,7 @@ def test_a_target_model_still_loading_past_the_wait_is_model_not_ready(tmp_path:
         assert "TargetModel 'hangs.tar.gz' is still downloading or loading" in caught.value.response["Error"][
             "Message"]
         assert mme.metrics_json()["ModelNotReady"] >= 1
-        assert requests.get(f"{mme.url}/ping", timeout=60).status_code == 200  # the front serves on meanwhile
+        assert httpx.get(f"{mme.url}/ping", timeout=60).status_code == 200  # the front serves on meanwhile
 
 
 def test_an_invocation_not_answered_in_time_gets_sagemakers_timeout_error(mme: LocalMME) -> None:
