@@ -1,15 +1,25 @@
 """One HTTP client library per job (docs/architecture.md, "HTTP clients"): httpx makes every sync call of conch,
 aiohttp only the local MME's hop to Triton, geventhttpclient only the Locust load of `conch bench`; `requests` is
-neither imported by conch nor one of its dependencies. Read from the source, as text: nothing is imported."""
+neither imported by conch nor one of its dependencies (read from the source, as text); and conch's sync client,
+``conch.harness.http_client.sync_client``, loads TLS certificates only where it calls an https:// server."""
 
 from __future__ import annotations
 
 import ast
+import shutil
+import ssl
+import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
+import pytest
 import tomllib
 from packaging.requirements import Requirement
+
+from conch.harness.http_client import sync_client
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCH = ROOT / "conch"
@@ -65,3 +75,51 @@ def test_the_check_sees_each_form_of_import(tmp_path: Path) -> None:
     (package / "c.py").write_text("import importlib\nimportlib.import_module('requests')\n")
     (package / "d.py").write_text("from . import requests\nimport httpx\n")  # a module of its own, and another client
     assert importers("requests", package) == {"conch/a.py:1", "conch/b.py:2", "conch/c.py:2"}
+
+
+@pytest.fixture
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A local HTTP server answering 200 to GET; https (a self-signed certificate) when the test asks for it."""
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    scheme = "http"
+    if getattr(request, "param", "http") == "https":
+        if shutil.which("openssl") is None:
+            pytest.skip("no openssl command to make a certificate with")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem")],
+                       check=True, capture_output=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+        scheme = "https"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_sync_client_talks_plain_http(server: str) -> None:
+    with sync_client(server, timeout=10) as http:
+        assert [http.get(f"{server}/ping").text for _ in range(2)] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("server", ["https"], indirect=True)
+def test_the_sync_client_verifies_an_https_server(server: str) -> None:
+    """Only a client for http:// servers goes without a CA bundle: one that calls an https:// server checks its
+    certificate (this one is self-signed, so the call fails)."""
+    with sync_client("http://127.0.0.1:9", server, timeout=10) as http, \
+            pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        http.get(f"{server}/ping")

@@ -16,8 +16,8 @@ from conch.wire import BINARY_CONTENT_TYPE
 
 HEADER_LENGTH = "Inference-Header-Content-Length"  # KServe's binary extension: the JSON header's bytes
 
-# RFC 3986's pchar without its %XX escapes: unreserved, sub-delims, ':' and '@'. HTTP clients (requests and
-# urllib3, geventhttpclient) send these unchanged; any other character they escape, refuse or cut the path at.
+# RFC 3986's pchar without its %XX escapes: unreserved, sub-delims, ':' and '@'. HTTP clients (httpx, urllib3,
+# geventhttpclient) send these unchanged; any other character they escape, refuse or cut the path at.
 VERBATIM = frozenset(string.ascii_letters + string.digits + "-._~" + "!$&'()*+,;=" + ":@")
 
 

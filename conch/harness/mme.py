@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 
 from conch.errors import ServeError
+from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
 from conch.harness.mme_contract import (
     MODELS,
@@ -49,7 +50,7 @@ class MultiModelClient:
         self.sagemaker_url = sagemaker_url.rstrip("/")
         self.http_url = http_url.rstrip("/")
         self.request_timeout = request_timeout
-        self.http = httpx.Client(timeout=request_timeout)
+        self.http = sync_client(self.sagemaker_url, self.http_url, timeout=request_timeout)
         # the pool closes with the client, whoever holds it (replay, profile and tune keep one per server)
         self._closed = weakref.finalize(self, self.http.close)
 

@@ -28,6 +28,7 @@ import httpx
 from conch.cache import cached_file
 from conch.errors import ServeError
 from conch.harness import shm_regions
+from conch.harness.http_client import sync_client
 from conch.scratch import die_with_parent, scratch_dir
 from conch.triton_wheel import pytriton_paths
 
@@ -191,7 +192,7 @@ class LocalTriton:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=1) as http:
+        with sync_client(self.http_url, self.sagemaker_url, timeout=1) as http:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 if self.process.poll() is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 
+from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import infer_path, request_headers
 from conch.wire import BINARY_CONTENT_TYPE, TARGET_HEADER, binary_request
 
@@ -74,7 +75,7 @@ def run(target: Target, bodies: Sequence[Body], requests_total: int, concurrency
     errors: list[str] = []
 
     def worker() -> None:
-        with httpx.Client(timeout=TIMEOUT_S) as session:
+        with sync_client(target.url, timeout=TIMEOUT_S) as session:
             while True:
                 with lock:
                     if taken[0] >= requests_total:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from conch.errors import ServeError
+from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import model_path
 from conch.harness.mme_contract import error_text
 from conch.harness.profile.figures import snapshot
@@ -36,7 +37,7 @@ class StatsEndpoint:
     timeout: float = 30.0
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout)
+        return sync_client(self.http_url, *([self.metrics_url] if self.metrics_url else []), timeout=self.timeout)
 
     def _get(self, path: str, session: httpx.Client) -> httpx.Response:
         return session.get(f"{self.http_url.rstrip('/')}{path}")

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from conch.harness.http_client import sync_client
 from conch.harness.profile.load import Body, Target, run
 
 TRACED_REQUESTS = 5  # the median of these (by end to end) is drawn
@@ -81,7 +80,7 @@ def trace_requests(http_url: str, trace_file: Path, target: Target, ensemble: st
     setting = f"{http_url.rstrip('/')}/v2/trace/setting"
     for old in trace_file.parent.glob(f"{trace_file.name}.*"):
         old.unlink()
-    with httpx.Client(timeout=30) as http:
+    with sync_client(setting, timeout=30) as http:
         http.post(setting, json={"trace_level": ["TIMESTAMPS"]}).raise_for_status()
         try:
             run(target, bodies, TRACED_REQUESTS, 1)
