@@ -94,10 +94,10 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     ``isolate`` loads what ``conch deploy --copies`` uploads. A load past SageMaker's 60 s wait is measured
     whole (the probe's load wait is ``load_timeout``). Each copy is called with the archive's first sample, or
     the first of ``payloads`` (``--payload FILE``, for an archive made by hand)."""
-    import httpx
     import psutil
 
     from conch.harness.endpoint import LocalMME
+    from conch.harness.http_client import sync_client
     from conch.wire import TARGET_HEADER
 
     if not 0 < threshold <= 1:
@@ -113,7 +113,8 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     stem = archive.name.removesuffix(".tar.gz")
     with scratch_temp("conch-probe-") as tmp, \
             LocalMME(Path(tmp), load_timeout=load_timeout, step_names=step_names, load_wait=load_timeout + 30,
-                     invocation_timeout=load_timeout + 60) as mme, httpx.Client(timeout=load_timeout + 90) as http:
+                     invocation_timeout=load_timeout + 60) as mme, \
+            sync_client(mme.url, timeout=load_timeout + 90) as http:
         result = ProbeResult(ensemble, archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))
         if result.base_memory_bytes > threshold * memory_budget:

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
 import uvicorn
 
 from conch.ensembles.target import DEFAULT_RELEASE
@@ -26,6 +25,7 @@ from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
+from conch.harness.http_client import sync_client
 from conch.harness.server import LocalTriton, namespacing_for
 from conch.scratch import scratch_dir
 
@@ -256,7 +256,8 @@ class LocalMME:
 
     def metrics_json(self) -> dict[str, Any]:
         """The same numbers as ``GET /metrics.json``."""
-        response = httpx.get(f"{self.url}/metrics.json", timeout=30)
+        with sync_client(self.url, timeout=30) as http:
+            response = http.get(f"{self.url}/metrics.json")
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result

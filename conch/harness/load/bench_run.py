@@ -62,8 +62,11 @@ def endpoint_metrics(url: str) -> dict[str, Any] | None:
     None when the endpoint publishes none (a SageMaker endpoint, another server, or none answering)."""
     import httpx
 
+    from conch.harness.http_client import sync_client
+
     try:
-        response = httpx.get(f"{url.rstrip('/')}/metrics.json", timeout=10.0)
+        with sync_client(url, timeout=10.0) as http:
+            response = http.get(f"{url.rstrip('/')}/metrics.json")
         data = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
