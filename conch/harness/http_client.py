@@ -1,5 +1,5 @@
 """conch's sync HTTP client: httpx's ``Client`` (docs/architecture.md, "HTTP clients"), made for the servers it
-talks to. httpx builds an SSL context with certifi's CA bundle for every Client, whatever it will call (~50 ms
+talks to. httpx builds an SSL context with certifi's CA bundle for every Client, whatever it will call (~33-55 ms
 of CPU here, benchmarks/RESULTS.md "Issue 31: one client per job"); a Client for http:// servers only (a local
 tritonserver, always) has no TLS to verify, so only one with an https:// server loads the bundle."""
 
