@@ -131,14 +131,25 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def check_json_request(body: bytes) -> bytes:
+    """``body`` if it is a KServe v2 JSON request (an object with ``inputs``); ValueError saying why not."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list):
+        raise ValueError("no 'inputs' list")
+    return body
+
+
 def decode_tensor(data: Mapping[str, Any]) -> np.ndarray:
     """A tensor as KServe v2 JSON writes it (``datatype``, ``shape``, ``data``; BYTES as strings) or in conch's
     exact encoding (``b64`` or ``items``)."""
     if "b64" in data or "items" in data:
         return decode_array(data)
     dtype = DType.of(str(data["datatype"]))
-    shape = [int(d) for d in data["shape"]]
     values = data["data"]
+    shape = [int(d) for d in data["shape"]]
     if dtype is DType.BYTES:
         flat = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in np.ravel(values)], dtype=object)
         return flat.reshape(shape)
@@ -147,25 +158,27 @@ def decode_tensor(data: Mapping[str, Any]) -> np.ndarray:
 
 def parse_request(body: bytes, content_type: str | None = None) -> dict[str, np.ndarray]:
     """The input tensors of a KServe v2 JSON request, or of a binary+json one (its JSON header's length from
-    ``content_type``'s ``json-header-size=N``, or found by parsing the header)."""
+    ``content_type``'s ``json-header-size=N``, or found by parsing the header); ValueError saying why it is not
+    one."""
     header_size = _header_size(body, content_type)
-    header = json.loads(body[:header_size])
-    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
-        raise ValueError("no 'inputs' list")
+    header = json.loads(check_json_request(body[:header_size]))
     binary = memoryview(body)[header_size:]
     inputs: dict[str, np.ndarray] = {}
     offset = 0
-    for item in header["inputs"]:
-        size = (item.get("parameters") or {}).get("binary_data_size")
-        if size is None:
-            inputs[str(item["name"])] = decode_tensor(item)
-            continue
-        raw = bytes(binary[offset:offset + int(size)])
-        if len(raw) != int(size):
-            raise ValueError(f"input {item['name']!r}: binary_data_size {size} runs past the end of the body")
-        offset += int(size)
-        inputs[str(item["name"])] = _binary_tensor(item, raw)
-    if offset != len(binary):
+    try:
+        for item in header["inputs"]:
+            size = (item.get("parameters") or {}).get("binary_data_size")
+            if size is None:
+                inputs[str(item["name"])] = decode_tensor(item)
+                continue
+            raw = bytes(binary[offset:offset + int(size)])
+            if len(raw) != int(size):
+                raise ValueError(f"input {item['name']!r}: binary_data_size {size} runs past the end of the body")
+            offset += int(size)
+            inputs[str(item["name"])] = _binary_tensor(item, raw)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"an input lacks name, datatype, shape or data ({type(exc).__name__}: {exc})") from None
+    if offset != len(binary) and (offset or bytes(binary).strip()):  # white space may end a JSON body
         raise ValueError(f"{len(binary) - offset} bytes after the last input's binary data")
     return inputs
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conch.ensembles.payloads import Payload
+from conch.ensembles.payloads import Payload, parse_request
 from conch.ensembles.samples import read_samples
 from conch.errors import ConchError, ServeError
-from conch.wire import parse_json_request
 
 __all__ = ["Payload", "read_payloads"]
 
@@ -29,7 +28,7 @@ def read_payloads(path: Path) -> list[Payload]:
         except ConchError as exc:
             raise ServeError(f"--payload {exc}") from None
     try:
-        return [Payload(path.name, parse_json_request(data), request=path)]
+        return [Payload(path.name, parse_request(data), request=path)]
     except (ValueError, ConchError) as exc:
         raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
                          '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
