@@ -300,22 +300,23 @@ def replay_sample(
     return row
 
 
-def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
-    """ServeError when a model needs a backend the local server lacks."""
+def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig],
+                   command: str = "replay") -> None:
+    """ServeError when a model needs a backend the local server lacks (``configs``: the staged archive's, read
+    when it has no manifest); ``command`` (replay, profile) names what to do with a local build instead."""
     if manifest is not None:
         lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
         if lacking:
-            raise ServeError(
-                f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need backends the "
-                "local server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
-            )
+            raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need "
+                             f"backends the local server lacks; {command} a `conch build --target local` build (same "
+                             "names and I/O, CPU stand-ins)")
         return
     lacking = [f"{name} ({c.served})" for name, c in sorted(configs.items())
                if not c.is_ensemble and c.served not in LOCAL_BACKENDS]
     if lacking:
         raise ServeError(f"{archive.name} holds model(s) {', '.join(lacking)} whose backends the local server lacks "
-                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); replay them where their backend runs (`conch "
-                         "deploy`), or declare them in conch for a local build with CPU stand-ins")
+                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); {command} them where their backend runs "
+                         "(`conch deploy`), or declare them in conch for a local build with CPU stand-ins")
 
 
 def _tensors(config: ReadConfig | None) -> list[tuple[str, str, str]]:
