@@ -99,14 +99,8 @@ Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                progress: Callable[[str], None], manifest_needed: bool = True) -> Outcomes:
-    from conch.builder.shm_sizing import archives_settings
-
-    default, growth, _ = archives_settings(archives)
-    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
-    trace_file, metrics_url = _instrumented(triton)
-    with triton:
+    with profiling_triton(archives) as (triton, stats, trace_file):
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
             try:
                 name, manifest, check = load_staged(archive, triton, client, load_timeout, progress,
@@ -134,19 +128,13 @@ def gather(archives: Sequence[Path], folder: Path) -> None:
         shutil.copyfile(archive, folder / archive.name)
 
 
-@contextmanager
-def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
-    with scratch_temp("conch-profile-") as tmp:  # swept by the next run if this one is killed
-        gather(archives, Path(tmp))
-        yield Path(tmp)
-
-
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
     from conch.archive.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
 
-    with _one_folder(archives) as folder:
+    with scratch_temp("conch-profile-") as folder:  # swept by the next run if this one is killed
+        gather(archives, Path(folder))
         mme = LocalMME(folder, load_timeout=load_timeout)
         trace_file, metrics_url = _instrumented(mme.triton)
         with mme:
