@@ -87,7 +87,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
         raise ServeError("give --payload FILE (one request for every archive) or --payloads DIR (a payload folder), "
                          "not both")
     if args.payload is not None:
-        from conch.harness.payloads import read_payloads as read_payload_file
+        from conch.ensembles.payloads import read_payload_file
 
         given = read_payload_file(args.payload)
 
@@ -95,16 +95,14 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
             return given
 
     if args.payloads is not None:
-        from conch.ensembles.payloads import read_payloads
-        from conch.harness.recording import folder_of
+        from conch.ensembles.payloads import payloads_of, read_payloads
 
         root: Path = args.payloads
         if not root.is_dir():
             read_payloads(root)  # refused before a server starts: the folder is missing
 
         def chooser(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
-            own = folder_of(root, archive.name)
-            return read_payloads(own if own.is_dir() else root)
+            return payloads_of(root, archive.name)
 
     recorder = None
     if args.record is not None:

@@ -1,5 +1,7 @@
 """Samples from a folder of request bodies, as teams keep them from production traffic: each request (KServe v2
-JSON, or the binary+json body SageMaker passes to Triton) with its expected outputs and their checks beside it.
+JSON, or the binary+json body SageMaker passes to Triton) with its expected outputs and their checks beside it;
+the requests of one ``--payload`` file (:func:`read_payload_file`, for archives made by hand: no samples); and the
+one reader of KServe v2 request bodies (:func:`parse_request`).
 
 The layout (docs/harness.md), one sample per NAME:
 
@@ -25,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, decode_array
-from conch.errors import DeclarationError
+from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, decode_array, read_samples
+from conch.errors import ConchError, DeclarationError, ServeError
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
@@ -42,7 +44,7 @@ LAYOUT_HINT = ("each sample is NAME.request.json (or NAME.request.bin) with NAME
 @dataclass(frozen=True)
 class Payload:
     """One request replayed in place of an archive's own samples: read from a payload folder, or from one
-    ``--payload`` file (``conch.harness.payloads``): its inputs, expected outputs (none for a bare request) and
+    ``--payload`` file (:func:`read_payload_file`): its inputs, expected outputs (none for a bare request) and
     their checks."""
 
     name: str
@@ -82,6 +84,35 @@ def read_payloads(folder: Path | str) -> list[Payload]:
     if not requests:
         raise DeclarationError(f"{folder}: no payloads in it; {LAYOUT_HINT}")
     return [_payload(stem, request, expected.get(stem)) for stem, request in sorted(requests.items())]
+
+
+def payloads_of(root: Path, target_model: str) -> list[Payload]:
+    """The payloads of one archive in a payload folder (``--payloads``, ``--record``): ``root/<archive>/`` (its
+    TargetModel without ``.tar.gz``) when that exists, else ``root`` itself."""
+    own = root / target_model.removesuffix(".tar.gz")
+    return read_payloads(own if own.is_dir() else root)
+
+
+def read_payload_file(path: Path) -> list[Payload]:
+    """The requests of a ``--payload`` file: one KServe v2 JSON request (nothing expected: every endpoint must
+    answer with the served model's outputs, alike), or the samples file `conch import` writes (inputs and
+    expected outputs)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
+    if b'"samples"' in data:
+        try:
+            return [Payload(name, inputs, expected, checks, request=path)
+                    for name, inputs, expected, checks in read_samples(path)]
+        except ConchError as exc:
+            raise ServeError(f"--payload {exc}") from None
+    try:
+        return [Payload(path.name, parse_request(data), request=path)]
+    except (ValueError, ConchError) as exc:
+        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
+                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
+                         "samples file `conch import` writes") from None
 
 
 def add_samples(ensemble: Ensemble, folder: Path | str) -> None:

@@ -77,7 +77,7 @@ def target_name(archive: Path) -> str:
 class ReplaySample(Protocol):
     """What a replay sends and judges: a sample the archive carries (its manifest's ``SampleRecord``) or one
     read from a payload folder (``conch.ensembles.payloads.Payload``) or a ``--payload`` file
-    (``conch.harness.payloads.Payload``); either kind of archive."""
+    (``conch.ensembles.payloads.Payload``); either kind of archive."""
 
     @property
     def name(self) -> str: ...

@@ -24,12 +24,6 @@ NOTE = ("recorded by `conch replay --record`: these outputs are what the server 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def folder_of(root: Path, target_model: str) -> Path:
-    """Where an archive's payloads are kept under a ``--record``/``--payloads`` folder: its TargetModel without
-    ``.tar.gz``."""
-    return root / target_model.removesuffix(".tar.gz")
-
-
 def file_stem(sample: str) -> str:
     """A sample's name as a file name (other characters become ``_``; the name itself goes in the file)."""
     return _UNSAFE.sub("_", sample).strip("._") or "sample"
@@ -55,7 +49,7 @@ class Recorder:
         folders: list[Path] = []
         stems: dict[Path, dict[str, str]] = {}
         for (target_model, sample), (inputs, outputs, checks) in sorted(self.kept.items()):
-            folder = folder_of(self.root, target_model)
+            folder = self.root / target_model.removesuffix(".tar.gz")  # as payloads_of reads it
             taken = stems.setdefault(folder, {})
             stem = file_stem(sample)
             if taken.get(stem, sample) != sample:
