@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
 from conch.cli.discovery import local_builds
-from conch.cli.flags import Subcommands, add_load_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import load_of
-from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
@@ -144,6 +143,5 @@ def register(sub: Subcommands) -> None:
                    "(as `conch graph`), and the waterfall PNG of one request; into --out")
     p.add_argument("--out", type=Path, help="folder for the pictures (default: this folder when --format is given)")
     p.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
-    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-    p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+    add_ensemble_flags(p)
     p.set_defaults(func=cmd_profile)
