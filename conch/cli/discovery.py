@@ -4,22 +4,11 @@ reported in one line (`conch: error: ...`) while the others carry on."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from conch.cli.console import say
 from conch.errors import ConchError
-
-if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble
-
-
-def discover_each(paths: Sequence[Path], failed: list[str]) -> list[Ensemble]:
-    """The ensembles of every file that loads; each file that does not is reported and added to ``failed``."""
-    from conch.builder.discover import discover
-
-    return discover(paths, on_error=skipping(failed))
 
 
 def local_builds(args: argparse.Namespace, tmp: Path, failed: list[str]) -> tuple[list[Path], dict[str, Path]]:

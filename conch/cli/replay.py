@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.discovery import discover_each, one_line, report_failure
+from conch.cli.discovery import one_line, report_failure, skipping
 from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from conch.builder.discover import sort_paths
+    from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
     from conch.harness.local_replay import replay_archives
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
@@ -34,7 +34,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
-        for ensemble in discover_each(sources, failed) if sources else []:
+        for ensemble in discover(sources, on_error=skipping(failed)) if sources else []:
             if args.only and ensemble.name not in args.only:
                 continue
             say(f"building {ensemble.name} (local target, release {args.release})")
