@@ -45,14 +45,9 @@ def _manifest_of(folder: Path) -> Path:
 
 
 def staged_check(archive: Path, folder: Path, manifest_needed: bool = True) -> tuple[Manifest | None, CheckReport]:
-    """The manifest of a staged archive that passes `conch check` (None for one without, unless
-    ``manifest_needed``) and the check's report; ServeError saying why not."""
-    return _checked(archive, folder, manifest_needed)
-
-
-def _checked(archive: Path, folder: Path, manifest_needed: bool) -> tuple[Manifest | None, CheckReport]:
     """The manifest of a staged archive that passes `conch check` (None for one without, when samples come from
-    elsewhere: not ``manifest_needed``), and the check's report (each model folder's config as it parsed it)."""
+    elsewhere: not ``manifest_needed``), and the check's report (each model folder's config as it parsed it);
+    ServeError saying why not."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
@@ -76,8 +71,8 @@ def target_name(archive: Path) -> str:
 
 class ReplaySample(Protocol):
     """What a replay sends and judges: a sample the archive carries (its manifest's ``SampleRecord``) or one
-    read from a payload folder (``conch.ensembles.payloads.Payload``) or a ``--payload`` file
-    (``conch.ensembles.payloads.Payload``); either kind of archive."""
+    read from a payload folder or a ``--payload`` file (``conch.ensembles.payloads.Payload``); either kind of
+    archive."""
 
     @property
     def name(self) -> str: ...
@@ -207,7 +202,7 @@ def load_archive(
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        manifest, check = _checked(archive, folder, manifest_needed)
+        manifest, check = staged_check(archive, folder, manifest_needed)
     except ConchError as exc:
         return ReplayRow(name, "-", "check", False, str(exc))
     manifest_file = _manifest_of(folder)
