@@ -150,9 +150,8 @@ def replay(*archives: str | Path | BuildReport, endpoints: Iterable[str] | None 
            payloads: str | Path | None = None, load_timeout: float = 300.0) -> ReplayResult:
     """Replay archives' samples (or those of a payload folder: ``payloads``/<archive>/ or ``payloads``) on a local
     tritonserver loaded as SageMaker's MME loads them, through every endpoint, as `conch replay` does."""
-    from conch.ensembles.payloads import read_payloads
+    from conch.ensembles.payloads import payloads_of
     from conch.harness.local_replay import replay_archives
-    from conch.harness.recording import folder_of
     from conch.wire import ENDPOINTS
 
     paths = [p for a in archives for p in (a.paths if isinstance(a, BuildReport) else [Path(a)])]
@@ -161,8 +160,7 @@ def replay(*archives: str | Path | BuildReport, endpoints: Iterable[str] | None 
         root = Path(payloads)
 
         def chooser(archive: Path, manifest: Any) -> Sequence[Any]:
-            own = folder_of(root, archive.name)
-            return read_payloads(own if own.is_dir() else root)
+            return payloads_of(root, archive.name)
 
     return ReplayResult(replay_archives(paths, endpoints=ENDPOINTS if endpoints is None else endpoints,
                                         load_timeout=load_timeout, samples=chooser))

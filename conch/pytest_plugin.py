@@ -330,13 +330,11 @@ class _ConchFile(pytest.File):
 
 
 def _payloads(root: Path, name: str, collector: pytest.Collector) -> dict[str, Payload]:
-    from conch.ensembles.payloads import read_payloads
+    from conch.ensembles.payloads import payloads_of
     from conch.errors import ConchError
-    from conch.harness.recording import folder_of
 
-    own = folder_of(root, name)
     try:
-        return {p.name: p for p in read_payloads(own if own.is_dir() else root)}
+        return {p.name: p for p in payloads_of(root, name)}
     except ConchError as exc:
         raise collector.CollectError(str(exc)) from None
 

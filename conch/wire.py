@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
+from conch.ensembles.payloads import HEADER_SIZE, decode_tensor
 from conch.errors import ServeError
 
 if TYPE_CHECKING:  # tritonclient.http (and gevent under it) is loaded on first use: the CLI's parser needs
     import tritonclient.http as httpclient  # only the vocabularies below
 
-BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+BINARY_CONTENT_TYPE = f"application/vnd.sagemaker-triton.binary+json;{HEADER_SIZE}"
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
 MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
@@ -53,31 +54,11 @@ def parse_response(content: bytes, content_type: str, body: str) -> dict[str, np
     return parse_json_response(content) if body == "json" else parse_binary_response(content, content_type)
 
 
-def check_json_request(body: bytes) -> bytes:
-    """``body`` if it is a KServe v2 JSON request (an object with ``inputs``); ValueError saying why not."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list):
-        raise ValueError("no 'inputs' list")
-    return body
-
-
-def parse_json_request(body: bytes) -> dict[str, np.ndarray]:
-    """The inputs of a KServe v2 JSON request as arrays; ValueError saying why it is not one."""
-    data = json.loads(check_json_request(body))
-    try:
-        return _parse_json_outputs({"outputs": data["inputs"]})
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"an input lacks name, datatype, shape or data ({type(exc).__name__}: {exc})") from None
-
-
 def json_request(inputs: Mapping[str, np.ndarray],
                  parameters: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
     """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it;
     ``parameters``: the request's (e.g. its sequence's, conch.harness.mme_contract.sequence_parameters)."""
-    body: dict[str, Any] = {"inputs": [_json_tensor(name, array) for name, array in inputs.items()]}
+    body: dict[str, Any] = {"inputs": [json_tensor(name, array) for name, array in inputs.items()]}
     if parameters:
         body["parameters"] = dict(parameters)
     return json.dumps(body).encode(), "application/json"
@@ -99,7 +80,7 @@ def parse_json_response(content: bytes) -> dict[str, np.ndarray]:
     """The outputs of a KServe v2 JSON response."""
     try:
         body = json.loads(content)
-        return _parse_json_outputs(body)
+        return {str(o["name"]): decode_tensor(o) for o in body.get("outputs", [])}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ServeError(f"the answer is not a KServe v2 JSON inference response ({exc}): {_head(content)}") from None
 
@@ -134,7 +115,8 @@ def infer_input(name: str, array: np.ndarray) -> httpclient.InferInput:
     return item
 
 
-def _json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
+def json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
+    """``array`` as a KServe v2 JSON body carries it; ServeError for BYTES that are not UTF-8."""
     dtype = DType.of(array.dtype)
     if dtype is DType.BYTES:
         try:
@@ -144,15 +126,3 @@ def _json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
     else:
         data = array.ravel().tolist()
     return {"name": name, "shape": list(array.shape), "datatype": dtype.wire, "data": data}
-
-
-def _parse_json_outputs(body: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    outputs = {}
-    for o in body.get("outputs", []):
-        dtype = DType.of(o["datatype"])
-        if dtype is DType.BYTES:
-            arr = np.array([s.encode() if isinstance(s, str) else s for s in o["data"]], dtype=object)
-        else:
-            arr = np.array(o["data"], dtype=dtype.numpy)
-        outputs[o["name"]] = arr.reshape(o["shape"])
-    return outputs

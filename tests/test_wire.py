@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
+from conch.ensembles.payloads import check_json_request
 from conch.errors import ServeError
 from conch.harness.mme_contract import sequence_parameters
 from conch.wire import (
     binary_request,
-    check_json_request,
     encode_request,
     json_request,
     parse_binary_response,

@@ -90,35 +90,27 @@ def scan_archive(
     """
     budget = max_bytes if size is None else min(max_bytes, max(RATIO_FLOOR, int(max_ratio * size)))
     found: dict[str, bytes] = {}
-    total = 0
     checker = _Unpacker(Path(archive), Path("."), budget, max_bytes, max_entries)
-    try:
-        inflater = _Inflater(stream)
-        with tarfile.open(fileobj=inflater, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]
-            for count, member in enumerate(tar, start=1):
-                if count > max_entries:
-                    raise checker.refuse(member.name, f"is past the limit of {max_entries} entries "
-                                         "(a possible archive bomb)")
-                name = checker.clean(member.name, member.name)
-                if not (member.isdir() or member.isreg() or member.issym() or member.islnk()):
-                    raise checker.refuse(member.name, "is not a folder, file or link; an MME archive holds only "
-                                         "folders, files and symlinks")
-                if not member.isreg():
-                    continue
-                total += member.size
-                if total > budget:
-                    raise checker.refuse(member.name, f"takes the unpacked size past {budget} bytes (a possible "
-                                         "gzip bomb)")
-                if name is not None and member.size <= max_file and wanted(name):
-                    data = tar.extractfile(member)
-                    found[name] = data.read() if data is not None else b""
-                    if len(found[name]) != member.size:
-                        raise checker.refuse(member.name, f"ends after {len(found[name])} of its {member.size} "
-                                             "bytes (truncated archive)")
-        inflater.drain()
-    except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise ArchiveError(f"archive {archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
-                           "rebuild it with `conch build` or copy it again") from None
+
+    def read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        name = checker.clean(member.name, member.name)
+        if not (member.isdir() or member.isreg() or member.issym() or member.islnk()):
+            raise checker.refuse(member.name, "is not a folder, file or link; an MME archive holds only "
+                                 "folders, files and symlinks")
+        if not member.isreg():
+            return
+        checker.total += member.size
+        if checker.total > budget:
+            raise checker.refuse(member.name, f"takes the unpacked size past {budget} bytes (a possible "
+                                 "gzip bomb)")
+        if name is not None and member.size <= max_file and wanted(name):
+            data = tar.extractfile(member)
+            found[name] = data.read() if data is not None else b""
+            if len(found[name]) != member.size:
+                raise checker.refuse(member.name, f"ends after {len(found[name])} of its {member.size} "
+                                     "bytes (truncated archive)")
+
+    checker.each_entry(stream, read)
     return found
 
 
@@ -195,23 +187,28 @@ class _Unpacker:
 
     def run(self) -> None:
         with self.archive.open("rb") as fh:
-            try:
-                stream = _Inflater(fh)
-                # tarfile's stream mode reads its file object in bufsize pieces: 10 KiB by default, which
-                # made moving bytes cost more than inflating them
-                with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]
-                    for count, member in enumerate(tar, start=1):
-                        if count > self.max_entries:
-                            raise self.refuse(member.name, f"is past the limit of {self.max_entries} entries "
-                                              "(a possible archive bomb)")
-                        self.entry(tar, member)
-                stream.drain()
-            except (tarfile.TarError, EOFError, zlib.error) as exc:
-                raise ArchiveError(
-                    f"archive {self.archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
-                    "rebuild it with `conch build` or copy it again"
-                ) from None
+            self.each_entry(fh, self.entry)
         self.check_links()
+
+    def each_entry(self, fh: BinaryIO, each: Callable[[tarfile.TarFile, tarfile.TarInfo], None]) -> None:
+        """``each`` of the archive's entries in one pass, past the entry limit refused; an ArchiveError for an
+        archive that cannot be read (truncated, corrupt, not a tar)."""
+        try:
+            stream = _Inflater(fh)
+            # tarfile's stream mode reads its file object in bufsize pieces: 10 KiB by default, which
+            # made moving bytes cost more than inflating them
+            with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK) as tar:  # type: ignore[call-overload]
+                for count, member in enumerate(tar, start=1):
+                    if count > self.max_entries:
+                        raise self.refuse(member.name, f"is past the limit of {self.max_entries} entries "
+                                          "(a possible archive bomb)")
+                    each(tar, member)
+            stream.drain()
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            raise ArchiveError(
+                f"archive {self.archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
+                "rebuild it with `conch build` or copy it again"
+            ) from None
 
     def entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
         name = self.clean(member.name, member.name)

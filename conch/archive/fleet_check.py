@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from conch.archive.check_report import CheckReport, Level
 from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
-from conch.archive.verify import ENSEMBLE_REGEX, ROOT_MODEL, check_repository, checked
+from conch.archive.verify import ENSEMBLE_REGEX, ROOT_MODEL, check_repository, checked, single_model
 from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import Release
@@ -108,16 +108,7 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
         if config.is_ensemble and not ENSEMBLE_REGEX.search(text):
             config = replace(config, served="")  # the front end would not find it: not an ensemble to SageMaker
         configs[path.split("/")[0]] = config
-    return _archive_models(target_model, configs, found.get(MANIFEST_NAME), _single(configs, folders))
-
-
-def _single(configs: dict[str, ReadConfig], folders: set[str]) -> str | None:
-    """The model folder of a single-model archive: the one folder of the root (that holds files), not an
-    ensemble."""
-    if len(configs) != 1:
-        return None
-    ((name, config),) = configs.items()
-    return name if not config.is_ensemble and folders == {name} else None
+    return _archive_models(target_model, configs, found.get(MANIFEST_NAME), single_model(folders, configs))
 
 
 def check_archive_models(path: Path, release: Release | str | None = None

@@ -20,21 +20,18 @@ from conch.ensembles.target import DEFAULT_RELEASE, Release
 ENSEMBLE = "ensemble"
 # core src/constants.h: sub-folders of a model folder that are never versions (kWarmupDataFolder, ...)
 NOT_VERSIONS = ("warmup", "initial_state", "configs")
-# core GetBackendType / GetBackendTypeFromPlatform: the backends whose platform Triton knows
-_BACKEND_PLATFORMS = {"tensorflow": ("tensorflow_graphdef", "tensorflow_savedmodel"),
-                      "tensorrt": ("tensorrt_plan",), "onnxruntime": ("onnxruntime_onnx",),
-                      "pytorch": ("pytorch_libtorch",)}
-# core AutoCompleteBackendFields: the file in the first version folder that names a backend, in Triton's order
+# core AutoCompleteBackendFields: the file in the first version folder that names a backend, in Triton's order;
+# the one table of backends, platforms and file names (GetBackendType / GetBackendTypeFromPlatform read the same)
 _FILE_BACKENDS = (("model.savedmodel/", "tensorflow", "tensorflow_savedmodel"),
                   ("model.graphdef", "tensorflow", "tensorflow_graphdef"),
                   ("model.plan", "tensorrt", "tensorrt_plan"), ("model.onnx", "onnxruntime", "onnxruntime_onnx"),
                   ("model.onnx/", "onnxruntime", "onnxruntime_onnx"), ("model.xml", "openvino", ""),
                   ("model.pt", "pytorch", "pytorch_libtorch"), ("model.py", "python", ""))
-_PLATFORM_BACKENDS = {"tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow",
-                      "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch"}
-_FILENAME_BACKENDS = {"model.savedmodel": "tensorflow", "model.graphdef": "tensorflow", "model.plan": "tensorrt",
-                      "model.onnx": "onnxruntime", "model.xml": "openvino", "model.pt": "pytorch",
-                      "model.py": "python"}
+_PLATFORM_BACKENDS = {platform: backend for _, backend, platform in _FILE_BACKENDS if platform}
+_FILENAME_BACKENDS = {entry.rstrip("/"): backend for entry, backend, _ in _FILE_BACKENDS}
+# the backends whose platform Triton knows, with those platforms (sorted)
+_BACKEND_PLATFORMS = {b: tuple(sorted(p for p, pb in _PLATFORM_BACKENDS.items() if pb == b))
+                      for b in _PLATFORM_BACKENDS.values()}
 # ModelConfig fields by the release whose proto first has them (common protobuf/model_config.proto at each rYY.MM
 # tag); a config using one does not parse on an older release
 FIELDS_SINCE = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +18,7 @@ from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE, Manifest
-from conch.archive.release_check import built_for, check_release
+from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import DEFAULT_RELEASE, Release
@@ -29,7 +29,6 @@ from conch.wire import json_refusal
 # The regex SageMaker's front end (server src/sagemaker_server.cc) runs over each config's raw text.
 ENSEMBLE_REGEX = re.compile(r'platform:(\s)*"ensemble"')
 MANY_MODELS = 5  # past this many folders the front end warns about memory management
-ENV_PREFIX = "$$TRITON_MODEL_DIRECTORY/"
 ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
 # Folder and file names reach `bash -c` when Triton starts a Python stub: letters, digits and _ . - only.
 SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_.$/-]+")
@@ -104,7 +103,8 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
     report.models = len(models)
     report.configs = {name: m.config for name, m in models.items()}
-    single = _single_model(folders, models)
+    single_name = single_model([p.name for p in folders], report.configs)
+    single = models[single_name] if single_name is not None else None
     ensemble = None if single else _find_ensemble(models, report, folders)
     served = single or ensemble
     if single is not None:
@@ -126,13 +126,13 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     return report
 
 
-def _single_model(folders: list[Path], models: dict[str, Model]) -> Model | None:
-    """The model of a single-model archive: the one folder at the root, when it holds a model that is not an
-    ensemble (SageMaker's front end serves the only folder it lists, whatever its config says)."""
-    if len(folders) != 1 or folders[0].name not in models:
+def single_model(folders: Collection[str], configs: Mapping[str, ReadConfig]) -> str | None:
+    """The model folder of a single-model archive: the one folder at the root (``folders``), when it holds a model
+    that is not an ensemble (SageMaker's front end serves the only folder it lists, whatever its config says)."""
+    if len(folders) != 1:
         return None
-    model = models[folders[0].name]
-    return None if model.config.is_ensemble else model
+    (name,) = folders
+    return name if name in configs and not configs[name].is_ensemble else None
 
 
 def _check_root_model(root: Path, report: CheckReport, release: Release | str, manifest: Manifest | None) -> None:

@@ -99,9 +99,9 @@ def targets_of(named: list[tuple[Path, str]], body: str, payload: Path | None = 
 
 def targets_payloads(payload: Path | None) -> list[Any] | None:
     """The requests of ``--payload FILE``, or None to send each archive's samples."""
-    from conch.harness.payloads import read_payloads
+    from conch.ensembles.payloads import read_payload_file
 
-    return read_payloads(payload) if payload is not None else None
+    return read_payload_file(payload) if payload is not None else None
 
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],

@@ -23,14 +23,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for archive in bench_archives(args.measure or []):  # measured on the spot: a short probe of a few copies
         import psutil
 
-        from conch.harness.payloads import read_payloads
+        from conch.ensembles.payloads import read_payload_file
         from conch.harness.probe import probe
 
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
         # copies with step names of their own: what `conch deploy --copies` uploads
         profiles.append(Profile.from_probe(probe(archive, psutil.virtual_memory().total,
                                                  max_copies=args.measure_copies, step_names="isolate",
-                                                 payloads=read_payloads(args.payload) if args.payload else None
+                                                 payloads=read_payload_file(args.payload) if args.payload else None
                                                  ).to_json()))
     if args.memory_per_model is not None:
         profiles.append(Profile("given", args.memory_per_model, args.load_seconds, args.gpu_memory_per_model,

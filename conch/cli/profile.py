@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
-from conch.cli.flags import Subcommands, add_load_flags
+from conch.cli.discovery import local_builds
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import load_of
-from conch.ensembles.target import DEFAULT_RELEASE
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
@@ -18,27 +18,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("dot", "mermaid", "svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
-
-
-def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> list[Path]:
-    """The archives given, and the ensembles given built for the local target into ``tmp``; an ensemble that
-    does not build is reported, added to ``failed``, and the others carry on."""
-    from conch.builder.discover import sort_paths
-    from conch.builder.repository_build import build_ensemble
-    from conch.cli.discovery import discover_each
-    from conch.errors import ConchError
-
-    given = sort_paths(args.paths, must_exist=True)
-    archives = [a for a in given.archives if not args.only or a.name.removesuffix(".tar.gz") in args.only]
-    for ensemble in discover_each(given.sources, failed) if given.sources else []:
-        if not args.only or ensemble.name in args.only:
-            say(f"building {ensemble.name} (local target, release {args.release})")
-            try:
-                archives.append(build_ensemble(ensemble, tmp, "local", args.release, progress=say))
-            except ConchError as exc:
-                error(str(exc))
-                failed.append(ensemble.name)
-    return archives
 
 
 def _remote(args: argparse.Namespace) -> list[Profile]:
@@ -113,7 +92,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if not args.paths:
             raise ServeError("give the ensembles or archives to profile (.py files, folders, .tar.gz)")
         with scratch_temp("conch-profile-") as tmp:
-            archives = _archives(args, Path(tmp), failed)
+            archives, _ = local_builds(args, Path(tmp), failed)
             if not archives and not failed:
                 raise ServeError("nothing to profile: give ensemble files, folders or .tar.gz archives")
 
@@ -164,6 +143,5 @@ def register(sub: Subcommands) -> None:
                    "(as `conch graph`), and the waterfall PNG of one request; into --out")
     p.add_argument("--out", type=Path, help="folder for the pictures (default: this folder when --format is given)")
     p.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
-    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-    p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+    add_ensemble_flags(p)
     p.set_defaults(func=cmd_profile)

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
 def _payload(path: Path) -> tuple[Any, ...]:
     """The bodies of a ``--payload`` file: one KServe v2 JSON request, sent as it is."""
+    from conch.ensembles.payloads import check_json_request
     from conch.errors import ServeError
     from conch.harness.profile import Body
-    from conch.wire import check_json_request
 
     try:
         return (Body(check_json_request(path.read_bytes())),)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.discovery import discover_each, one_line, report_failure
+from conch.cli.discovery import one_line, report_failure, skipping
 from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from conch.builder.discover import sort_paths
+    from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
     from conch.harness.local_replay import replay_archives
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
@@ -34,7 +34,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     failures: list[ReplayRow] = []
     with scratch_temp("conch-replay-") as tmp:
         failed: list[str] = []
-        for ensemble in discover_each(sources, failed) if sources else []:
+        for ensemble in discover(sources, on_error=skipping(failed)) if sources else []:
             if args.only and ensemble.name not in args.only:
                 continue
             say(f"building {ensemble.name} (local target, release {args.release})")
@@ -87,7 +87,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
         raise ServeError("give --payload FILE (one request for every archive) or --payloads DIR (a payload folder), "
                          "not both")
     if args.payload is not None:
-        from conch.harness.payloads import read_payloads as read_payload_file
+        from conch.ensembles.payloads import read_payload_file
 
         given = read_payload_file(args.payload)
 
@@ -95,16 +95,14 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
             return given
 
     if args.payloads is not None:
-        from conch.ensembles.payloads import read_payloads
-        from conch.harness.recording import folder_of
+        from conch.ensembles.payloads import payloads_of, read_payloads
 
         root: Path = args.payloads
         if not root.is_dir():
             read_payloads(root)  # refused before a server starts: the folder is missing
 
         def chooser(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
-            own = folder_of(root, archive.name)
-            return read_payloads(own if own.is_dir() else root)
+            return payloads_of(root, archive.name)
 
     recorder = None
     if args.record is not None:

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, error, result, say
-from conch.cli.flags import Subcommands, add_step_names, size
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_step_names, size
 from conch.scratch import scratch_temp
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ def register(sub: Subcommands) -> None:
     s.add_argument("--cache-dir", type=Path, help="where archives are unpacked (default: a temp folder)")
     s.add_argument("--s3-endpoint-url", help="S3-compatible server for s3:// sources, e.g. http://127.0.0.1:5000")
     s.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a load counts as hung")
-    s.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
+    add_ensemble_flags(s)
     add_step_names(s)
     s.add_argument("--max-restarts", type=int, default=5, help="times tritonserver is restarted after it exits "
                    "(default 5; each restart is counted and reported: SageMaker's container does not come back "
@@ -128,5 +127,4 @@ def register(sub: Subcommands) -> None:
                    "(default 60, SageMaker's); past them ModelNotReadyException (429) while the load goes on")
     s.add_argument("--retry-lookup", action="store_true", help="ask Triton once more when it answers 'unknown model' "
                    "for a loaded TargetModel (a race in Triton; SageMaker passes the answer on); retries are counted")
-    s.add_argument("--only", action="append", help="only this ensemble (repeatable)")
     s.set_defaults(func=cmd_serve)

@@ -1,5 +1,7 @@
 """Samples from a folder of request bodies, as teams keep them from production traffic: each request (KServe v2
-JSON, or the binary+json body SageMaker passes to Triton) with its expected outputs and their checks beside it.
+JSON, or the binary+json body SageMaker passes to Triton) with its expected outputs and their checks beside it;
+the requests of one ``--payload`` file (:func:`read_payload_file`, for archives made by hand: no samples); and the
+one reader of KServe v2 request bodies (:func:`parse_request`).
 
 The layout (docs/harness.md), one sample per NAME:
 
@@ -25,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from conch.ensembles.dtypes import DType
-from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, decode_array
-from conch.errors import DeclarationError
+from conch.ensembles.samples import OutputCheck, Tolerance, check_from_json, decode_array, read_samples
+from conch.errors import ConchError, DeclarationError, ServeError
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble
@@ -42,7 +44,7 @@ LAYOUT_HINT = ("each sample is NAME.request.json (or NAME.request.bin) with NAME
 @dataclass(frozen=True)
 class Payload:
     """One request replayed in place of an archive's own samples: read from a payload folder, or from one
-    ``--payload`` file (``conch.harness.payloads``): its inputs, expected outputs (none for a bare request) and
+    ``--payload`` file (:func:`read_payload_file`): its inputs, expected outputs (none for a bare request) and
     their checks."""
 
     name: str
@@ -82,6 +84,35 @@ def read_payloads(folder: Path | str) -> list[Payload]:
     if not requests:
         raise DeclarationError(f"{folder}: no payloads in it; {LAYOUT_HINT}")
     return [_payload(stem, request, expected.get(stem)) for stem, request in sorted(requests.items())]
+
+
+def payloads_of(root: Path, target_model: str) -> list[Payload]:
+    """The payloads of one archive in a payload folder (``--payloads``, ``--record``): ``root/<archive>/`` (its
+    TargetModel without ``.tar.gz``) when that exists, else ``root`` itself."""
+    own = root / target_model.removesuffix(".tar.gz")
+    return read_payloads(own if own.is_dir() else root)
+
+
+def read_payload_file(path: Path) -> list[Payload]:
+    """The requests of a ``--payload`` file: one KServe v2 JSON request (nothing expected: every endpoint must
+    answer with the served model's outputs, alike), or the samples file `conch import` writes (inputs and
+    expected outputs)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
+    if b'"samples"' in data:
+        try:
+            return [Payload(name, inputs, expected, checks, request=path)
+                    for name, inputs, expected, checks in read_samples(path)]
+        except ConchError as exc:
+            raise ServeError(f"--payload {exc}") from None
+    try:
+        return [Payload(path.name, parse_request(data), request=path)]
+    except (ValueError, ConchError) as exc:
+        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
+                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
+                         "samples file `conch import` writes") from None
 
 
 def add_samples(ensemble: Ensemble, folder: Path | str) -> None:
@@ -131,14 +162,25 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def check_json_request(body: bytes) -> bytes:
+    """``body`` if it is a KServe v2 JSON request (an object with ``inputs``); ValueError saying why not."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("inputs"), list):
+        raise ValueError("no 'inputs' list")
+    return body
+
+
 def decode_tensor(data: Mapping[str, Any]) -> np.ndarray:
     """A tensor as KServe v2 JSON writes it (``datatype``, ``shape``, ``data``; BYTES as strings) or in conch's
     exact encoding (``b64`` or ``items``)."""
     if "b64" in data or "items" in data:
         return decode_array(data)
     dtype = DType.of(str(data["datatype"]))
-    shape = [int(d) for d in data["shape"]]
     values = data["data"]
+    shape = [int(d) for d in data["shape"]]
     if dtype is DType.BYTES:
         flat = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in np.ravel(values)], dtype=object)
         return flat.reshape(shape)
@@ -147,25 +189,27 @@ def decode_tensor(data: Mapping[str, Any]) -> np.ndarray:
 
 def parse_request(body: bytes, content_type: str | None = None) -> dict[str, np.ndarray]:
     """The input tensors of a KServe v2 JSON request, or of a binary+json one (its JSON header's length from
-    ``content_type``'s ``json-header-size=N``, or found by parsing the header)."""
+    ``content_type``'s ``json-header-size=N``, or found by parsing the header); ValueError saying why it is not
+    one."""
     header_size = _header_size(body, content_type)
-    header = json.loads(body[:header_size])
-    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
-        raise ValueError("no 'inputs' list")
+    header = json.loads(check_json_request(body[:header_size]))
     binary = memoryview(body)[header_size:]
     inputs: dict[str, np.ndarray] = {}
     offset = 0
-    for item in header["inputs"]:
-        size = (item.get("parameters") or {}).get("binary_data_size")
-        if size is None:
-            inputs[str(item["name"])] = decode_tensor(item)
-            continue
-        raw = bytes(binary[offset:offset + int(size)])
-        if len(raw) != int(size):
-            raise ValueError(f"input {item['name']!r}: binary_data_size {size} runs past the end of the body")
-        offset += int(size)
-        inputs[str(item["name"])] = _binary_tensor(item, raw)
-    if offset != len(binary):
+    try:
+        for item in header["inputs"]:
+            size = (item.get("parameters") or {}).get("binary_data_size")
+            if size is None:
+                inputs[str(item["name"])] = decode_tensor(item)
+                continue
+            raw = bytes(binary[offset:offset + int(size)])
+            if len(raw) != int(size):
+                raise ValueError(f"input {item['name']!r}: binary_data_size {size} runs past the end of the body")
+            offset += int(size)
+            inputs[str(item["name"])] = _binary_tensor(item, raw)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"an input lacks name, datatype, shape or data ({type(exc).__name__}: {exc})") from None
+    if offset != len(binary) and (offset or bytes(binary).strip()):  # white space may end a JSON body
         raise ValueError(f"{len(binary) - offset} bytes after the last input's binary data")
     return inputs
 

@@ -45,14 +45,9 @@ def _manifest_of(folder: Path) -> Path:
 
 
 def staged_check(archive: Path, folder: Path, manifest_needed: bool = True) -> tuple[Manifest | None, CheckReport]:
-    """The manifest of a staged archive that passes `conch check` (None for one without, unless
-    ``manifest_needed``) and the check's report; ServeError saying why not."""
-    return _checked(archive, folder, manifest_needed)
-
-
-def _checked(archive: Path, folder: Path, manifest_needed: bool) -> tuple[Manifest | None, CheckReport]:
     """The manifest of a staged archive that passes `conch check` (None for one without, when samples come from
-    elsewhere: not ``manifest_needed``), and the check's report (each model folder's config as it parsed it)."""
+    elsewhere: not ``manifest_needed``), and the check's report (each model folder's config as it parsed it);
+    ServeError saying why not."""
     report = check_folder(folder, archive.name)
     if not report.ok:
         raise ServeError(report.summary())
@@ -76,8 +71,8 @@ def target_name(archive: Path) -> str:
 
 class ReplaySample(Protocol):
     """What a replay sends and judges: a sample the archive carries (its manifest's ``SampleRecord``) or one
-    read from a payload folder (``conch.ensembles.payloads.Payload``) or a ``--payload`` file
-    (``conch.harness.payloads.Payload``); either kind of archive."""
+    read from a payload folder or a ``--payload`` file (``conch.ensembles.payloads.Payload``); either kind of
+    archive."""
 
     @property
     def name(self) -> str: ...
@@ -207,7 +202,7 @@ def load_archive(
     name = target_name(archive)
     try:
         folder = stage(archive, triton)
-        manifest, check = _checked(archive, folder, manifest_needed)
+        manifest, check = staged_check(archive, folder, manifest_needed)
     except ConchError as exc:
         return ReplayRow(name, "-", "check", False, str(exc))
     manifest_file = _manifest_of(folder)
@@ -300,22 +295,23 @@ def replay_sample(
     return row
 
 
-def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig]) -> None:
-    """ServeError when a model needs a backend the local server lacks."""
+def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[str, ReadConfig],
+                   command: str = "replay") -> None:
+    """ServeError when a model needs a backend the local server lacks (``configs``: the staged archive's, read
+    when it has no manifest); ``command`` (replay, profile) names what to do with a local build instead."""
     if manifest is not None:
         lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
         if lacking:
-            raise ServeError(
-                f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need backends the "
-                "local server lacks; replay a `conch build --target local` build (same names and I/O, CPU stand-ins)"
-            )
+            raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need "
+                             f"backends the local server lacks; {command} a `conch build --target local` build (same "
+                             "names and I/O, CPU stand-ins)")
         return
     lacking = [f"{name} ({c.served})" for name, c in sorted(configs.items())
                if not c.is_ensemble and c.served not in LOCAL_BACKENDS]
     if lacking:
         raise ServeError(f"{archive.name} holds model(s) {', '.join(lacking)} whose backends the local server lacks "
-                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); replay them where their backend runs (`conch "
-                         "deploy`), or declare them in conch for a local build with CPU stand-ins")
+                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); {command} them where their backend runs "
+                         "(`conch deploy`), or declare them in conch for a local build with CPU stand-ins")
 
 
 def _tensors(config: ReadConfig | None) -> list[tuple[str, str, str]]:

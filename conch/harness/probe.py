@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from conch.archive.manifest import read_manifest
+from conch.ensembles.payloads import Payload
 from conch.errors import ArchiveError, BenchError
 from conch.harness.load.spec import archive_requests
-from conch.harness.payloads import Payload
 from conch.scratch import scratch_temp
 
 MIN_AVAILABLE_BYTES = 1 << 30  # stop before the machine itself runs short, whatever the budget says

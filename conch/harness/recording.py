@@ -17,17 +17,11 @@ from conch.ensembles.payloads import EXPECTED, REQUEST_BINARY, REQUEST_JSON
 from conch.ensembles.samples import OutputCheck, check_to_json, encode_array
 from conch.errors import ServeError
 from conch.harness.local_replay import LoadedArchive, ReplaySample
-from conch.wire import binary_request, json_refusal, json_request
+from conch.wire import binary_request, json_refusal, json_request, json_tensor
 
 NOTE = ("recorded by `conch replay --record`: these outputs are what the server answered in that run, not outputs "
         "anyone checked; review them (and their checks) before you trust them")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def folder_of(root: Path, target_model: str) -> Path:
-    """Where an archive's payloads are kept under a ``--record``/``--payloads`` folder: its TargetModel without
-    ``.tar.gz``."""
-    return root / target_model.removesuffix(".tar.gz")
 
 
 def file_stem(sample: str) -> str:
@@ -55,7 +49,7 @@ class Recorder:
         folders: list[Path] = []
         stems: dict[Path, dict[str, str]] = {}
         for (target_model, sample), (inputs, outputs, checks) in sorted(self.kept.items()):
-            folder = folder_of(self.root, target_model)
+            folder = self.root / target_model.removesuffix(".tar.gz")  # as payloads_of reads it
             taken = stems.setdefault(folder, {})
             stem = file_stem(sample)
             if taken.get(stem, sample) != sample:
@@ -105,10 +99,7 @@ def _tensor(array: np.ndarray) -> dict[str, Any]:
         dtype = DType.of(array.dtype)
     except Exception as exc:  # a dtype conch has no name for cannot be written back
         raise ServeError(f"cannot record an output of dtype {array.dtype}: {exc}") from None
-    if dtype is DType.BYTES:
-        if not _utf8(array):
-            return encode_array(array, dtype)
-        data: list[Any] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
-    else:
-        data = array.ravel().tolist()
-    return {"datatype": dtype.wire, "shape": list(array.shape), "data": data}
+    try:
+        return {k: v for k, v in json_tensor("", array).items() if k != "name"}
+    except ServeError:  # bytes that are not UTF-8
+        return encode_array(array, dtype)

@@ -153,11 +153,16 @@ def deploy_endpoint(
 
 def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
     """``describe_endpoint``, or None when there is no such endpoint."""
+    return _described(sm.describe_endpoint, f"endpoint {name!r}", EndpointName=name)
+
+
+def _described(describe: Any, what: str, **names: str) -> dict[str, Any] | None:
+    """What a SageMaker ``describe_*`` call says of ``what``, or None when there is no such thing."""
     from botocore.exceptions import ClientError
 
-    with aws_errors(f"describing endpoint {name!r}"):
+    with aws_errors(f"describing {what}"):
         try:
-            found: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
+            found: dict[str, Any] = describe(**names)
         except ClientError as exc:
             if _missing(exc):
                 return None
@@ -267,16 +272,10 @@ def _before_update(aws: AwsTarget, sm: Any, current: Mapping[str, Any], spec: En
 
 
 def _ensure_model(sm: Any, spec: EndpointSpec, say: Progress) -> None:
-    from botocore.exceptions import ClientError
-
+    if _described(sm.describe_model, f"SageMaker model {spec.model_name!r}", ModelName=spec.model_name) is not None:
+        return
+    say(f"creating model {spec.model_name} (MultiModel, {spec.image}, {spec.model_data_url})")
     with aws_errors(f"creating SageMaker model {spec.model_name!r}", "the role must be passable (iam:PassRole)"):
-        try:
-            sm.describe_model(ModelName=spec.model_name)
-            return
-        except ClientError as exc:
-            if not _missing(exc):
-                raise
-        say(f"creating model {spec.model_name} (MultiModel, {spec.image}, {spec.model_data_url})")
         sm.create_model(ModelName=spec.model_name, ExecutionRoleArn=spec.role_arn, PrimaryContainer=spec.container(),
                         Tags=_tags(spec.name))
 
@@ -292,16 +291,7 @@ def _ensure_config(sm: Any, spec: EndpointSpec, say: Progress) -> None:
 
 
 def _describe_config(sm: Any, name: str) -> dict[str, Any] | None:
-    from botocore.exceptions import ClientError
-
-    with aws_errors(f"describing endpoint config {name!r}"):
-        try:
-            found: dict[str, Any] = sm.describe_endpoint_config(EndpointConfigName=name)
-        except ClientError as exc:
-            if _missing(exc):
-                return None
-            raise
-    return found
+    return _described(sm.describe_endpoint_config, f"endpoint config {name!r}", EndpointConfigName=name)
 
 
 def _remove_unused(sm: Any, endpoint: str, *, keep_config: str | None, keep_model: str | None) -> list[str]:

@@ -12,9 +12,10 @@ import numpy as np
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, read_manifest
 from conch.aws import AwsTarget, aws_errors, error_code
+from conch.ensembles.payloads import check_json_request
 from conch.errors import ArchiveError, ConchError, DeployError, ServeError
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
-from conch.wire import BODIES, MAX_BODY_BYTES, check_json_request, encode_request, json_refusal, parse_response
+from conch.wire import BODIES, MAX_BODY_BYTES, encode_request, json_refusal, parse_response
 
 READ_TIMEOUT_S = 120.0  # a TargetModel's first call downloads and loads the archive before it answers
 

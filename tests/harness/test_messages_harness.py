@@ -17,13 +17,13 @@ from conch import Ensemble, PythonStep, Tensor
 from conch.archive.manifest import read_manifest
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
+from conch.ensembles.payloads import check_json_request
 from conch.errors import BenchError, ServeError
 from conch.harness.endpoint import LocalMME
 from conch.harness.endpoint.protocol import ValidationError, model_error
 from conch.harness.endpoint.sources import open_source
 from conch.harness.load.spec import archive_requests
 from conch.harness.load.stages import parse_stages
-from conch.wire import check_json_request
 
 
 def test_stages_must_be_a_non_empty_list() -> None:

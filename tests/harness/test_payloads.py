@@ -117,6 +117,17 @@ def test_a_binary_body_that_runs_short_is_refused(tmp_path: Path) -> None:
         parse_request(body + b"..", content_type)
 
 
+def test_a_json_request_file_may_end_in_white_space(tmp_path: Path) -> None:
+    """An editor's final newline ends the JSON text; after binary data the same bytes are refused."""
+    body, _ = json_request({"X": np.arange(3, dtype=np.float32)})
+    np.testing.assert_array_equal(parse_request(body + b"\n\n")["X"], np.arange(3, dtype=np.float32))
+    with pytest.raises(ValueError, match="1 bytes after the last input's binary data"):
+        parse_request(body + b"x")
+    binary, content_type = binary_request({"X": np.ones((1, 4), np.float32)})
+    with pytest.raises(ValueError, match="1 bytes after the last input's binary data"):
+        parse_request(binary + b"\n", content_type)
+
+
 def test_junit_xml_has_a_suite_per_ensemble_and_a_case_per_sample_and_endpoint(tmp_path: Path) -> None:
     report = ReplayReport([
         ReplayRow("a.tar.gz", "-", "load", True, "loaded", 12.0),

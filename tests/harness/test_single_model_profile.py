@@ -9,8 +9,8 @@ import pytest
 from seed_archives import pack_repo
 from single_models import add_sub_payload, add_sub_repo
 
+from conch.ensembles.payloads import read_payload_file
 from conch.errors import ServeError
-from conch.harness.payloads import read_payloads
 from conch.harness.profile import Load
 from conch.harness.profile.dag import dag_of
 from conch.harness.profile.load import Body
@@ -19,7 +19,7 @@ from conch.harness.profile.local_servers import profile_archives
 
 def test_a_single_model_archive_is_profiled_with_a_payload(tmp_path: Path) -> None:
     archive = pack_repo(add_sub_repo(), tmp_path / "add_sub.tar.gz")
-    (payload,) = read_payloads(add_sub_payload(tmp_path / "request.json"))
+    (payload,) = read_payload_file(add_sub_payload(tmp_path / "request.json"))
     load = Load((Body.of(payload.inputs),), "request.json", 10, 1)
     (profile,) = profile_archives([archive], lambda _: load, manifest_needed=False)
     assert profile.ensemble == "add_sub.tar.gz"

@@ -17,9 +17,9 @@ from single_models import ADD_SUB_INPUTS, add_sub_payload, add_sub_repo, simple_
 
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.dtypes import DType
+from conch.ensembles.payloads import read_payload_file
 from conch.errors import ServeError
 from conch.harness.local_replay import replay_archives
-from conch.harness.payloads import read_payloads
 from conch.harness.server import LocalTriton
 from conch.importer.generated_samples import record, write_samples
 
@@ -31,7 +31,7 @@ def rows(report: object) -> list[tuple[str, str, str, bool]]:
 @pytest.mark.parametrize("folder", ["add_sub", ""], ids=["model-folder", "root-config"])
 def test_a_single_model_archive_replays_a_kserve_request(tmp_path: Path, triton: LocalTriton, folder: str) -> None:
     archive = pack_repo(add_sub_repo(folder), tmp_path / f"single-{folder or 'root'}.tar.gz")
-    payloads = read_payloads(add_sub_payload(tmp_path / "request.json"))
+    payloads = read_payload_file(add_sub_payload(tmp_path / "request.json"))
     report = replay_archives([archive], server=triton, payloads=payloads)
     assert report.passed, report.table()
     name = archive.name
@@ -51,7 +51,7 @@ def test_the_samples_conch_import_writes_are_judged(tmp_path: Path, triton: Loca
     write_samples(tmp_path / "samples.json", [good, wrong], "add_sub")
     archive = pack_repo(add_sub_repo(), tmp_path / "judged.tar.gz")
     report = replay_archives([archive], server=triton, endpoints=["sagemaker-binary"],
-                             payloads=read_payloads(tmp_path / "samples.json"))
+                             payloads=read_payload_file(tmp_path / "samples.json"))
     assert rows(report)[1:] == [("judged.tar.gz", "good", "sagemaker-binary", True),
                                 ("judged.tar.gz", "wrong", "sagemaker-binary", False)]
     assert "OUTPUT0: max abs err 1" in report.rows[2].detail
@@ -71,7 +71,7 @@ def test_a_model_of_a_backend_the_local_server_lacks_is_explained(tmp_path: Path
     request = tmp_path / "r.json"
     request.write_text(json.dumps({"inputs": [{"name": n, "datatype": "INT32", "shape": [1, 16],
                                                "data": list(range(16))} for n in ("INPUT0", "INPUT1")]}))
-    (row,) = replay_archives([archive], server=triton, payloads=read_payloads(request)).rows
+    (row,) = replay_archives([archive], server=triton, payloads=read_payload_file(request)).rows
     assert row.endpoint == "load" and not row.passed
     assert row.detail.startswith("simple.tar.gz holds model(s) simple (onnxruntime_onnx) whose backends the local "
                                  "server lacks (it runs python models); replay them where their backend runs (`conch "
@@ -84,13 +84,13 @@ def test_a_payload_that_is_no_request_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match=r"--payload .*bad.json: not a KServe v2 JSON request \(no 'inputs' list\); "
                        r"write \{\"inputs\": \[\{\"name\": \.\.\., \"shape\": \[\.\.\.\], \"datatype\": \.\.\., "
                        r"\"data\": \[\.\.\.\]\}\]\}, or give the samples file `conch import` writes"):
-        read_payloads(bad)
+        read_payload_file(bad)
     with pytest.raises(ServeError, match=r"--payload .*missing.json: cannot read it \(No such file"):
-        read_payloads(tmp_path / "missing.json")
+        read_payload_file(tmp_path / "missing.json")
     samples = tmp_path / "samples.json"
     samples.write_text('{"samples": [{"name": 1}]}')
     with pytest.raises(ServeError, match="--payload .*samples.json: not a samples file conch can read"):
-        read_payloads(samples)
+        read_payload_file(samples)
 
 
 def test_archives_that_share_step_names_are_named_before_loading(tmp_path: Path, triton: LocalTriton) -> None:
@@ -126,7 +126,7 @@ def test_a_request_whose_input_lacks_a_field_is_refused(tmp_path: Path) -> None:
     request.write_text('{"inputs": [{"name": "INPUT0", "datatype": "FP32"}]}')
     with pytest.raises(ServeError, match=r"--payload .*partial.json: not a KServe v2 JSON request \(an input lacks "
                        r"name, datatype, shape or data \(KeyError: 'data'\)\)"):
-        read_payloads(request)
+        read_payload_file(request)
 
 
 def test_bench_asks_for_a_payload_for_an_archive_made_by_hand(tmp_path: Path) -> None:
@@ -138,5 +138,5 @@ def test_bench_asks_for_a_payload_for_an_archive_made_by_hand(tmp_path: Path) ->
                        r"check` checks any archive, this needs one built by `conch build`; give --payload FILE for "
                        r"an archive conch did not build"):
         archive_requests(archive)
-    (request,) = archive_requests(archive, payloads=read_payloads(add_sub_payload(tmp_path / "r.json")))
+    (request,) = archive_requests(archive, payloads=read_payload_file(add_sub_payload(tmp_path / "r.json")))
     assert request.sample == "r.json" and request.expected == {} and request.body_kind == "binary"

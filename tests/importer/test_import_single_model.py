@@ -13,9 +13,9 @@ from single_models import ADD_SUB_CONFIG, add_sub_repo, simple_repo, write_repo
 
 from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
+from conch.ensembles.payloads import read_payload_file
 from conch.errors import BuildError
 from conch.harness.local_replay import replay_archives
-from conch.harness.payloads import read_payloads
 from conch.harness.server import LocalTriton
 from conch.importer.convert import import_sources
 
@@ -37,7 +37,7 @@ def test_a_single_model_archive_imports_builds_alone_and_replays(tmp_path: Path,
     module = load_module(imported.module)
     rebuilt = build_ensemble(module.add_sub_alone, tmp_path / "dist", "local")  # type: ignore[attr-defined]
     assert check_archive_models(rebuilt)[0].single == "add_sub"
-    samples = read_payloads(imported.module.with_suffix(".samples.json"))  # the samples `conch import` wrote
+    samples = read_payload_file(imported.module.with_suffix(".samples.json"))  # the samples `conch import` wrote
     report = replay_archives([archive, rebuilt], server=triton, payloads=samples)
     assert report.passed and len(report.rows) == 8, report.table()
 

@@ -11,10 +11,10 @@ from typing import Any
 
 from conch.archive.manifest import Schema, read_manifest
 from conch.ensembles.dtypes import DType
+from conch.ensembles.payloads import Payload
 from conch.ensembles.samples import OutputCheck, check_to_json, encode_array
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage
-from conch.harness.payloads import Payload
 from conch.wire import encode_request
 
 # How requests reach the ensembles: the SageMaker runtime API over plain HTTP (the local MME, or anything

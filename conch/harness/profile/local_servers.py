@@ -13,7 +13,6 @@ from conch.archive.manifest import Manifest
 from conch.errors import ConchError, ServeError
 from conch.harness.local_replay import (
     DEFAULT_LOAD_TIMEOUT_S,
-    LOCAL_BACKENDS,
     check_backends,
     stage,
     staged_check,
@@ -52,11 +51,8 @@ def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
 
 
 def check_local(archive: Path, manifest: Manifest) -> None:
-    lacking = [s for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
-    if lacking:
-        names = ", ".join(f"{s.model_name} ({s.served_as})" for s in lacking)
-        raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {names} need backends the local "
-                         "server lacks; profile a `conch build --target local` build")
+    """ServeError when a step of ``archive`` needs a backend the local server lacks (as replay checks it)."""
+    check_backends(archive, manifest, {}, "profile")
 
 
 def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, load_timeout: float,
@@ -67,10 +63,7 @@ def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, lo
     name = target_name(archive)
     folder = stage(archive, triton)
     manifest, check = staged_check(archive, folder, manifest_needed)
-    if manifest is not None:
-        check_local(archive, manifest)
-    else:
-        check_backends(archive, manifest, check.configs)
+    check_backends(archive, manifest, check.configs, "profile")
     progress(f"loading {name} on the local tritonserver")
     try:
         client.load(name, folder, load_timeout)
@@ -106,14 +99,8 @@ Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                progress: Callable[[str], None], manifest_needed: bool = True) -> Outcomes:
-    from conch.builder.shm_sizing import archives_settings
-
-    default, growth, _ = archives_settings(archives)
-    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
-    trace_file, metrics_url = _instrumented(triton)
-    with triton:
+    with profiling_triton(archives) as (triton, stats, trace_file):
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        stats = StatsEndpoint(triton.http_url, metrics_url)
         for archive in archives:
             try:
                 name, manifest, check = load_staged(archive, triton, client, load_timeout, progress,
@@ -141,20 +128,13 @@ def gather(archives: Sequence[Path], folder: Path) -> None:
         shutil.copyfile(archive, folder / archive.name)
 
 
-@contextmanager
-def _one_folder(archives: Sequence[Path]) -> Iterator[Path]:
-    with scratch_temp("conch-profile-") as tmp:  # swept by the next run if this one is killed
-        gather(archives, Path(tmp))
-        yield Path(tmp)
-
-
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
-    from conch.archive.extract import safe_extract
     from conch.archive.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
 
-    with _one_folder(archives) as folder:
+    with scratch_temp("conch-profile-") as folder:  # swept by the next run if this one is killed
+        gather(archives, Path(folder))
         mme = LocalMME(folder, load_timeout=load_timeout)
         trace_file, metrics_url = _instrumented(mme.triton)
         with mme:
@@ -162,9 +142,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             for archive in archives:
                 name = target_name(archive)
                 try:
-                    with scratch_temp("conch-profile-") as unpacked:
-                        safe_extract(archive, Path(unpacked))
-                        manifest = read_manifest(Path(unpacked))
+                    manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
                     check_local(archive, manifest)
                     progress(f"loading {name} on the local MME at {mme.url}")
                     mme.load(name)
