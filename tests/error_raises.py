@@ -408,22 +408,13 @@ def holds_fixed_words(raise_: Raise, runs: list[str]) -> bool:
     if not fixed:
         return False
     need = min(MIN_WORDS, max(len(p.strip()) for p in fixed))
-    for run in runs:
-        for part in fixed:
-            overlap = _longest_common(run, part)
-            if overlap >= need:
-                return True
-    return False
+    return any(_share(run, part, need) for run in runs for part in fixed)
 
 
-def _longest_common(a: str, b: str) -> int:
-    """Length of the longest text both hold (the asserted run may reach past one fixed part into a value)."""
-    from difflib import SequenceMatcher
-
-    if a in b:
-        return len(a)
-    match = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
-    return match.size
+def _share(a: str, b: str, need: int) -> bool:
+    """Whether ``a`` and ``b`` hold a common text of ``need`` characters (the asserted run may reach past one
+    fixed part into a value): some ``need``-long window of ``b`` stands in ``a``."""
+    return any(b[i:i + need] in a for i in range(len(b) - need + 1))
 
 
 def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, str]]) -> dict[str, str]:
