@@ -339,7 +339,11 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         return (max_trials - len(server.trials)) if max_trials is not None else 1 << 30
 
     def spread(a: Trial, b: Trial) -> None:
+        """Two measurements of the same settings: their spread is the run's noise. The run's first trial is left
+        out: it is measured on a server just loaded (each instance's first executions), which the next are not."""
         nonlocal noise
+        if first in (a, b):
+            return
         x, y = a.throughput or -a.first_p99_ms, b.throughput or -b.first_p99_ms
         spreads.append(abs(x - y) / max(abs(x), abs(y), 1e-9))
         noise = max(NOISE_FLOOR, statistics.median(spreads))
