@@ -282,7 +282,8 @@ def final_moves(settings: Settings, profiles: Sequence[Profile], steps: Sequence
                 levels: Levels) -> list[Move]:
     """What is tried once more before the search stops: the limiting step's combined move from the current
     settings (an instance more, batching on where it batches, threads fitting the cores), then the two steps
-    that hold the most time each with an instance more, together."""
+    that hold the most time each with an instance more, together, or one at a time where both at once pass the
+    CPU budget."""
     ranked = _ranked(profiles, steps)
     found: list[Move] = []
     if ranked:
@@ -301,18 +302,24 @@ def final_moves(settings: Settings, profiles: Sequence[Profile], steps: Sequence
                               "from the current settings", 0, final=True))
     grow = [(sp, step) for sp, step in ranked
             if _next(levels.instances(), settings.of(step).instances, up=True) is not None][:2]
-    if len(grow) == 2:
-        both, parts = settings, []
-        for _, step in grow:
-            k = both.of(step)
-            more = _next(levels.instances(), k.instances, up=True)
-            assert more is not None
-            new = fit_threads(replace(k, instances=more), step, levels)
-            both = both.with_step(step, new)
-            parts.append(f"{step.step} instances {k.instances} -> {more}{_threads_text(k, new, step)}")
+    singles, both, parts = [], settings, []
+    for _, step in grow:
+        k = settings.of(step)
+        more = _next(levels.instances(), k.instances, up=True)
+        assert more is not None
+        new = fit_threads(replace(k, instances=more), step, levels)
+        both = both.with_step(step, new)
+        change = f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
+        parts.append(f"{step.step} {change}")
+        singles.append(Move(settings.with_step(step, new), step, change, "the last try before stopping: one of the "
+                            "two steps that hold the most time, an instance more (both at once pass the CPU budget)",
+                            0, final=True))
+    if len(grow) == 2 and both.cpu_slots() <= levels.budget():
         found.append(Move(both, grow[0][1], " and ".join(parts),
                           "the last try before stopping: the two steps that hold the most time, an instance more "
                           "each, together", 0, final=True))
+    elif len(grow) == 2:
+        found += [m for m in singles if all(m.settings != f.settings for f in found)]
     return found
 
 

@@ -164,6 +164,11 @@ def test_the_last_tries_are_the_limiting_step_combined_move_and_the_top_two_step
     assert fresh.change == "instances 1 -> 2, intra_op_thread_count default -> 1, dynamic batching on (delay 0 us)"
     at_most = START.with_step(ONNX, Knobs(instances=2)).with_step(PY, Knobs(instances=2))
     assert final_moves(at_most, [profile], [ONNX, PY], TWO_CORES) == []  # nothing left to grow
+    tight = Levels(max_instances=2, delays_us=(0,), threads=(1, 2), cpu_budget=3, cpu_cores=2)
+    one_at_a_time = final_moves(on, [profile], [ONNX, PY], tight)  # both at once: 4 slots, past the budget of 3
+    assert [(m.step.step, m.change) for m in one_at_a_time] == [("encoder", "instances 1 -> 2"),
+                                                                ("pool", "instances 1 -> 2")]
+    assert one_at_a_time[1].why.endswith("an instance more (both at once pass the CPU budget)")
 
 
 def _trial(number: int, throughput: float, p99: float = 50, under: bool = True) -> Trial:
