@@ -388,18 +388,18 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         before = runs[-2:]  # the current settings' latest measurements: their mean is the figure to beat
         new: list[Trial] = []
         kept, decided = False, "below"
-        if _better(candidate, before, noise) or _better(candidate, before, 0.0):
+        if _better(candidate, before, 0.0):  # it looks better: the A/B decides
             clear = _better(candidate, before, noise)
             if left() >= 1:
-                new.append(server.measure(current))  # the A/B: the current settings once more, in the same run
+                new.append(server.measure(current))  # the current settings once more, in the same run
                 spread(runs[-1], new[-1])
-            if clear and new and _better(candidate, [new[-1]], noise):
+            if clear and new and _better(candidate, new, noise):
                 kept, decided = True, "clear"
-            elif new and left() >= 1:  # a close call: A/B/A/B, then the means of two each
+            elif new and left() >= 1:  # a close call: A/B/A/B (current, candidate, current, candidate), means of two
                 candidate.append(server.measure(move.settings))
                 spread(candidate[0], candidate[1])
-                decided = "close"
-                kept = _better(candidate, [runs[-1], new[-1]], close_margin(noise))
+                before, decided = runs[-1:], "close"
+                kept = _better(candidate, [*before, *new], close_margin(noise))
             else:
                 decided = "budget"
         done = Round(len(rounds) + 1, move, tuple(candidate), (*before, *new), noise, kept, decided)
