@@ -1,7 +1,8 @@
 """`conch tune`'s guided search against the exhaustive grid over the same space, in one run on one server:
 started from the defaults (one instance per step, no dynamic batching, default threads), the tune searches;
 then every setting of the grid is measured once; then the grid's best and the tune's choice are measured again
-head to head, alternating (`--rounds` each), since the best of many noisy trials is biased upward.
+head to head, alternating (`--rounds` each), since the best of many noisy trials is biased upward. The tune
+may measure at most a fifth of the grid's settings (`--max-trials`), every measurement counted.
 
     python benchmarks/tune_vs_grid.py ensembles/text_embeddings.py --p99-ms 1000 --max-instances 2 \\
         --delays-us 0 --threads 1,2 --name text_embeddings
