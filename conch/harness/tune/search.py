@@ -20,6 +20,7 @@ from conch.harness.tune.trial import Trial, TrialServer
 NOISE_FLOOR = 0.05  # a change must beat every measurement of the current settings by this share
 PATIENCE = 3  # changes in a row that did not help before the search stops
 QUEUE_SHARE = 0.3  # a step waiting this share of its time for an instance is short of instances
+DOMINANT = 0.5  # a critical step holding this share of end to end is the limit even without a queue at the level
 MIN_TRIALS_PER_ROUND = 2  # a candidate, and the current settings measured again: a change is never kept on one
 
 
@@ -224,7 +225,12 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
         return new, f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
 
     fits = f" ({cores} cores: instances x threads fit them)"
-    if f.queue_share >= QUEUE_SHARE:  # short of instances: the combined move first, each half after it
+    # a trial's profile is of its best level; when one more request in flight added no throughput, that level
+    # may show no queue at the step that limits it: a critical step holding most of end to end is short too
+    dominant = sp.critical and sp.share >= DOMINANT and f.queue_share < QUEUE_SHARE
+    if dominant:
+        queued = f"{where}, queue {f.queue_share:.0%} of its time at the best level: it holds most of each request"
+    if f.queue_share >= QUEUE_SHARE or dominant:  # short of instances: the combined move first, each half after it
         if more is not None and step.batches and not k.batching:
             new, change = grown(batching=True)
             yield to(new, f"{change}, dynamic batching on (delay {levels.delays_us[0]} us)",
@@ -270,10 +276,10 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
         if up is not None and f.queue_share < QUEUE_SHARE and k.instances * up <= cores:
             yield to(k.with_thread(key, up), f"{key} {now} -> {up}",
                      f"compute {f.compute_infer_ms:.1f} ms per request, little queue: more threads per execution", 2)
-    if more is not None and f.queue_share < QUEUE_SHARE and sp.critical:
+    if more is not None and f.queue_share < QUEUE_SHARE and sp.critical and not dominant:
         new, change = grown()
         yield to(new, change, f"{where}: another instance runs requests side by side", 1)
-    if step.batches and not k.batching and f.queue_share < QUEUE_SHARE and sp.critical:
+    if step.batches and not k.batching and f.queue_share < QUEUE_SHARE and sp.critical and not dominant:
         yield to(_batching_on(k, levels), f"dynamic batching on (delay {levels.delays_us[0]} us)",
                  f"{where}: batch what arrives together", 2)
 

@@ -126,6 +126,19 @@ def test_moves_start_at_the_step_that_waits_with_the_combined_move_then_each_hal
     assert "max queue delay 0 -> 500 us" in changes and "dynamic batching off" in changes
 
 
+def test_a_critical_step_holding_most_of_end_to_end_is_short_of_instances_without_a_queue() -> None:
+    # the trial's best level may be one request at a time (the next added nothing): no queue, 90% of end to end
+    found = list(moves(START, [_profile((0, 90), (0, 4))], [ONNX, PY], TWO_CORES))
+    assert found[0].change == "instances 1 -> 2, intra_op_thread_count default -> 1, dynamic batching on (delay 0 us)"
+    assert found[0].why.startswith("90% of end to end, critical, queue 0% of its time at the best level: it holds "
+                                   "most of each request: more instances")
+    assert found[0].tier == 0
+    # the pool, critical but 4 % of end to end, gets an instance more (second tier), not the combined move
+    pool = [m for m in found if m.step == PY]
+    assert pool[0].change == "instances 1 -> 2" and pool[0].tier == 1
+    assert pool[0].why == "4% of end to end, critical: another instance runs requests side by side"
+
+
 def test_every_step_first_move_comes_before_any_step_second_one() -> None:
     profile = _profile((60, 30), (30, 20))  # both wait; the encoder holds more time
     found = list(moves(START, [profile], [ONNX, PY], TWO_CORES))
