@@ -202,8 +202,8 @@ def register(sub: Subcommands) -> None:
                    "bench --json` file (its requests per TargetModel); default: even")
     p.add_argument("--from-defaults", action="store_true", help="start from one instance per step, no dynamic "
                    "batching and the backends' default threads, not from the declaration's settings")
-    p.add_argument("--patience", type=int, default=3, help="stop after this many changes in a row that did not "
-                   "help (default 3; 0: try every change the figures point to)")
+    p.add_argument("--patience", type=int, default=3, help="after this many changes in a row that did not help "
+                   "(default 3; 0: try every change the figures point to), make the last tries, then stop")
     p.add_argument("--step", action="append", help="tune only this step (its declared name, or TargetModel/step; "
                    "repeatable); the others keep their settings")
     p.add_argument("--max-instances", type=int, default=0, help="most instances per step (default: the cores, at "

@@ -28,7 +28,8 @@ def table(outcome: Outcome, steps: Sequence[StepSpace], p99_ms: float, server: s
     if not outcome.rounds:
         lines.append("  (none)")
     for r in outcome.rounds:
-        lines.append(f"  {r.number}. {r.move.step.ensemble} / {r.move.step.step}: {r.move.change}")
+        last = " (a last try)" if r.move.final else ""
+        lines.append(f"  {r.number}. {r.move.step.ensemble} / {r.move.step.step}: {r.move.change}{last}")
         lines.append(f"     why: {r.move.why}")
         lines.append(f"     {r.verdict()}")
     rows = [("", "throughput/s", "p50 ms", "p99 ms", "at concurrency"), _row("before", outcome.start),

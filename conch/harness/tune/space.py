@@ -93,19 +93,26 @@ class Levels:
     preferred: tuple[tuple[int, ...], ...] = ((),)
     threads: tuple[int, ...] = ()  # () : 1 up to the cores
     cpu_budget: int = 0  # instances x threads over every step of every ensemble; 0: 2 x cores, at least 4
+    cpu_cores: int = 0  # the cores the steps share (instances x threads per instance should fit); 0: this machine's
 
     def instances(self) -> tuple[int, ...]:
-        return tuple(range(1, (self.max_instances or max(2, os.cpu_count() or 1)) + 1))
+        return tuple(range(1, (self.max_instances or max(2, self.cores())) + 1))
 
     def thread_values(self) -> tuple[int, ...]:
-        return self.threads or tuple(range(1, max(2, os.cpu_count() or 1) + 1))
+        return self.threads or tuple(range(1, max(2, self.cores()) + 1))
+
+    def cores(self) -> int:
+        """The cores a step's instances share: what a backend's default thread count takes, and what instances
+        times threads per instance should fit."""
+        return self.cpu_cores or os.cpu_count() or 1
 
     def budget(self) -> int:
-        return self.cpu_budget or max(4, 2 * (os.cpu_count() or 1))
+        return self.cpu_budget or max(4, 2 * self.cores())
 
     def __post_init__(self) -> None:
-        if self.max_instances < 0 or any(d < 0 for d in self.delays_us) or any(t < 1 for t in self.threads):
-            raise BenchError("tune levels: instances, queue delays and thread counts must be positive")
+        if (self.max_instances < 0 or self.cpu_cores < 0 or any(d < 0 for d in self.delays_us)
+                or any(t < 1 for t in self.threads)):
+            raise BenchError("tune levels: instances, cores, queue delays and thread counts must be positive")
         if any(size < 1 for sizes in self.preferred for size in sizes):
             raise BenchError("tune levels: preferred batch sizes must be 1 or more")
         if not self.delays_us:
@@ -114,7 +121,7 @@ class Levels:
     def to_json(self) -> dict[str, Any]:
         return {"instances": list(self.instances()), "delays_us": list(self.delays_us),
                 "preferred": [list(p) for p in self.preferred], "threads": list(self.thread_values()),
-                "cpu_budget": self.budget()}
+                "cpu_budget": self.budget(), "cores": self.cores()}
 
 
 @dataclass(frozen=True)

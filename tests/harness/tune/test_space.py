@@ -9,8 +9,8 @@ import pytest
 
 from conch.errors import BenchError
 from conch.harness.profile.dag import dag_of
-from conch.harness.profile.profile_report import RunInfo, assemble
-from conch.harness.tune.search import moves
+from conch.harness.profile.profile_report import Profile, RunInfo, assemble
+from conch.harness.tune.search import Round, close_margin, final_moves, fit_threads, moves
 from conch.harness.tune.space import Knobs, Levels, Settings, StepSpace, apply_knobs, grid, grid_size, knobs_of
 from conch.harness.tune.trial import Level, Trial, load_route, weights_of
 
@@ -58,7 +58,7 @@ def test_levels_refuse_what_triton_would() -> None:
         Levels(preferred=((0,),))
     with pytest.raises(BenchError, match="give at least one max queue delay"):
         Levels(delays_us=())
-    with pytest.raises(BenchError, match="instances, queue delays and thread counts must be positive"):
+    with pytest.raises(BenchError, match="instances, cores, queue delays and thread counts must be positive"):
         Levels(threads=(0,))
 
 
@@ -88,31 +88,130 @@ def _stats(name: str, count: int, queue_ms: float, infer_ms: float, executions: 
                                 "compute_infer": {"count": count, "ns": int(count * infer_ms * ns)}}}
 
 
-def test_moves_start_at_the_step_that_waits_and_follow_its_figures() -> None:
-    ensemble = {"name": "e.tar.gz", "ensemble_scheduling": {"step": [
-        {"model_name": "e__encoder", "input_map": {"x": "X"}, "output_map": {"y": "H"}},
-        {"model_name": "e__pool", "input_map": {"x": "H"}, "output_map": {"y": "Y"}}]}}
-    after = {"e.tar.gz": _stats("e.tar.gz", 100, 0, 100, 100), "e__encoder": _stats("e__encoder", 100, 60, 30, 100),
-             "e__pool": _stats("e__pool", 100, 0, 2, 100)}
-    configs = {"e.tar.gz": ensemble, "e__encoder": config("e__encoder"), "e__pool": config("e__pool")}
-    profile = assemble(dag_of(ensemble), {}, after, configs, RunInfo("here", "x", 100, 4, 1.0, {}))
-    start = Settings({(s.ensemble, s.model): Knobs() for s in (ONNX, PY)})
-    found = list(moves(start, [profile], [ONNX, PY], Levels(max_instances=2, delays_us=(0, 500), threads=(1, 2))))
+CHAIN = {"name": "e.tar.gz", "ensemble_scheduling": {"step": [
+    {"model_name": "e__encoder", "input_map": {"x": "X"}, "output_map": {"y": "H"}},
+    {"model_name": "e__pool", "input_map": {"x": "H"}, "output_map": {"y": "Y"}}]}}
+
+
+def _profile(encoder: tuple[float, float], pool: tuple[float, float]) -> Profile:
+    """A profile of X -> encoder -> pool -> Y from statistics snapshots: (queue ms, infer ms) per step."""
+    after = {"e.tar.gz": _stats("e.tar.gz", 100, 0, 100, 100), "e__encoder": _stats("e__encoder", 100, *encoder, 100),
+             "e__pool": _stats("e__pool", 100, *pool, 100)}
+    configs = {"e.tar.gz": CHAIN, "e__encoder": config("e__encoder"), "e__pool": config("e__pool")}
+    return assemble(dag_of(CHAIN), {}, after, configs, RunInfo("here", "x", 100, 4, 1.0, {}))
+
+
+START = Settings({(s.ensemble, s.model): Knobs() for s in (ONNX, PY)})
+TWO_CORES = Levels(max_instances=2, delays_us=(0, 500), threads=(1, 2), cpu_cores=2)
+
+
+def test_moves_start_at_the_step_that_waits_with_the_combined_move_then_each_half() -> None:
+    profile = _profile((60, 30), (0, 2))
+    found = list(moves(START, [profile], [ONNX, PY], TWO_CORES))
     first = found[0]
-    assert first.step == ONNX and first.change == "dynamic batching on (delay 0 us)"
+    # short of instances: an instance more, batching on, and the threads per instance cut to fit 2 cores, at once
+    assert first.step == ONNX and first.tier == 0
+    assert first.change == "instances 1 -> 2, intra_op_thread_count default -> 1, dynamic batching on (delay 0 us)"
+    assert first.settings.of(ONNX) == Knobs(2, True, 0, (), (("intra_op_thread_count", 1),))
     assert first.why.startswith("queue 67% of its time (60.0 of 90.0 ms)") and "critical" in first.why
-    assert found[1].change == "instances 1 -> 2" and found[1].why.endswith("add an instance")
-    assert all(m.step == ONNX for m in found[:2]) and any(m.step == PY for m in found)
+    assert first.why.endswith("(2 cores: instances x threads fit them)")
+    # then each half alone (the instance still with its threads fitted), then one thread at one instance
+    assert [m.change for m in found[1:4]] == ["instances 1 -> 2, intra_op_thread_count default -> 1",
+                                              "dynamic batching on (delay 0 us)", "intra_op_thread_count default -> 1"]
+    assert all(m.step == ONNX for m in found[:4]) and any(m.step == PY for m in found)
+    assert [m.tier for m in found] == sorted(m.tier for m in found)
     # with batching on that merges nothing, the next moves are a longer delay or batching off
-    on = start.with_step(ONNX, Knobs(batching=True))
+    on = START.with_step(ONNX, Knobs(batching=True))
     changes = [m.change for m in moves(on, [profile], [ONNX, PY], Levels(max_instances=2, delays_us=(0, 500)))]
     assert "max queue delay 0 -> 500 us" in changes and "dynamic batching off" in changes
 
 
+def test_a_critical_step_holding_most_of_end_to_end_is_short_of_instances_without_a_queue() -> None:
+    # the trial's best level may be one request at a time (the next added nothing): no queue, 90% of end to end
+    found = list(moves(START, [_profile((0, 90), (0, 4))], [ONNX, PY], TWO_CORES))
+    assert found[0].change == "instances 1 -> 2, intra_op_thread_count default -> 1, dynamic batching on (delay 0 us)"
+    assert found[0].why.startswith("90% of end to end, critical, queue 0% of its time at the best level: it holds "
+                                   "most of each request: more instances")
+    assert found[0].tier == 0
+    # the pool, critical but 4 % of end to end, gets an instance more (second tier), not the combined move
+    pool = [m for m in found if m.step == PY]
+    assert pool[0].change == "instances 1 -> 2" and pool[0].tier == 1
+    assert pool[0].why == "4% of end to end, critical: another instance runs requests side by side"
+
+
+def test_every_step_first_move_comes_before_any_step_second_one() -> None:
+    profile = _profile((60, 30), (30, 20))  # both wait; the encoder holds more time
+    found = list(moves(START, [profile], [ONNX, PY], TWO_CORES))
+    assert [(m.step.step, m.tier) for m in found[:2]] == [("encoder", 0), ("pool", 0)]
+    assert found[1].change == "instances 1 -> 2, dynamic batching on (delay 0 us)"  # a Python step has no threads
+    assert found[2].step == ONNX and found[2].tier == 1
+
+
+def test_threads_fit_the_cores_when_instances_grow() -> None:
+    levels = Levels(max_instances=4, threads=(1, 2), cpu_cores=4)
+    assert fit_threads(Knobs(instances=2), ONNX, levels).thread("intra_op_thread_count") == 2  # default: 4 cores
+    assert fit_threads(Knobs(instances=4), ONNX, levels).thread("intra_op_thread_count") == 1
+    fitting = Knobs(instances=2, threads=(("intra_op_thread_count", 2),))
+    assert fit_threads(fitting, ONNX, levels) == fitting  # 2 x 2 fit 4 cores: unchanged
+    assert fit_threads(Knobs(instances=1), ONNX, levels) == Knobs(instances=1)  # the default fits one instance
+    only_two = Levels(max_instances=4, threads=(2,), cpu_cores=2)
+    assert fit_threads(Knobs(instances=2), ONNX, only_two).thread("intra_op_thread_count") == 2  # none fits: least
+    assert fit_threads(Knobs(instances=2), PY, levels) == Knobs(instances=2)  # no thread knob
+    # 2 instances with the default threads on 2 cores: the first move is to fit them
+    two = START.with_step(ONNX, Knobs(instances=2, batching=True))
+    first = next(moves(two, [_profile((10, 30), (0, 2))], [ONNX, PY], TWO_CORES))
+    assert first.change == "intra_op_thread_count default -> 1" and first.tier == 0
+    assert first.why == "2 instances each with the default (every core) threads: instances x threads fit the 2 cores"
+
+
+def test_the_last_tries_are_the_limiting_step_combined_move_and_the_top_two_steps_an_instance_more() -> None:
+    profile = _profile((60, 30), (0, 20))
+    on = START.with_step(ONNX, Knobs(batching=True, threads=(("intra_op_thread_count", 1),)))
+    combined, both = final_moves(on, [profile], [ONNX, PY], TWO_CORES)
+    assert combined.final and combined.step == ONNX and combined.change == "instances 1 -> 2"  # batching stays on
+    assert combined.settings.of(ONNX) == Knobs(2, True, 0, (), (("intra_op_thread_count", 1),))
+    assert combined.why.startswith("the last try before stopping: the step that limits the critical path")
+    assert both.change == "encoder instances 1 -> 2 and pool instances 1 -> 2"
+    assert both.settings.of(ONNX).instances == 2 and both.settings.of(PY).instances == 2
+    fresh = final_moves(START, [profile], [ONNX, PY], TWO_CORES)[0]
+    assert fresh.change == "instances 1 -> 2, intra_op_thread_count default -> 1, dynamic batching on (delay 0 us)"
+    at_most = START.with_step(ONNX, Knobs(instances=2)).with_step(PY, Knobs(instances=2))
+    assert final_moves(at_most, [profile], [ONNX, PY], TWO_CORES) == []  # nothing left to grow
+    tight = Levels(max_instances=2, delays_us=(0,), threads=(1, 2), cpu_budget=3, cpu_cores=2)
+    one_at_a_time = final_moves(on, [profile], [ONNX, PY], tight)  # both at once: 4 slots, past the budget of 3
+    assert [(m.step.step, m.change) for m in one_at_a_time] == [("encoder", "instances 1 -> 2"),
+                                                                ("pool", "instances 1 -> 2")]
+    assert one_at_a_time[1].why.endswith("an instance more (both at once pass the CPU budget)")
+
+
+def _trial(number: int, throughput: float, p99: float = 50, under: bool = True) -> Trial:
+    level = Level(1, throughput, p99 / 2, p99, 20, 0)
+    return Trial(number, START, (level,), level if under else None, (), 1.0)
+
+
+def test_a_close_call_is_judged_on_the_means_of_two_measurements_each() -> None:
+    move = next(moves(START, [_profile((60, 30), (0, 2))], [ONNX, PY], TWO_CORES))
+    assert close_margin(0.05) == 0.05 / 2 ** 0.5 and close_margin(0.0) == 0.025 and close_margin(0.2) > 0.14
+    kept = Round(2, move, (_trial(2, 44), _trial(4, 46)), (_trial(1, 40), _trial(3, 41)), 0.05, True, "close")
+    assert kept.verdict() == ("kept: a close call, measured again (A/B/A/B): the candidate 44.0/s and 46.0/s (mean "
+                              "45.0/s) against the current settings 40.0/s and 41.0/s (mean 40.5/s), a margin of 4% "
+                              "for means of two (the run's noise so far 5% over the square root of 2, at least 2%)")
+    doc = kept.to_json()
+    assert doc["candidate_per_s"] == [44, 46] and doc["current_per_s"] == [40, 41] and doc["again_per_s"] == 41
+    assert doc["decided"] == "close" and doc["trials"] == [2, 4] and doc["margin"] == round(0.05 / 2 ** 0.5, 4)
+    clear = Round(1, move, (_trial(2, 60),), (_trial(1, 40), _trial(3, 41)), 0.05, True, "clear")
+    assert clear.verdict() == ("kept: 60.0/s beats the current settings' 40.0/s and 41.0/s (mean 40.5/s) by more "
+                               "than the run's noise so far (5%, at least 5%)")
+    below = Round(1, move, (_trial(2, 30),), (_trial(1, 40),), 0.05, False, "below")
+    assert below.verdict() == ("dropped: 30.0/s does not beat the current settings' 40.0/s (the run's noise so far "
+                               "5%, at least 5%)") and below.again is None
+    spent = Round(1, move, (_trial(2, 42),), (_trial(1, 40), _trial(3, 41)), 0.05, False, "budget")
+    assert spent.verdict().endswith("and no trial of the budget was left to measure it again")
+
+
 def test_a_trial_beats_another_by_throughput_under_the_target_else_by_p99() -> None:
     def trial(throughput: float, p99: float, under: bool) -> Trial:
-        level = Level(1, throughput, p99 / 2, p99, 20, 0)
-        return Trial(1, Settings(), (level,), level if under else None, (), 1.0)
+        return _trial(1, throughput, p99, under)
 
     assert trial(106, 50, True).beats(trial(100, 50, True), 0.05)
     assert not trial(104, 50, True).beats(trial(100, 50, True), 0.05)
