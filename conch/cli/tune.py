@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
+from conch.cli.discovery import local_builds
 from conch.cli.flags import Subcommands
 from conch.ensembles.target import DEFAULT_RELEASE
 
@@ -52,31 +53,6 @@ def _mix(text: str) -> dict[str, float] | str:
             raise argparse.ArgumentTypeError(f"{text!r}: give zipf, NAME=WEIGHT,... (e.g. a.tar.gz=3,b.tar.gz=1) or a "
                              "`conch bench --json` file")
     return weights
-
-
-def _archives(args: argparse.Namespace, tmp: Path, failed: list[str]) -> tuple[list[Path], dict[str, Path]]:
-    """The archives given, and the ensembles given built for the local target; which file declares each."""
-    from conch.builder.discover import locate, sort_paths
-    from conch.builder.repository_build import build_ensemble
-    from conch.cli.discovery import skipping
-    from conch.errors import ConchError
-
-    given = sort_paths(args.paths, must_exist=True)
-    archives = [a for a in given.archives if not args.only or a.name.removesuffix(".tar.gz") in args.only]
-    sources: dict[str, Path] = {}
-    for file, ensemble in locate(given.sources, skipping(failed)) if given.sources else []:
-        if args.only and ensemble.name not in args.only:
-            continue
-        say(f"building {ensemble.name} (local target, release {args.release})")
-        try:
-            archive = build_ensemble(ensemble, tmp, "local", args.release, progress=say)
-        except ConchError as exc:
-            say(f"conch: error: {exc}")
-            failed.append(ensemble.name)
-            continue
-        archives.append(archive)
-        sources[archive.name] = Path(file)
-    return archives, sources
 
 
 def _patches(outcome: Outcome, server: TrialServer, sources: dict[str, Path], out: Path,
@@ -147,7 +123,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             server = remote_server(args.url, [Path(p) for p in args.paths], mix=args.mix, progress=bar.note,
                                    **options)
         else:
-            archives, sources = _archives(args, tmp, failed)
+            archives, sources = local_builds(args, tmp, failed)
             if not archives:
                 raise BenchError("nothing to tune: no ensemble built and no archive given")
             server = stack.enter_context(local_server(archives, mode="mme" if args.mme else "triton", mix=args.mix,
