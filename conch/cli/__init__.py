@@ -135,8 +135,26 @@ def _run(args: argparse.Namespace) -> int:
         say("conch: interrupted")
         return 130
     except Exception as exc:
+        lost = _lost_connection(exc)
+        if lost is not None:
+            error(lost)
+            return 2
         if os.environ.get("CONCH_TRACEBACK"):
             raise
         error(f"{type(exc).__name__}: {exc} (a conch bug, or a case it does not handle yet: run again with "
               "CONCH_TRACEBACK=1 and report the traceback)")
         return 2
+
+
+def _lost_connection(exc: Exception) -> str | None:
+    """A server that stopped answering mid-command (or never listened where a URL points): the address and what
+    to check, in one line. httpx is looked up, not imported: only the commands that talk HTTP load it."""
+    httpx = sys.modules.get("httpx")
+    if httpx is None or not isinstance(exc, httpx.TransportError):
+        return None
+    try:
+        where = f"{exc.request.method} {exc.request.url}"
+    except RuntimeError:  # an error raised before any request was made
+        where = "a server"
+    return (f"the connection to {where} failed ({type(exc).__name__}: {exc or 'no answer'}): the server stopped or "
+            "does not listen there; check the URL, or the server's log")

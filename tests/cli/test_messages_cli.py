@@ -141,3 +141,24 @@ def test_profile_of_a_folder_with_nothing_to_profile(tmp_path: Path, capsys: pyt
     empty.mkdir()
     line = error_of(capsys, "profile", str(empty))
     assert "nothing to profile: give ensemble files, folders or .tar.gz archives" in line
+
+
+def test_a_server_that_does_not_answer_is_one_line_naming_the_address(capsys: pytest.CaptureFixture[str]) -> None:
+    """A connection that fails under a command (a tritonserver that died mid-run, a URL where nothing listens) is
+    the address and what to check, not a conch bug."""
+    import argparse
+
+    import httpx
+
+    from conch.cli import _run
+
+    def talks(_: argparse.Namespace) -> int:
+        with httpx.Client() as client:
+            client.get(f"{NOWHERE}/v2/health/ready")
+        return 0
+
+    assert _run(argparse.Namespace(func=talks)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "a conch bug" not in err
+    assert f"the connection to GET {NOWHERE}/v2/health/ready failed (ConnectError" in err
+    assert "the server stopped or does not listen there; check the URL, or the server's log" in err
