@@ -12,10 +12,11 @@ import posixpath
 import shutil
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from isal import isal_zlib  # ISA-L's inflate, zlib's API (0.7x its CPU on the text example's stream)
 
 from conch.errors import ArchiveError
 
@@ -124,7 +125,7 @@ class _Inflater:
         head = fh.read(2)
         self._pending = head
         self._gzip = head == _GZIP_MAGIC
-        self._inflate = zlib.decompressobj(wbits=31) if self._gzip else None
+        self._inflate = isal_zlib.decompressobj(wbits=31) if self._gzip else None
         self._done = False
 
     def read(self, n: int = -1) -> bytes:
@@ -167,7 +168,7 @@ class _Inflater:
                 self._done = True
                 return
             chunk = inflate.unused_data + chunk  # a multi-member gzip file: start the next member
-            inflate = self._inflate = zlib.decompressobj(wbits=31)
+            inflate = self._inflate = isal_zlib.decompressobj(wbits=31)
         self._buf += inflate.decompress(chunk, 4 * _CHUNK)
 
 
@@ -204,7 +205,7 @@ class _Unpacker:
                                           "(a possible archive bomb)")
                     each(tar, member)
             stream.drain()
-        except (tarfile.TarError, EOFError, zlib.error) as exc:
+        except (tarfile.TarError, EOFError, isal_zlib.error) as exc:
             raise ArchiveError(
                 f"archive {self.archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
                 "rebuild it with `conch build` or copy it again"
