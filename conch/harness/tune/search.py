@@ -42,7 +42,7 @@ def _mean(trials: Sequence[Trial]) -> float:
     return statistics.fmean(t.throughput for t in trials)
 
 
-def _better(a: Sequence[Trial], b: Sequence[Trial], margin: float) -> bool:
+def better(a: Sequence[Trial], b: Sequence[Trial], margin: float) -> bool:
     """``a``'s measurements beat ``b``'s by more than ``margin``: the mean throughput under the target; when
     neither met the target at any level, the mean p99 at the lowest concurrency, lower by the margin."""
     a_meets, b_meets = any(t.best is not None for t in a), any(t.best is not None for t in b)
@@ -394,18 +394,18 @@ def guided(server: TrialServer, start: Settings, levels: Levels, *, budget_s: fl
         before = runs[-2:]  # the current settings' latest measurements: their mean is the figure to beat
         new: list[Trial] = []
         kept, decided = False, "below"
-        if _better(candidate, before, 0.0):  # it looks better: the A/B decides
-            clear = _better(candidate, before, noise)
+        if better(candidate, before, 0.0):  # it looks better: the A/B decides
+            clear = better(candidate, before, noise)
             if left() >= 1:
                 new.append(server.measure(current))  # the current settings once more, in the same run
                 spread(runs[-1], new[-1])
-            if clear and new and _better(candidate, new, noise):
+            if clear and new and better(candidate, new, noise):
                 kept, decided = True, "clear"
             elif new and left() >= 1:  # a close call: A/B/A/B (current, candidate, current, candidate), means of two
                 candidate.append(server.measure(move.settings))
                 spread(candidate[0], candidate[1])
                 before, decided = runs[-1:], "close"
-                kept = _better(candidate, [*before, *new], close_margin(noise))
+                kept = better(candidate, [*before, *new], close_margin(noise))
             else:
                 decided = "budget"
         done = Round(len(rounds) + 1, move, tuple(candidate), (*before, *new), noise, kept, decided)

@@ -80,15 +80,6 @@ class Trial:
         """p99 at the lowest concurrency: what orders settings none of which meets the target."""
         return self.levels[0].p99_ms if self.levels else float("inf")
 
-    def beats(self, other: Trial, margin: float) -> bool:
-        """Better than ``other`` by more than ``margin``: more throughput under the target; when neither has
-        any, a p99 at the lowest concurrency lower by the margin (towards the target)."""
-        if self.best is not None and other.best is not None:
-            return self.throughput > other.throughput * (1 + margin)
-        if self.best is not None or other.best is not None:
-            return self.best is not None
-        return self.first_p99_ms < other.first_p99_ms * (1 - margin)
-
     def figure(self) -> str:
         """The trial's figure in words: its throughput, or its p99 when no level met the target."""
         if self.best is not None:

@@ -10,7 +10,7 @@ import pytest
 from conch.errors import BenchError
 from conch.harness.profile.dag import dag_of
 from conch.harness.profile.profile_report import Profile, RunInfo, assemble
-from conch.harness.tune.search import Round, close_margin, final_moves, fit_threads, moves
+from conch.harness.tune.search import Round, better, close_margin, final_moves, fit_threads, moves
 from conch.harness.tune.space import Knobs, Levels, Settings, StepSpace, apply_knobs, grid, grid_size, knobs_of
 from conch.harness.tune.trial import Level, Trial, load_route, weights_of
 
@@ -213,10 +213,13 @@ def test_a_trial_beats_another_by_throughput_under_the_target_else_by_p99() -> N
     def trial(throughput: float, p99: float, under: bool) -> Trial:
         return _trial(1, throughput, p99, under)
 
-    assert trial(106, 50, True).beats(trial(100, 50, True), 0.05)
-    assert not trial(104, 50, True).beats(trial(100, 50, True), 0.05)
-    assert trial(1, 50, True).beats(trial(100, 900, False), 0.05)  # under the target beats over it
-    assert not trial(100, 900, False).beats(trial(1, 50, True), 0.05)
-    assert trial(50, 900, False).beats(trial(50, 1000, False), 0.05)  # neither: towards the target
+    def beats(a: Trial, b: Trial, margin: float) -> bool:
+        return better((a,), (b,), margin)
+
+    assert beats(trial(106, 50, True), trial(100, 50, True), 0.05)
+    assert not beats(trial(104, 50, True), trial(100, 50, True), 0.05)
+    assert beats(trial(1, 50, True), trial(100, 900, False), 0.05)  # under the target beats over it
+    assert not beats(trial(100, 900, False), trial(1, 50, True), 0.05)
+    assert beats(trial(50, 900, False), trial(50, 1000, False), 0.05)  # neither: towards the target
     assert trial(50, 900, False).figure() == "none under the target (p99 900 ms at concurrency 1)"
     assert trial(12.34, 50, True).figure() == "12.3/s"
