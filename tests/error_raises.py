@@ -402,39 +402,66 @@ def _literal_runs(needle: str, regex: bool) -> list[str]:
     return [r for r in runs if r]
 
 
-def holds_fixed_words(raise_: Raise, runs: list[str]) -> bool:
-    """Whether a literal run holds ``MIN_WORDS`` characters of the message's fixed text (or all of it)."""
-    fixed = raise_.fixed
-    if not fixed:
-        return False
-    need = min(MIN_WORDS, max(len(p.strip()) for p in fixed))
-    return any(_share(run, part, need) for run in runs for part in fixed)
+def _need(raise_: Raise) -> int:
+    """How many characters of the message's fixed text an asserted run must hold: ``MIN_WORDS``, or all of its
+    longest fixed part when that is shorter."""
+    return min(MIN_WORDS, max(len(p.strip()) for p in raise_.fixed))
 
 
-def _share(a: str, b: str, need: int) -> bool:
-    """Whether ``a`` and ``b`` hold a common text of ``need`` characters (the asserted run may reach past one
-    fixed part into a value): some ``need``-long window of ``b`` stands in ``a``."""
-    return any(b[i:i + need] in a for i in range(len(b) - need + 1))
+class _Windows:
+    """A literal run holds a refusal's fixed words when it and one of the fixed parts hold a common text of
+    ``_need`` characters (the run may reach past one fixed part into a value). Every such window of each
+    refusal's fixed parts, looked up by its text: the refusals a run holds are those some window of the run
+    names, found in one pass over the run (a search of the run per window of each of the ~600 refusals took
+    6 s for 550 asserted texts, this 0.45 s)."""
+
+    def __init__(self, raises: list[Raise]) -> None:
+        self.by_need: dict[int, dict[str, list[int]]] = {}
+        for n, r in enumerate(raises):
+            if not r.fixed:
+                continue
+            need = _need(r)
+            windows = self.by_need.setdefault(need, {})
+            for part in r.fixed:
+                for i in range(len(part) - need + 1):
+                    found = windows.setdefault(part[i:i + need], [])
+                    if not found or found[-1] != n:
+                        found.append(n)
+
+    def holding(self, runs: list[str]) -> set[int]:
+        """The indices of the refusals whose fixed words one of ``runs`` holds."""
+        hit: set[int] = set()
+        for need, windows in self.by_need.items():
+            for run in runs:
+                for i in range(len(run) - need + 1):
+                    hit.update(windows.get(run[i:i + need], ()))
+        return hit
 
 
 def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, str]]) -> dict[str, str]:
     """Each refusal's key -> the first test that asserted it."""
     done: dict[str, str] = {}
-    patterns = {r.key: r.pattern() for r in raises}
+    windows = _Windows(raises)
+    patterns: dict[int, re.Pattern[str]] = {}
     for needle, haystack, regex, test in seen:
         runs = _literal_runs(needle, regex)
         if not runs:
             continue
-        for r in raises:
-            if r.key in done or not holds_fixed_words(r, runs):
+        for n in sorted(windows.holding(runs)):
+            r = raises[n]
+            if r.key in done:
                 continue
-            if patterns[r.key].search(haystack):
+            if n not in patterns:
+                patterns[n] = r.pattern()
+            if patterns[n].search(haystack):
                 done[r.key] = test
     return done
 
 
 def matched(evidence: Evidence) -> dict[str, str]:
     """This process's asserted texts matched to the refusals: refusal key -> the test that asserted it."""
+    if not evidence.seen:  # pytest-xdist's controller runs no test: no need to read conch/ for nothing
+        return {}
     return asserted_raises(find_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
 
 
