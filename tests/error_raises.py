@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import re
@@ -334,6 +335,29 @@ def find_raises(package: Path = PACKAGE, template: Path = MODEL_TEMPLATE) -> lis
     return sorted(set(found), key=lambda r: (r.path, r.line))
 
 
+def run_raises() -> list[Raise]:
+    """``find_raises()`` once per test run: the first process of the run (a pytest-xdist worker, or the
+    controller) writes what it found into the run's cache folder (``$CONCH_CACHE_DIR``, shared by the workers
+    and removed by the controller at the end), keyed by the bytes of conch/, the template and this file; the
+    others read it (reading conch/'s ~150 modules as Python takes each process ~2.6 s)."""
+    sources = [*sorted(PACKAGE.rglob("*.py")), MODEL_TEMPLATE, Path(__file__)]
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = os.environ.get("CONCH_CACHE_DIR")
+    stored = Path(folder) / "test-raises" / f"{digest.hexdigest()}.json" if folder else None
+    if stored is not None and stored.is_file():
+        return [Raise(path, line, kind, error, tuple(parts), message)
+                for path, line, kind, error, parts, message in json.loads(stored.read_text())]
+    raises = find_raises()
+    if stored is not None:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stored.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([[r.path, r.line, r.kind, r.error, list(r.parts), r.message] for r in raises]))
+        tmp.replace(stored)
+    return raises
+
+
 def model_raises(template: Path = MODEL_TEMPLATE, root: Path = ROOT) -> list[Raise]:
     """The raises of the generated model.py: its template read as Python, Jinja's holes filled with a name."""
     source = re.sub(r"\{\{.*?\}\}", "_jinja", template.read_text())
@@ -462,7 +486,7 @@ def matched(evidence: Evidence) -> dict[str, str]:
     """This process's asserted texts matched to the refusals: refusal key -> the test that asserted it."""
     if not evidence.seen:  # pytest-xdist's controller runs no test: no need to read conch/ for nothing
         return {}
-    return asserted_raises(find_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
+    return asserted_raises(run_raises(), ((n, h, rx, t) for (n, h, rx), t in evidence.seen.items()))
 
 
 def merge(into: dict[str, str], more: dict[str, str]) -> dict[str, str]:
@@ -544,7 +568,7 @@ class RaiseReport:
 
 
 def report(data: Any, asserted: dict[str, str], package: Path = PACKAGE) -> RaiseReport:
-    raises = find_raises(package)
+    raises = run_raises() if package == PACKAGE else find_raises(package)
     lines = executed_lines(data) if data is not None else {}
     return RaiseReport(raises, asserted, {r.key for r in raises if r.line in lines.get(r.path, set())})
 
