@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ExampleArchives
 
 from conch import BuildError
 from conch.builder.discover import discover
@@ -87,8 +88,8 @@ def test_conch_build_continues_past_a_failing_ensemble(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_the_four_examples_replay_green(tmp_path: Path, triton) -> None:  # type: ignore[no-untyped-def]
-    archives = [build_ensemble(example(f), tmp_path, "local", "24.10") for f in FILES]
+def test_the_four_examples_replay_green(examples: ExampleArchives, triton) -> None:  # type: ignore[no-untyped-def]
+    archives = [examples.archive(f, "local") for f in FILES]  # built once per run (test_run, test_verify)
     report = replay_archives(archives, server=triton)
     assert report.passed, report.table()
     assert {r.ensemble for r in report.rows} == {f.replace(".py", ".tar.gz") for f in FILES}

@@ -211,7 +211,7 @@ def wait_in_service(
                 f"endpoint {name!r} is still {status} after {timeout:.0f} s; SageMaker carries on: watch it with "
                 f"`aws sagemaker describe-endpoint --endpoint-name {name}`, or wait longer with --wait-timeout"
             )
-        time.sleep(poll)
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))  # the last look is at the deadline, not past it
 
 
 def delete_endpoint(name: str, aws: AwsTarget, *, progress: Progress | None = None) -> list[str]:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import env_steps
@@ -113,12 +114,17 @@ def test_unknown_package_is_refused(local_index: str) -> None:
         resolve(("conch-no-such-package-xyz==1.0",), "3.10", refresh=True)
 
 
-def make_conda_prefix(root: Path, python: str) -> Path:
-    """A prefix conda-pack accepts (conda-meta/history), from a real pip installation of the packages."""
+def make_conda_prefix(root: Path, python: str, packages: tuple[str, ...] = ("tabulate==0.9.0", "numpy<2")) -> Path:
+    """A prefix conda-pack accepts (conda-meta/history), from a real pip installation of the packages (with
+    none, one small module written here: a prefix to pack, not to load)."""
     site = root / "lib" / f"python{python}" / "site-packages"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "--python-version", python, "--implementation", "cp",
-                    "tabulate==0.9.0", "numpy<2"], check=True)
+    if packages:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site),
+                        "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "--python-version", python,
+                        "--implementation", "cp", *packages], check=True)
+    else:
+        site.mkdir(parents=True)
+        (site / "small.py").write_text("ANSWER = 42\n")
     (root / "bin").mkdir(parents=True)
     (root / "bin" / "python3").write_bytes(b"")
     (root / "bin" / "python3").chmod(0o755)
@@ -129,8 +135,7 @@ def make_conda_prefix(root: Path, python: str) -> Path:
     return root
 
 
-def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) -> None:
     prefix = make_conda_prefix(tmp_path / "condaenv", local_python())
     assert not (prefix / "bin" / "activate").exists()  # conda-pack must add it
     env = PythonEnv(conda_prefix=prefix)
@@ -144,10 +149,34 @@ def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton,
         assert inner is not None
         with tarfile.open(fileobj=inner) as env_tar:
             assert {"bin/activate", "bin/conda-unpack"} <= set(env_tar.getnames())
-    # packed again from nothing (an empty cache, so conda-pack runs a second time): the same bytes
-    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cold-cache"))
-    again = build_ensemble(where_ensemble("conda_where", env), tmp_path / "again", "local")
-    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_a_conda_env_packed_again_from_a_cold_cache_is_the_same_bytes(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """conda-pack stamps a file it writes with the current time and mode 0600: conch repacks its output, so a
+    second pack from an empty cache (conda-pack run again, a second later) builds the same archive. A prefix
+    of one small module: what conda-pack adds and stamps is the same for any prefix, and packing numpy twice
+    took half a minute (the slow tier packs the loadable prefix twice, in two processes)."""
+    prefix = make_conda_prefix(tmp_path / "condaenv", local_python(), packages=())
+    env = PythonEnv(conda_prefix=prefix)
+    built = []
+    for run in ("a", "b"):
+        monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / f"cache-{run}"))
+        messages: list[str] = []
+        started = time.time()
+        built.append(build_ensemble(where_ensemble("conda_small", env), tmp_path / run, "local",
+                                    progress=messages.append))
+        assert any(m.startswith("packing conda environment") for m in messages), messages  # cold: conda-pack ran
+        if run == "a":  # the second conda-pack's clock is a second later
+            time.sleep(max(0.0, 1.05 - (time.time() - started)))
+    with tarfile.open(built[0]) as outer:
+        (member,) = [m for m in outer.getmembers() if m.name.startswith("conch-envs/")]
+        inner = outer.extractfile(member)
+        assert inner is not None
+        with tarfile.open(fileobj=inner) as env_tar:
+            assert {"bin/activate", "bin/conda-unpack", "lib/python" + local_python() + "/site-packages/small.py"} \
+                <= set(env_tar.getnames())
+    assert built[0].read_bytes() == built[1].read_bytes()
 
 
 def test_conda_env_of_another_python_is_refused_before_packing(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,9 @@ def test_no_wait_wait_timeout_and_image(moto: Moto, bucket: str, archives: list[
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-triton:24.10-custom"
     deploy = ["deploy", *map(str, archives), "--bucket", bucket, "--role", ROLE, "--instance-type", INSTANCE,
               "--image", image, *aws_args(moto)]
+    started = time.monotonic()
     assert main([*deploy, "--wait-timeout", "0.5"]) == 2
+    assert time.monotonic() - started < 10  # the wait ends at its timeout, not a 15 s poll after it
     err = capsys.readouterr().err
     assert "conch: error: endpoint 'text-mme' is still Creating after 0 s" in err
     assert "or wait longer with --wait-timeout" in err

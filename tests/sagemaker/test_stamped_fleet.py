@@ -99,32 +99,26 @@ def serve(moto: Moto, bucket: str, prefix: str, names: list[str], max_loaded: in
     return metrics
 
 
-def test_twenty_copies_deployed_with_copies_serve_under_their_own_step_names(
+def test_twenty_raw_copies_fail_the_check_and_deployed_with_copies_serve_under_their_own_step_names(
         moto: Moto, bucket: str, built: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert deploy(moto, bucket, "copies", str(built), "--copies", str(COPIES)) == 0
-    out = capsys.readouterr().out
-    assert out.count("stamped fleet20.tar.gz as fleet20-") == COPIES
-    assert check(moto, bucket, "copies") == 0
-    assert f"fleet: ok: {COPIES} archives can share one endpoint" in capsys.readouterr().out
-    metrics = serve(moto, bucket, "copies", [f"fleet20-{i}.tar.gz" for i in range(1, COPIES + 1)], max_loaded=8,
-                    calls=COPIES + 4)
-    assert metrics["ModelLoads"]["reload"] >= 4 or sum(metrics["ModelUnloads"].values()) >= COPIES - 8  # churn
-
-
-def test_raw_copies_fail_the_check_naming_the_collision_and_deploy_stamps_them(
-        moto: Moto, bucket: str, built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same 20 copies uploaded raw fail the check naming the collision; `conch deploy --copies 20` stamps
+    them (replacing the raw ones) and they serve under churn. One deploy of the copies for both halves of the
+    done-means (the upload of copies to an empty prefix: tests/sagemaker/test_deploy_stamp.py)."""
     names = [f"fleet20-{i}.tar.gz" for i in range(1, COPIES + 1)]
-    put_raw(moto, bucket, "raw", built, names)
-    assert check(moto, bucket, "raw") == 1
+    put_raw(moto, bucket, "copies", built, names)
+    assert check(moto, bucket, "copies") == 1
     err = capsys.readouterr().err
     assert (f"conch: error: fleet: fleet20-1.tar.gz, fleet20-10.tar.gz, fleet20-11.tar.gz, fleet20-12.tar.gz, "
             f"fleet20-13.tar.gz and 15 more all {COPIES} hold step models fleet20__add_one, fleet20__double") in err
     assert "`conch stamp ARCHIVE --as NAME`" in err
-    assert deploy(moto, bucket, "raw", str(built), "--copies", str(COPIES)) == 0
+    assert deploy(moto, bucket, "copies", str(built), "--copies", str(COPIES)) == 0
     out = capsys.readouterr().out
-    assert out.count("  replaced  s3://conch-models/raw/fleet20-") == COPIES
+    assert out.count("  replaced  s3://conch-models/copies/fleet20-") == COPIES
     assert out.count("stamped fleet20.tar.gz as fleet20-") == COPIES
-    assert check(moto, bucket, "raw") == 0
+    assert check(moto, bucket, "copies") == 0
+    assert f"fleet: ok: {COPIES} archives can share one endpoint" in capsys.readouterr().out
+    metrics = serve(moto, bucket, "copies", names, max_loaded=8, calls=COPIES + 4)
+    assert metrics["ModelLoads"]["reload"] >= 4 or sum(metrics["ModelUnloads"].values()) >= COPIES - 8  # churn
 
 
 def test_two_versions_fail_the_check_raw_and_serve_once_the_new_one_is_stamped(
