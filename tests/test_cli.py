@@ -101,8 +101,11 @@ def _lines_until(stream: IO[str], marker: str, timeout: float) -> list[str]:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_serve_stops_the_server_and_its_stubs_on_a_signal(signum: int) -> None:
     env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
+    # as from a terminal: SIGINT at its default even when the suite runs as a background job of a script, which
+    # starts with SIGINT ignored (POSIX), inherited by every child and kept ignored by Python
     proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(PIPELINES), "--port", "0"],
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         _lines_until(proc.stderr, "Ctrl-C stops", timeout=120)
