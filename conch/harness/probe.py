@@ -151,7 +151,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
 
 def plot_probe(data: dict[str, Any], path: Path) -> Path:
     """Memory against copies (with the threshold), and load time per copy."""
-    from conch.harness.load.plots import pyplot
+    from conch.harness.load.plots import pyplot, save_png
 
     plt = pyplot()
     copies = data["copies"]
@@ -169,7 +169,4 @@ def plot_probe(data: dict[str, Any], path: Path) -> Path:
     load.set_ylabel("first call (download + load + answer), s")
     fig.suptitle(f"{data['ensemble']}: {data['copies_fit']} copies fit, "
                  f"{data['memory_per_copy_bytes'] / 2**20:.0f} MiB per copy")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from conch.harness.load.plots import pyplot
+from conch.harness.load.plots import pyplot, save_png
 from conch.plan.capacity import Row
 
 
@@ -52,10 +52,7 @@ def plot_plan(rows: Sequence[Row], path: Path, title: str = "") -> Path:
     right.set_xlabel("USD per month")
     right.legend(fontsize=8)
     fig.suptitle(title or "capacity plan")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def churn_line(rows: Sequence[Row], rps: float, release: str) -> str:

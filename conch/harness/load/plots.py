@@ -18,6 +18,22 @@ def pyplot() -> Any:
     return plt
 
 
+def save_png(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` as a PNG, atomically (a half-written picture never stands under its name), and
+    free it: every picture conch draws ends here."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        fig.savefig(part, dpi=110, format="png")
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+        pyplot().close(fig)
+    return path
+
+
 def plot_run(summary: dict[str, Any], path: Path, title: str = "") -> Path:
     plt = pyplot()
     stages = summary["per_stage"]
@@ -50,7 +66,4 @@ def plot_run(summary: dict[str, Any], path: Path, title: str = "") -> Path:
     bottom.legend(fontsize=8)
     via = KINDS.get(summary["target"]["kind"], summary["target"]["kind"])
     fig.suptitle(title or f"load test via {via}, {len(summary['targets'])} TargetModels")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

@@ -56,7 +56,7 @@ def to_json(outcome: Outcome, steps: Sequence[StepSpace], p99_ms: float, server:
 
 def rounds_png(outcome: Outcome, path: Path, p99_ms: float) -> Path:
     """Throughput per round (kept changes filled, dropped ones hollow) over the p99 each was measured at."""
-    from conch.harness.load.plots import pyplot
+    from conch.harness.load.plots import pyplot, save_png
 
     plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), constrained_layout=True, sharex=True)
@@ -83,7 +83,4 @@ def rounds_png(outcome: Outcome, path: Path, p99_ms: float) -> Path:
     bottom.legend(fontsize=8)
     fig.suptitle(f"conch tune: {outcome.trials} trials, {outcome.start.throughput:.1f}/s -> "
                  f"{outcome.chosen_trial.throughput:.1f}/s")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
