@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,6 @@ class Tolerance:
             parts.append(f"atol={atol:g} rtol={rtol:g}")
         return ", ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"atol": self.atol, "rtol": self.rtol, "cosine": self.cosine, "argmax": self.argmax}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Tolerance:
-        return cls(data.get("atol"), data.get("rtol"), data.get("cosine"), bool(data.get("argmax")))
-
 
 @dataclass(frozen=True)
 class TopK:
@@ -77,9 +70,6 @@ class TopK:
 
     def describe(self) -> str:
         return f"top-1 equal, top-{self.k} set equal"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"k": self.k}
 
     def fits(self, length: int, where: str) -> None:
         """DeclarationError unless an output with ``length`` classes along its last axis can be ranked."""
@@ -97,9 +87,6 @@ class Exact:
     def describe(self) -> str:
         return "exact"
 
-    def to_json(self) -> dict[str, Any]:
-        return {}
-
 
 #: How one output is compared with its expected value.
 OutputCheck = Tolerance | TopK | Exact
@@ -111,7 +98,7 @@ _KINDS: dict[str, type[Tolerance] | type[TopK] | type[Exact]] = {"tolerance": To
 
 def check_to_json(check: OutputCheck) -> dict[str, Any]:
     kind = next(k for k, cls in _KINDS.items() if isinstance(check, cls))
-    return {"kind": kind, **check.to_json()}
+    return {"kind": kind, **asdict(check)}
 
 
 def check_from_json(data: Mapping[str, Any]) -> OutputCheck:
@@ -121,7 +108,7 @@ def check_from_json(data: Mapping[str, Any]) -> OutputCheck:
     if kind == "exact":
         return Exact()
     if kind == "tolerance":
-        return Tolerance.from_json(data)
+        return Tolerance(data.get("atol"), data.get("rtol"), data.get("cosine"), bool(data.get("argmax")))
     raise ValueError(f"unknown output check {kind!r}")
 
 
