@@ -16,7 +16,7 @@ import sys
 import warnings
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from typing_extensions import Unpack
@@ -48,10 +48,6 @@ class Binding:
 
 
 _BINDING_FORMAT = 1  # bump when what binding() decides changes, so remembered bindings are not reused
-
-
-def _binding_json(binding: Binding) -> dict[str, object]:
-    return {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
 
 
 def named_index(name: str) -> int | None:
@@ -230,7 +226,7 @@ class TorchScriptStep(Step):
             if material is None:
                 self._binding = self._bind()
             else:
-                known = remembered("bindings", material, lambda: _binding_json(self._bind()))
+                known = remembered("bindings", material, lambda: asdict(self._bind()))
                 self._binding = Binding(tuple(known["inputs"]), tuple((n, i) for n, i in known["outputs"]))
         return self._binding
 
@@ -360,7 +356,6 @@ class TorchScriptStep(Step):
 
     def standin(self) -> PythonStep:
         """The same module under torch on the CPU, as a Python-backend model with the same I/O."""
-        binding = self.binding()
-        spec = {"inputs": list(binding.inputs), "outputs": [list(o) for o in binding.outputs]}
-        files = {FILENAME: self.artifact.resolve(), "standin.json": json.dumps(spec, sort_keys=True).encode()}
+        spec = json.dumps(asdict(self.binding()), sort_keys=True).encode()
+        files = {FILENAME: self.artifact.resolve(), "standin.json": spec}
         return PythonStep.standin_for(self, TorchScriptRunner, files)
