@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,12 +43,9 @@ class InstanceKind(str, enum.Enum):  # enum.StrEnum from Python 3.11
         """A kind from the enum or its name, with or without ``KIND_`` and in any case."""
         if isinstance(value, InstanceKind):
             return value
-        if isinstance(value, str):
-            name = value.upper()
-            name = name if name.startswith("KIND_") else "KIND_" + name
-            for kind in cls:
-                if kind.value == name:
-                    return kind
+        name = value.upper() if isinstance(value, str) else ""
+        with contextlib.suppress(ValueError):
+            return cls(name if name.startswith("KIND_") else "KIND_" + name)
         raise DeclarationError(f"instance_group kind {value!r}: use one of {', '.join(k.value for k in cls)}")
 
 

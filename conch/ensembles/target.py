@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from functools import total_ordering
 
 from conch.errors import BuildError
 
@@ -32,8 +31,7 @@ class Target(enum.Enum):
             raise BuildError(f"unknown target {value!r}: use 'production' or 'local'") from None
 
 
-@total_ordering
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Release:
     """A Triton container release ``YY.MM`` (e.g. 24.10)."""
 
@@ -57,11 +55,6 @@ class Release:
 
     def __str__(self) -> str:
         return f"{self.year:02d}.{self.month:02d}"
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Release):
-            return NotImplemented
-        return (self.year, self.month) < (other.year, other.month)
 
     @property
     def stub_python(self) -> str:
