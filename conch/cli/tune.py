@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import local_builds
-from conch.cli.flags import Subcommands
-from conch.ensembles.target import DEFAULT_RELEASE
+from conch.cli.flags import Subcommands, add_ensemble_flags
 
 if TYPE_CHECKING:
     from conch.harness.tune import Outcome, StepSpace, TrialServer
@@ -200,6 +199,5 @@ def register(sub: Subcommands) -> None:
                    "(default ./tune)")
     p.add_argument("--apply", action="store_true", help="also write the patch into the ensemble files")
     p.add_argument("--load-timeout", type=float, default=300.0, help="seconds before a model load counts as hung")
-    p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM (default {DEFAULT_RELEASE})")
-    p.add_argument("--only", action="append", help="only this ensemble (repeatable)")
+    add_ensemble_flags(p)
     p.set_defaults(func=cmd_tune)
