@@ -4,6 +4,7 @@ The public names load on first use (PEP 562): ``import conch`` alone is cheap, w
 ``conch build`` answer an unchanged rebuild without importing numpy or the declaration layer. The first
 public name asked for loads them all, the executor with them."""
 
+# ruff: noqa: F401 - _public() and _stamping() return the names they import, through locals()
 from typing import TYPE_CHECKING, Any
 
 from conch.version import __version__ as __version__
@@ -55,25 +56,14 @@ def _public() -> dict[str, Any]:
     from conch.errors import BuildError, ConchError, DeclarationError, DeployError, PackError, RunError, ServeError
     from conch.executor import Executor, RunResult, run
 
-    return {
-        "DEFAULT_RELEASE": DEFAULT_RELEASE, "BuildError": BuildError, "ConchError": ConchError, "DType": DType,
-        "DaliStep": DaliStep, "DeclarationError": DeclarationError, "DeployError": DeployError,
-        "DynamicBatching": DynamicBatching, "Ensemble": Ensemble, "Exact": Exact, "Executor": Executor,
-        "InstanceGroup": InstanceGroup, "InstanceKind": InstanceKind, "OnnxStep": OnnxStep, "PackError": PackError,
-        "PythonEnv": PythonEnv, "PythonModelStep": PythonModelStep, "PythonStep": PythonStep, "Release": Release,
-        "RunError": RunError, "RunResult": RunResult, "ServeError": ServeError, "Target": Target, "Tensor": Tensor,
-        "TensorFlowStep": TensorFlowStep, "TensorHandle": TensorHandle, "TensorRTStep": TensorRTStep,
-        "Tolerance": Tolerance, "TopK": TopK, "TorchScriptStep": TorchScriptStep, "VersionPolicy": VersionPolicy,
-        "Warmup": Warmup, "run": run, "build": build, "replay": replay, "serve": serve, "BuildReport": BuildReport,
-        "LocalEndpoint": LocalEndpoint, "ReplayResult": ReplayResult,
-    }
+    return dict(locals())  # the names just imported
 
 
 def _stamping() -> dict[str, Any]:
     """The names whose module loads Triton's config proto: only when asked for."""
     from conch.builder.stamping import Stamped, stamp_archive
 
-    return {"Stamped": Stamped, "stamp_archive": stamp_archive}
+    return dict(locals())
 
 
 def __getattr__(name: str) -> Any:
