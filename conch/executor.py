@@ -113,7 +113,8 @@ class Executor:
         where = f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind})"
         model = self._model(compiled)
         routed = {name: tensors[id(h)] for name, h in call.inputs.items() if id(h) in tensors}
-        arrays = {name: _delivered(array, _spec(step.inputs, name)) for name, array in routed.items()}
+        specs = {t.name: t for t in step.inputs}
+        arrays = {name: _delivered(array, specs[name]) for name, array in routed.items()}
         batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
         start = time.perf_counter()
         try:
@@ -190,7 +191,6 @@ def run(
         return executor.run(inputs, intermediates=intermediates, strict=strict)
 
 
-
 def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:
     """The inputs of one of the ensemble's samples, by name."""
     for sample in ensemble.samples:
@@ -198,10 +198,6 @@ def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:
             return sample.inputs
     names = ", ".join(repr(s.name) for s in ensemble.samples) or "none"
     raise DeclarationError(f"ensemble {ensemble.name!r} has no sample {name!r}; its samples are {names}")
-
-
-def _spec(specs: tuple[Tensor, ...], name: str) -> Tensor:
-    return next(t for t in specs if t.name == name)
 
 
 def _delivered(array: np.ndarray, spec: Tensor) -> np.ndarray:
@@ -248,26 +244,20 @@ def _place(folder: Path, rel: str, source: bytes | Path) -> None:
 
 def _import_model(path: Path, module_name: str) -> ModuleType:
     """Import a generated model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
-    _ensure_pb_utils()
+    if PB_UTILS not in sys.modules:
+        utils = _import_file(pytriton_paths()[0] / "backends" / "python" / f"{PB_UTILS}.py", PB_UTILS,
+                             "; reinstall nvidia-pytriton")
+        for name in ("Tensor", "InferenceResponse", "TritonError"):  # the stub adds these from C++; `_run` needs none
+            if not hasattr(utils, name):
+                setattr(utils, name, None)
+        sys.modules[PB_UTILS] = utils
+    return _import_file(path, module_name)
+
+
+def _import_file(path: Path, module_name: str, fix: str = "") -> ModuleType:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise RunError(f"cannot import {path}")
+        raise RunError(f"cannot import {path}{fix}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _ensure_pb_utils() -> None:
-    if PB_UTILS in sys.modules:
-        return
-    server_dir, _ = pytriton_paths()
-    path = server_dir / "backends" / "python" / f"{PB_UTILS}.py"
-    spec = importlib.util.spec_from_file_location(PB_UTILS, path)
-    if spec is None or spec.loader is None:
-        raise RunError(f"cannot import {path}; reinstall nvidia-pytriton")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in ("Tensor", "InferenceResponse", "TritonError"):  # the stub adds these from C++; `_run` needs none
-        if not hasattr(module, name):
-            setattr(module, name, None)
-    sys.modules[PB_UTILS] = module
