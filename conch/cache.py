@@ -230,36 +230,24 @@ def _module_files(base: Path, name: str) -> list[Path]:
     return []
 
 
-_parsed: dict[tuple[str, int, int, int, int, int], tuple[tuple[int, str], ...]] = {}
-
-
 def _imports(path: Path) -> tuple[tuple[int, str], ...]:
     """(level, first name) of the imports anywhere in a Python file (level 0: absolute; ``from . import x``
-    gives (1, x)); parsed once per process for the same file by ``stat_identity`` (a build asks for each file
-    once per ensemble and step)."""
+    gives (1, x))."""
     import ast
 
     try:
-        identity = stat_identity(path)
-        if identity is None or identity not in _parsed:
-            tree = ast.parse(path.read_bytes())
-            names: list[tuple[int, str]] = []
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    names.extend((0, a.name) for a in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module:
-                    names.append((node.level, node.module))
-                elif isinstance(node, ast.ImportFrom):
-                    names.extend((node.level, a.name) for a in node.names)
-            found = tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
-            if identity is None:
-                return found
-            if len(_parsed) >= 4096:  # bounded: a notebook or a long harness starts over rather than grow
-                _parsed.clear()
-            _parsed[identity] = found
+        tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return ()
-    return _parsed[identity]
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend((0, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append((node.level, node.module))
+        elif isinstance(node, ast.ImportFrom):
+            names.extend((node.level, a.name) for a in node.names)
+    return tuple(dict.fromkeys((level, n.partition(".")[0]) for level, n in names))
 
 
 def _real_file(file: object) -> str | None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +11,6 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from conch.cache import stat_identity
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, Platform, StepLayout
@@ -137,36 +134,8 @@ def _takes_var_keywords(code: Callable[..., Any] | type) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-# the code objects located before, by id: (the code, its module and qualname then, its source file's
-# stat_identity then, what was found); 200 steps of one function are located once
-_located: dict[int, tuple[object, object, object, tuple[str, int, int, int, int, int], tuple[str, str, Path]]] = {}
-
-
 def _code_location(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
-    """Module name, attribute name and source file of a step's code; refuse what cannot be imported. The
-    answer for code located before stands while its names and its file's ``stat_identity`` do."""
-    known = _located.get(id(code))
-    if known is not None and known[0] is code and known[1:3] == (getattr(code, "__module__", None),
-                                                                getattr(code, "__qualname__", "")):
-        try:
-            identity = stat_identity(known[4][2])
-        except OSError:
-            identity = None
-        if identity is not None and identity == known[3]:
-            return known[4]
-    found = _locate(step, code)
-    try:
-        identity = stat_identity(found[2])
-    except OSError:
-        identity = None
-    if identity is not None and os.path.isabs(inspect.getsourcefile(code) or ""):  # a relative one follows cwd
-        if len(_located) >= 1024:  # it holds the code objects alive: a long-lived process starts over
-            _located.clear()
-        _located[id(code)] = (code, code.__module__, code.__qualname__, identity, found)
-    return found
-
-
-def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]:
+    """Module name, attribute name and source file of a step's code; refuse what cannot be imported."""
     if not callable(code):
         raise DeclarationError(f"python step {step!r}: code must be a function or a class, got {code!r}")
     qualname = getattr(code, "__qualname__", "")
@@ -204,22 +173,8 @@ def _locate(step: str, code: Callable[..., Any] | type) -> tuple[str, str, Path]
 
 
 def _import_problem(path: Path) -> str | None:
-    """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or
-    None; read once per process for a file of the same ``stat_identity`` (200 steps of one module parse it
-    once), every time while the file is racy."""
-    identity = stat_identity(path)
-    if identity is None:
-        return _read_import_problem(str(path))
-    return _import_problem_of(str(path), identity)
-
-
-@functools.lru_cache(maxsize=1024)
-def _import_problem_of(path: str, identity: tuple[int, ...]) -> str | None:
-    return _read_import_problem(path)
-
-
-def _read_import_problem(path: str) -> str | None:
-    for node in ast.parse(Path(path).read_text(encoding="utf-8"), filename=path).body:
+    """The first top-level import of a step module that cannot run inside Triton ("relative", "conch") or None."""
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
