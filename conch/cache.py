@@ -157,20 +157,16 @@ def environment() -> list[object]:
     return [sys.version, sys.implementation.cache_tag, sys.platform, sorted(found)]
 
 
-_own: list[str] = []
-
-
+@functools.cache
 def own_code() -> str:
     """Digest of conch's own code (every ``.py`` and template of the package): a cache of what conch's code
     derives keys on it, so a conch edited between two runs (an editable install) is not answered from what
     the older code derived. Taken once per process: the code a process runs is what it imported."""
-    if not _own:
-        package = Path(__file__).resolve().parent
-        h = hashlib.sha256()
-        for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".j2") and p.is_file()):
-            h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-        _own.append(h.hexdigest())
-    return _own[0]
+    package = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".j2") and p.is_file()):
+        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 RACY_NS = 2 * 10**9  # a file changed this recently may change again within its file system's clock tick
