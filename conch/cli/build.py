@@ -15,10 +15,6 @@ if TYPE_CHECKING:
     from conch.builder.parallel import BuildOutcome
 
 
-def _unchanged_line(index: int, total: int, archive: object, seconds: float) -> str:
-    return f"[{index}/{total}] unchanged {archive} ({seconds:.2f} s)"
-
-
 def cmd_build(args: argparse.Namespace) -> int:
     from conch.builder.discover import Shard, locate
     from conch.builder.parallel import BuildJob, build_all, default_jobs
@@ -51,8 +47,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                 say(f"{count} built {outcome.archive} ({outcome.archive.stat().st_size / 1e6:.1f} MB, "
                     f"{args.target}, release {args.release}, {outcome.seconds:.1f} s)")
             else:
-                say(_unchanged_line(len(finished), len(jobs), outcome.archive, outcome.seconds))
-            _say_output(outcome.ensemble, outcome.output, args.verbose)
+                say(f"{count} unchanged {outcome.archive} ({outcome.seconds:.2f} s)")
+            for line in _output_lines(outcome.ensemble, outcome.output, args.verbose):
+                say(line)
 
         # under --quiet no progress at all, so parallel workers print none either
         workers = default_jobs() if args.jobs is None else args.jobs
@@ -73,13 +70,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_output(ensemble: str, output: Sequence[CapturedOutput], verbose: bool) -> None:
-    """What the ensemble's code said while it was built: one line, or everything with ``-v``."""
-    for line in _output_lines(ensemble, output, verbose):
-        say(line)
-
-
 def _output_lines(ensemble: str, output: Sequence[CapturedOutput], verbose: bool) -> list[str]:
+    """What the ensemble's code said while it was built: one line, or everything with ``-v``."""
     from conch.builder.capture import summary
 
     if not verbose:
