@@ -59,13 +59,10 @@ def _endpoint_warnings() -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-def _ignore(event: dict[str, Any]) -> None:
-    """Load progress events when no bar is drawn (--quiet, or stderr is not a terminal)."""
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from conch.harness.load.bench_run import copy_names
     from conch.harness.load.runner import locust_command
+    from conch.harness.load.spec import archive_targets
     from conch.harness.load.stages import parse_stages, seed_ramp
     from conch.harness.server import die_with_parent
 
@@ -85,16 +82,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     named = copy_names(bench_archives(args.archives), args.copies)
     stages = seed_ramp(args.max_users) if args.max_users and args.stages == "seed" else parse_stages(args.stages)
     kind, url, server = _target(args, named)
+    targets = archive_targets([a for a, _ in named], [n for _, n in named], body_kind=args.body,
+                              payloads=targets_payloads(args.payload))
     with _endpoint_warnings():
-        return _run(args, kind, url, server, targets_of(named, args.body, args.payload), stages,
-                    [n for _, n in named])
-
-
-def targets_of(named: list[tuple[Path, str]], body: str, payload: Path | None = None) -> list[Any]:
-    from conch.harness.load.spec import archive_targets
-
-    return archive_targets([a for a, _ in named], [n for _, n in named], body_kind=body,
-                           payloads=targets_payloads(payload))
+        return _run(args, kind, url, server, targets, stages, [n for _, n in named])
 
 
 def targets_payloads(payload: Path | None) -> list[Any] | None:
@@ -132,7 +123,8 @@ def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractC
         if before is not None:
             extra["mme_metrics_before"] = before
         around = bench_profiler(args, own, names)
-        with load_progress(spec) if bars_shown() else nullcontext(_ignore) as progress:
+        # without a bar (--quiet, or stderr is not a terminal) the load's progress events are dropped
+        with load_progress(spec) if bars_shown() else nullcontext(lambda event: None) as progress:
             output = run_bench(spec, args.out, workers=args.workers, remote_workers=args.remote_workers,
                                bind=args.master_bind, port=args.master_port, progress=progress, extra=extra,
                                finish=finish if before is not None else None)
