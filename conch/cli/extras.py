@@ -28,12 +28,8 @@ EXTRA_OF = {
     "tokenizers": "examples",
 }
 
-# command -> modules it needs whatever it is given (given the parsed arguments)
-COMMAND_NEEDS = {
-    "bench": lambda args: ("locust", "matplotlib"),
-    "plan": lambda args: ("matplotlib",),
-    "tune": lambda args: ("matplotlib",),
-}
+# command -> modules it needs whatever it is given
+COMMAND_NEEDS = {"bench": ("locust", "matplotlib"), "plan": ("matplotlib",), "tune": ("matplotlib",)}
 # (`conch graph --format svg` without pygraphviz writes the dot text instead, with one warning naming the extra)
 
 # step kind -> modules that build it, or run it here (in-process or as the local server's stand-in)
@@ -74,9 +70,7 @@ def require(modules: Iterable[str], why: str) -> None:
 def check_command(args: argparse.Namespace) -> None:
     """Everything the command about to run needs, checked before it starts (DependencyError otherwise)."""
     command = str(getattr(args, "command", ""))
-    needs = COMMAND_NEEDS.get(command)
-    if needs is not None:
-        require(needs(args), f"conch {command}")
+    require(COMMAND_NEEDS.get(command, ()), f"conch {command}")
     paths = [Path(p) for p in (getattr(args, "paths", None) or getattr(args, "archives", None) or [])]
     if not paths or command not in (*IMPORT_SOURCES, *SERVE_ARCHIVES):
         return
