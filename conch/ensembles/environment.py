@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,18 +75,7 @@ class PythonEnv:
         return f"conda env {self.conda_prefix}" if self.conda_prefix else f"packed env {self.archive}"
 
 
-# A requirement of the plain form "name[extra,...] op version, ..." (numeric versions only) is valid as
-# written, so it needs no parse by packaging, whose import is ~0.03 s of every command declaring one.
-_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-_CLAUSE = r"\s*(?:(?:==|!=|<=|>=|<|>)\s*\d+(?:\.\d+)*|~=\s*\d+(?:\.\d+)+)\s*"
-_PLAIN_REQUIREMENT = re.compile(
-    rf"{_NAME}(?:\s*\[\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\])?(?:{_CLAUSE}(?:,{_CLAUSE})*)?"
-)
-
-
 def _check_requirement(req: str) -> None:
-    if _PLAIN_REQUIREMENT.fullmatch(req):
-        return
     from packaging.requirements import InvalidRequirement, Requirement
 
     if req.startswith(("-", "git+", "http:", "https:", "file:", ".", "/")):
