@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from conch.ensembles.step import Step
 
 RENDERED = ("svg", "png")
+SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}  # each format's file ending
+FORMATS = tuple(SUFFIX)
 INSTALL_HINT = "pip install 'conch[graph]' (the pygraphviz wheel, which bundles Graphviz; no system package)"
 
 
@@ -154,6 +156,18 @@ def render(dot: str, fmt: str) -> bytes:
     with _fontconfig_chatter_dropped():
         return bytes(pygraphviz.AGraph(string=dot).draw(format=fmt, prog="dot", args="-Gdpi=144" if fmt == "png"
                                                          else ""))
+
+
+def picture(g: Graph, fmt: str) -> tuple[str, bytes, GraphvizMissing | None]:
+    """``g`` in one of FORMATS: (the format written, its bytes, why it is not the one asked for). Where
+    Graphviz is missing an SVG or PNG is the dot text instead, with the GraphvizMissing saying so."""
+    text = to_mermaid(g) if fmt == "mermaid" else to_dot(g)
+    if fmt in RENDERED:
+        try:
+            return fmt, render(text, fmt), None
+        except GraphvizMissing as exc:
+            return "dot", text.encode(), exc
+    return fmt, text.encode(), None
 
 
 def share_colour(share: float) -> str:

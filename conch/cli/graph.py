@@ -9,13 +9,10 @@ from typing import Any
 from conch.cli.console import document, result, say
 from conch.cli.flags import Subcommands
 
-FORMATS = ("dot", "mermaid", "svg", "png")
-SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
-
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover
-    from conch.diagram import RENDERED, GraphvizMissing, graph, render, to_dot, to_mermaid
+    from conch.diagram import RENDERED, SUFFIX, GraphvizMissing, graph, picture
 
     ensembles = [e for e in discover(args.paths) if not args.only or e.name in args.only]
     if not ensembles:
@@ -26,23 +23,14 @@ def cmd_graph(args: argparse.Namespace) -> int:
     shown: list[dict[str, Any]] = []
     missing: GraphvizMissing | None = None
     for ensemble in ensembles:
-        g = graph(ensemble)
-        text = to_mermaid(g) if args.format == "mermaid" else to_dot(g)
+        fmt, data, why = picture(graph(ensemble), args.format)
+        missing = missing or why
         entry: dict[str, Any] = {"ensemble": ensemble.name, "format": args.format}
-        fmt = args.format
-        data = text.encode()
-        if fmt in RENDERED and missing is None:
-            try:
-                data = render(text, fmt)
-            except GraphvizMissing as exc:
-                missing = exc
-        if fmt in RENDERED and missing is not None:
-            fmt, entry["rendered"] = "dot", False
-        elif fmt in RENDERED:
-            entry["rendered"] = True
-        if args.out is None:
-            entry["text"] = text
-            result(text)
+        if args.format in RENDERED:
+            entry["rendered"] = why is None
+        if args.out is None:  # dot or Mermaid text
+            entry["text"] = data.decode()
+            result(entry["text"])
         else:
             path = args.out / f"{ensemble.name}{SUFFIX[fmt]}"
             args.out.mkdir(parents=True, exist_ok=True)
@@ -58,6 +46,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subcommands) -> None:
+    from conch.diagram import FORMATS
+
     g = sub.add_parser("graph", help="draw each ensemble's DAG: dot or Mermaid text, or SVG/PNG files")
     g.add_argument("paths", nargs="+", type=Path, help="ensemble .py files or folders of them")
     g.add_argument("--format", choices=FORMATS, default="dot",

@@ -16,10 +16,6 @@ if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
     from conch.harness.profile import Profile
 
-FORMATS = ("dot", "mermaid", "svg", "png")
-SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}
-
-
 def _remote(args: argparse.Namespace) -> list[Profile]:
     """A server conch does not own: a KServe v2 server (``--url``), or a SageMaker runtime front such as `conch
     serve` (``--url`` + ``--stats-url``, its Triton's HTTP port from the ready line)."""
@@ -51,24 +47,18 @@ def _remote(args: argparse.Namespace) -> list[Profile]:
 
 def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
     """Write the DAG coloured by share (in ``--format``) and the waterfall PNG into ``--out``."""
-    from conch.diagram import RENDERED, GraphvizMissing, render, to_dot, to_mermaid
+    from conch.diagram import SUFFIX, picture
     from conch.harness.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     stem = profile.ensemble.removesuffix(".tar.gz")
-    g = profile_graph(profile)
-    text = to_mermaid(g) if args.format == "mermaid" else to_dot(g)
-    fmt, data, written = args.format, text.encode(), {}
-    if fmt in RENDERED:
-        try:
-            data = render(text, fmt)
-        except GraphvizMissing as exc:
-            say(f"conch: warning: {exc}; wrote the dot text instead")
-            fmt = "dot"
+    fmt, data, missing = picture(profile_graph(profile), args.format)
+    if missing is not None:
+        say(f"conch: warning: {missing}; wrote the dot text instead")
     path = out / f"{stem}.profile{SUFFIX[fmt]}"
     path.write_bytes(data)
-    written["graph"] = str(path)
+    written = {"graph": str(path)}
     try:
         png = out / f"{stem}.waterfall.png"
         png.write_bytes(waterfall_png(profile))
@@ -121,6 +111,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subcommands) -> None:
+    from conch.diagram import FORMATS
+
     p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
                        "scheduler's share and what to change, from Triton's statistics around a run")
     p.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz archives")
