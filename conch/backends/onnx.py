@@ -17,14 +17,7 @@ from conch.ensembles.layout import Platform
 from conch.ensembles.step import BackendFiles, ModelIO, Step
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError
-
-# onnx.TensorProto element types
-_ONNX_DTYPES = {
-    1: DType.FP32, 2: DType.UINT8, 3: DType.INT8, 4: DType.UINT16, 5: DType.INT16, 6: DType.INT32,
-    7: DType.INT64, 8: DType.BYTES, 9: DType.BOOL, 10: DType.FP16, 11: DType.FP64, 12: DType.UINT32,
-    13: DType.UINT64,
-}
+from conch.errors import BuildError, ConchError
 
 ModelSource = str | Path | Callable[[], str | Path]
 
@@ -41,8 +34,10 @@ def read_onnx_io(path: Path, batching: bool, step: str) -> tuple[tuple[Tensor, .
 
     def convert(value: Any) -> Tensor:
         ttype = value.type.tensor_type
-        if ttype.elem_type not in _ONNX_DTYPES:
-            raise BuildError(f"onnx step {step!r}: tensor {value.name!r} has an element type Triton lacks")
+        try:  # onnx's own map of element types to numpy's (STRING to object: BYTES)
+            dtype = DType.of(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+        except (KeyError, ConchError):  # undefined, or a type Triton has none for (complex, bfloat16, float8)
+            raise BuildError(f"onnx step {step!r}: tensor {value.name!r} has an element type Triton lacks") from None
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim]
         if batching:
             if not dims:
@@ -54,7 +49,7 @@ def read_onnx_io(path: Path, batching: bool, step: str) -> tuple[tuple[Tensor, .
                     "max_batch_size=0"
                 )
             dims = dims[1:]
-        return Tensor(value.name, _ONNX_DTYPES[ttype.elem_type], dims)
+        return Tensor(value.name, dtype, dims)
 
     inputs = tuple(convert(v) for v in model.graph.input if v.name not in initializers)
     outputs = tuple(convert(v) for v in model.graph.output)
