@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from conch.ensembles.dtypes import DType
 from conch.ensembles.payloads import HEADER_SIZE, decode_tensor
 from conch.errors import ServeError
-
-if TYPE_CHECKING:  # tritonclient.http (and gevent under it) is loaded on first use: the CLI's parser needs
-    import tritonclient.http as httpclient  # only the vocabularies below
 
 BINARY_CONTENT_TYPE = f"application/vnd.sagemaker-triton.binary+json;{HEADER_SIZE}"
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
@@ -70,7 +67,10 @@ def binary_request(inputs: Mapping[str, np.ndarray],
     as for :func:`json_request` (tritonclient's names: sequence_id, sequence_start, sequence_end, priority...)."""
     import tritonclient.http as httpclient
 
-    infer_inputs = [infer_input(name, array) for name, array in inputs.items()]
+    infer_inputs = []
+    for name, array in inputs.items():  # each as binary data
+        infer_inputs.append(httpclient.InferInput(name, list(array.shape), DType.of(array.dtype).wire))
+        infer_inputs[-1].set_data_from_numpy(array, binary_data=True)
     body, header_length = httpclient.InferenceServerClient.generate_request_body(infer_inputs, **(parameters or {}))
     content_type = "application/json" if header_length is None else f"{BINARY_CONTENT_TYPE}{header_length}"
     return body, content_type
@@ -103,16 +103,6 @@ def parse_binary_response(content: bytes, content_type: str) -> dict[str, np.nda
 def _head(content: bytes, limit: int = 80) -> str:
     text = content[:limit].decode("utf-8", "replace")
     return repr(text + ("..." if len(content) > limit else ""))
-
-
-def infer_input(name: str, array: np.ndarray) -> httpclient.InferInput:
-    """A tritonclient input holding ``array`` as binary data."""
-    import tritonclient.http as httpclient
-
-    dtype = DType.of(array.dtype)
-    item = httpclient.InferInput(name, list(array.shape), dtype.wire)
-    item.set_data_from_numpy(array, binary_data=True)
-    return item
 
 
 def json_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
