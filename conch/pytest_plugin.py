@@ -309,17 +309,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 class _ConchFile(pytest.File):
     def items(self, source: Source, samples: list[str]) -> Iterator[SampleItem]:
-        conch = self.config.stash[SESSION]
-        try:
-            conch.add(source)
-        except ValueError as exc:
-            raise self.CollectError(str(exc)) from None
+        from conch.ensembles.payloads import payloads_of
+        from conch.errors import ConchError
         from conch.harness.junit_xml import item_name
 
         payloads = self.config.getoption("conch_payloads")
-        if payloads is not None:
-            source.payloads = _payloads(payloads, source.name, self)
-            samples = list(source.payloads)
+        try:
+            self.config.stash[SESSION].add(source)
+            if payloads is not None:
+                source.payloads = {p.name: p for p in payloads_of(payloads, source.name)}
+                samples = list(source.payloads)
+        except (ValueError, ConchError) as exc:
+            raise self.CollectError(str(exc)) from None
         deployed = self.config.getoption("conch_endpoint")
         routes = [(f"{deployed} ({b})", b) for b in DEPLOYED_BODIES] if deployed else \
             [(e, e) for e in LOCAL_ENDPOINTS]
@@ -327,16 +328,6 @@ class _ConchFile(pytest.File):
             for label, route in routes:
                 yield SampleItem.from_parent(self, name=item_name(source.name, sample, label), source=source,
                                              sample=sample, endpoint=label, route=route, deployed=bool(deployed))
-
-
-def _payloads(root: Path, name: str, collector: pytest.Collector) -> dict[str, Payload]:
-    from conch.ensembles.payloads import payloads_of
-    from conch.errors import ConchError
-
-    try:
-        return {p.name: p for p in payloads_of(root, name)}
-    except ConchError as exc:
-        raise collector.CollectError(str(exc)) from None
 
 
 class ConchArchive(_ConchFile):
