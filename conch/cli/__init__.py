@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
@@ -62,11 +62,6 @@ EXAMPLES = {
 }
 
 
-def command_module(name: str) -> ModuleType:
-    """The module of command ``name`` (of COMMANDS), imported."""
-    return importlib.import_module(f"conch.cli.{'import_' if name == 'import' else name}")
-
-
 def parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser: every command, or only ``only`` when it is one (its arguments parse
     the same; `conch --help` and a misspelt command list them all)."""
@@ -74,7 +69,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in [only] if only in COMMANDS else COMMANDS:
-        command_module(name).register(_Described(sub))
+        importlib.import_module(f"conch.cli.{'import_' if name == 'import' else name}").register(_Described(sub))
     for name, command in sub.choices.items():
         if name not in OWN_OUTPUT:
             add_output_flags(command)
