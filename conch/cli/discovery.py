@@ -45,14 +45,6 @@ def skipping(failed: list[str]) -> Callable[[ConchError], None]:
     return skip
 
 
-def report_failure(what: str, exc: BaseException) -> None:
-    """One `conch: error:` line for a failure that should not stop the other items."""
-    if isinstance(exc, ConchError):
-        say(f"conch: error: {exc}")
-    else:
-        say(f"conch: error: {what}: {type(exc).__name__}: {exc}")
-
-
 def one_line(text: object) -> str:
     return " ".join(str(text).split())
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.discovery import one_line, report_failure, skipping
+from conch.cli.discovery import one_line, skipping
 from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
+    from conch.errors import ConchError
     from conch.harness.local_replay import replay_archives
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
 
@@ -41,7 +42,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             try:
                 archives.append(build_ensemble(ensemble, Path(tmp), "local", args.release, progress=say))
             except Exception as exc:  # the other ensembles still replay
-                report_failure(f"ensemble {ensemble.name!r}", exc)
+                say(f"conch: error: {exc}" if isinstance(exc, ConchError) else
+                    f"conch: error: ensemble {ensemble.name!r}: {type(exc).__name__}: {exc}")
                 failures.append(ReplayRow(ensemble.name, "-", "build", False, one_line(exc)))
         failures += [ReplayRow(name, "-", "build", False, "does not load") for name in failed]
         if not archives and not failures:
