@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -57,9 +57,7 @@ class Executor:
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
