@@ -39,14 +39,6 @@ def _short(value: bytes, width: int = 32) -> str:
     return text if len(text) <= width else text[: width - 4] + "...'"
 
 
-def print_step(trace: StepTrace, values: int) -> None:
-    lines = [f"  step {trace.step} ({trace.kind}, model {trace.model_name}): {trace.millis:.1f} ms"]
-    lines += [f"    in   {describe(name, array, values)}" for name, array in trace.inputs.items()]
-    lines += [f"    out  {describe(name, array, values)}" for name, array in trace.outputs.items()]
-    lines += [f"    DISAGREES: {problem}" for problem in trace.problems]
-    result("\n".join(lines))
-
-
 def _tensor(array: np.ndarray) -> dict[str, Any]:
     from conch.ensembles.dtypes import DType
 
@@ -68,7 +60,11 @@ def run_samples(ensemble: Ensemble, names: list[str] | None, values: int, releas
     steps: list[dict[str, Any]] = []
 
     def on_step(trace: StepTrace) -> None:
-        print_step(trace, values)
+        lines = [f"  step {trace.step} ({trace.kind}, model {trace.model_name}): {trace.millis:.1f} ms"]
+        lines += [f"    in   {describe(name, array, values)}" for name, array in trace.inputs.items()]
+        lines += [f"    out  {describe(name, array, values)}" for name, array in trace.outputs.items()]
+        lines += [f"    DISAGREES: {problem}" for problem in trace.problems]
+        result("\n".join(lines))
         steps.append({"step": trace.step, "kind": trace.kind, "model": trace.model_name,
                       "millis": round(trace.millis, 3), "problems": trace.problems,
                       "inputs": {k: _tensor(v) for k, v in trace.inputs.items()},
