@@ -203,13 +203,9 @@ def mime_bundle(ensemble: Ensemble) -> dict[str, str]:
     try:
         return {"image/svg+xml": render(to_dot(g), "svg").decode()}
     except GraphvizMissing:
-        return {"text/markdown": f"```mermaid\n{to_mermaid(g)}```\n", "text/plain": to_text(g)}
-
-
-def to_text(g: Graph) -> str:
-    """The graph as lines of text: the title, each step with its settings, then each edge."""
-    lines = [g.title]
-    lines += [f"  {' | '.join(n.lines)}" for n in g.nodes if n.shape == "step"]
-    names = {n.id: n.lines[0] for n in g.nodes}
-    lines += [f"  {names[e.source]} -> {names[e.target]}: {e.label}" for e in g.edges]
-    return "\n".join(lines)
+        # as text: the title, each step with its settings, then each edge
+        lines = [g.title]
+        lines += [f"  {' | '.join(n.lines)}" for n in g.nodes if n.shape == "step"]
+        names = {n.id: n.lines[0] for n in g.nodes}
+        lines += [f"  {names[e.source]} -> {names[e.target]}: {e.label}" for e in g.edges]
+        return {"text/markdown": f"```mermaid\n{to_mermaid(g)}```\n", "text/plain": "\n".join(lines)}
