@@ -23,17 +23,19 @@ def whole(value: object, what: str) -> int:
     return operator.index(value)
 
 
-def _ints(values: Iterable[int], what: str, field: str) -> tuple[int, ...]:
+def _sizes(values: Iterable[int], what: str, field: str) -> tuple[int, ...]:
+    """Whole numbers, each a positive size or -1."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise DeclarationError(f"{what}: {field} must be a list of whole numbers, got {values!r}")
     values = list(values)
-    return tuple(whole(d, f"{what}: {field} {values}: each size") for d in values)
+    out = tuple(whole(d, f"{what}: {field} {values}: each size") for d in values)
+    if any(d < -1 or d == 0 for d in out):
+        raise DeclarationError(f"{what}: {field} {list(out)} must be positive sizes or -1 for 'any size'")
+    return out
 
 
 def _dims(dims: Iterable[int], what: str) -> tuple[int, ...]:
-    out = _ints(dims, what, "dims")
-    if any(d < -1 or d == 0 for d in out):
-        raise DeclarationError(f"{what}: dims {list(out)} must be positive sizes or -1 for 'any size'")
+    out = _sizes(dims, what, "dims")
     if not out:
         raise DeclarationError(f"{what}: dims [] is empty, which Triton refuses; declare [1] for one value per "
                                "request (or per batch item), with reshape=[] if the model wants a scalar")
@@ -44,9 +46,7 @@ def _reshape(reshape: Sequence[int] | None, dims: tuple[int, ...], what: str) ->
     """A reshape Triton accepts: sizes or -1, as many elements as dims, -1 where dims has -1."""
     if reshape is None:
         return None
-    out = _ints(reshape, what, "reshape")
-    if any(d < -1 or d == 0 for d in out):
-        raise DeclarationError(f"{what}: reshape {list(out)} must be positive sizes or -1 for 'any size'")
+    out = _sizes(reshape, what, "reshape")
     if out.count(-1) != dims.count(-1) or math.prod(d for d in out if d > 0) != math.prod(d for d in dims if d > 0):
         raise DeclarationError(
             f"{what}: reshape {list(out)} does not hold the same elements as dims {list(dims)}; Triton needs equal "
@@ -133,7 +133,6 @@ class Tensor:
             return self.labels.name
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.name)  # TF names hold '/'
         return f"{safe}_labels.txt"
-
 
 
 def dims_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
