@@ -55,7 +55,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 profiler.done(archive)  # with --profile, on the server that replayed it
 
             report = replay_archives(
-                archives, endpoints=args.endpoint or ("kserve", "sagemaker-json", "sagemaker-binary"),
+                archives, endpoints=args.endpoint or ENDPOINTS,
                 load_timeout=args.load_timeout, progress=say, server=profiler.server,
                 done=replayed, samples=chooser, heard=recorder.heard if recorder else None,
             ) if archives else None
