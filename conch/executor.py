@@ -149,7 +149,15 @@ class Executor:
             )
         folder = self._workdir / name
         for rel, source in layout.files.items():
-            _place(folder, rel, source)
+            path = folder / rel  # a Path drops the trailing "/" that marks a folder entry: test ``rel``
+            if rel.endswith("/"):
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(source, bytes):
+                path.write_bytes(source)
+            else:
+                path.symlink_to(Path(source).resolve())
         before = list(sys.path)  # model.py puts its version folder first on sys.path, as in the stub
         try:
             module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
@@ -226,18 +234,6 @@ def _presented(array: np.ndarray, spec: Tensor, batching: bool) -> tuple[np.ndar
         return array, (f"is declared with shape {full} (dims {list(spec.dims)}) but the step produced shape "
                        f"{list(array.shape)}; fix the declared dims (-1 for a size that varies)")
     return array, None
-
-
-def _place(folder: Path, rel: str, source: bytes | Path) -> None:
-    path = folder / rel  # a Path drops the trailing "/" that marks a folder entry: test ``rel``
-    if rel.endswith("/"):
-        path.mkdir(parents=True, exist_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(source, bytes):
-        path.write_bytes(source)
-    else:
-        path.symlink_to(Path(source).resolve())
 
 
 def _import_model(path: Path, module_name: str) -> ModuleType:
