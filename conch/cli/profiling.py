@@ -15,26 +15,21 @@ if TYPE_CHECKING:
     from conch.harness.profile import Load, Profile
 
 
-def _payload(path: Path) -> tuple[Any, ...]:
-    """The bodies of a ``--payload`` file: one KServe v2 JSON request, sent as it is."""
+def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
+    """The load the flags ask for: the payload file (one KServe v2 JSON request, sent as it is), or the
+    archive's samples."""
     from conch.ensembles.payloads import check_json_request
     from conch.errors import ServeError
-    from conch.harness.profile import Body
-
-    try:
-        return (Body(check_json_request(path.read_bytes())),)
-    except ValueError as exc:
-        raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
-                         '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}') from None
-
-
-def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
-    """The load the flags ask for: the payload file, or the archive's samples."""
-    from conch.harness.profile import Load
+    from conch.harness.profile import Body, Load
     from conch.harness.profile.local_servers import sample_bodies
 
     if args.payload is not None:
-        return Load(_payload(args.payload), args.payload.name, args.requests, args.concurrency)
+        try:
+            body = Body(check_json_request(args.payload.read_bytes()))
+        except ValueError as exc:
+            raise ServeError(f"--payload {args.payload}: not a KServe v2 JSON request ({exc}); write "
+                             '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}') from None
+        return Load((body,), args.payload.name, args.requests, args.concurrency)
     bodies = sample_bodies(manifest) if manifest is not None else ()
     return Load(bodies, f"{len(bodies)} sample(s)", args.requests, args.concurrency)
 
