@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conch.cli.console import document, error, progress_bar, result, say
 from conch.cli.flags import Subcommands
@@ -34,8 +34,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         archives.extend(found or ([path] if is_model_repository(path) else []))
     fleet: list[ArchiveModels] = []
     with progress_bar("reading S3", None) as bar:
-        for url in prefixes:
-            fleet += _remote(url, args, bar.line)
+        for url in prefixes:  # their configs read as a fleet, not unpacked
+            from conch.aws import AwsTarget
+            from conch.sagemaker.s3 import ModelLocation, remote_archives
+
+            aws = AwsTarget.resolve(args.region, args.s3_endpoint_url)
+            fleet += remote_archives(ModelLocation.parse(url), aws, bar.line)
     if not archives and not fleet:
         say(f"conch: error: no .tar.gz archives in {', '.join(map(str, args.archives))}; give archive files, "
             "folders of them, an unpacked model repository (folders with config.pbtxt) or an s3://bucket/prefix "
@@ -71,13 +75,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         for path, r in zip(archives, reports, strict=True)],
         "fleet": together.to_json() if together else None})
     return 1 if failed or fleet_failed else 0
-
-
-def _remote(url: str, args: argparse.Namespace, progress: Any) -> list[ArchiveModels]:
-    from conch.aws import AwsTarget
-    from conch.sagemaker.s3 import ModelLocation, remote_archives
-
-    return remote_archives(ModelLocation.parse(url), AwsTarget.resolve(args.region, args.s3_endpoint_url), progress)
 
 
 def register(sub: Subcommands) -> None:
