@@ -136,16 +136,13 @@ class Bar:
         if self._progress is not None:
             self._progress.advance(self._task, amount)
 
-    def describe(self, text: str) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=text)
-
     def note(self, message: str) -> None:
         """Say ``message`` and show it beside the bar while the step it names runs (packing an environment
         is one pip run with nothing to count: the spinner and this text are its progress)."""
         say(message)
         short = message if len(message) <= 60 else message[:57] + "..."
-        self.describe(f"{self._description}: {short}")
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"{self._description}: {short}")
 
     def line(self, message: str) -> None:
         """Say ``message`` and count one more done (a progress callback that ticks)."""
