@@ -273,25 +273,51 @@ def replay_sample(
     carry it); ``heard`` hears the answer before it is judged. A sample that expects nothing (a bare request)
     passes on the first endpoint when the answer holds every output the served model declares, and on the
     others (``first``: that answer, across the sample's endpoints) when they answer the same."""
+    name = loaded.name
     if endpoint == "sagemaker-json" and loaded.refusal:
-        return not_applicable(loaded.name, sample.name, endpoint, loaded.refusal)
+        return not_applicable(name, sample.name, endpoint, loaded.refusal)
     expected, checks = sample.expected_arrays(), sample.checks
-    reference = first.outputs if first is not None and not expected else None
-    agreeing = reference is not None
+    nothing_expected = not expected
+    reference = first.outputs if first is not None and nothing_expected else None
     if reference is not None:  # nothing expected: the endpoints must agree
         expected, checks = reference, {k: Tolerance() for k in reference}
-    answer: list[Mapping[str, np.ndarray]] = []
-    row = _replay_sample(client, loaded.name, sample.name, endpoint, sample.input_arrays(), expected, checks,
-                         loaded.sequenced, answer, loaded.served)
-    if first is not None and not sample.expected_arrays():
-        if agreeing:
+    call: Callable[..., dict[str, Any]] = {
+        "kserve": client.invoke_kserve,
+        "sagemaker-json": client.invoke_json,
+        "sagemaker-binary": client.invoke_binary,
+    }[endpoint]
+    inputs = sample.input_arrays()
+    start, got = time.perf_counter(), None
+    try:
+        # a model with a sequence batcher refuses a request without a correlation ID, in production too:
+        # the replay sends each sample as a sequence of one, as a client of such an ensemble must
+        got = call(name, inputs, sequence_id=1) if loaded.sequenced else call(name, inputs)
+    except InvokeError as exc:
+        row = ReplayRow(name, sample.name, endpoint, False, f"server error: {exc}")
+    except ConchError as exc:
+        row = ReplayRow(name, sample.name, endpoint, False, str(exc))
+    else:
+        millis = (time.perf_counter() - start) * 1000
+        declared = [t.name for t in loaded.served.io("output")] if loaded.served is not None else []
+        missing = [o for o in declared if o not in got]
+        if expected:
+            row = judge(name, sample.name, endpoint, got, expected, checks, millis)
+        elif missing or not got:  # nothing expected: the answer must hold every output the served model declares
+            lacks = ", ".join(missing) or "any output"
+            row = ReplayRow(name, sample.name, endpoint, False, f"the answer lacks {lacks}, which the served model "
+                            "declares", millis)
+        else:
+            row = ReplayRow(name, sample.name, endpoint, True, f"answered {', '.join(sorted(got))} (nothing "
+                            "expected: the other endpoints must answer the same)", millis)
+    if first is not None and nothing_expected:
+        if reference is not None:
             row.detail = f"the same as {first.endpoint} answered: {row.detail}"
-        elif row.passed and answer:
-            first.endpoint, first.outputs = endpoint, dict(answer[0])
+        elif row.passed and got is not None:
+            first.endpoint, first.outputs = endpoint, dict(got)
     if loaded.sequenced:
         row.detail += f" (sent as a sequence of one: {', '.join(loaded.sequenced)} has a sequence batcher)"
-    if heard and answer:
-        heard(loaded, sample, endpoint, answer[0])
+    if heard and got is not None:
+        heard(loaded, sample, endpoint, got)
     return row
 
 
@@ -331,44 +357,3 @@ def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
 def _short(row: ReplayRow) -> str:
     return f"{row.ensemble} {row.sample} {row.endpoint}: {row.result} {row.detail.splitlines()[0]}"
 
-
-def _replay_sample(
-    client: MultiModelClient,
-    name: str,
-    sample: str,
-    endpoint: str,
-    inputs: dict[str, np.ndarray],
-    expected: dict[str, np.ndarray],
-    checks: Mapping[str, OutputCheck],
-    sequenced: Sequence[str] = (),
-    answer: list[Mapping[str, np.ndarray]] | None = None,
-    served: ReadConfig | None = None,
-) -> ReplayRow:
-    """One sample through one endpoint, judged; with nothing expected (a KServe v2 request given as --payload),
-    the answer must hold every output the served model declares."""
-    call: Callable[..., dict[str, Any]] = {
-        "kserve": client.invoke_kserve,
-        "sagemaker-json": client.invoke_json,
-        "sagemaker-binary": client.invoke_binary,
-    }[endpoint]
-    start = time.perf_counter()
-    try:
-        # a model with a sequence batcher refuses a request without a correlation ID, in production too:
-        # the replay sends each sample as a sequence of one, as a client of such an ensemble must
-        got = call(name, inputs, sequence_id=1) if sequenced else call(name, inputs)
-    except InvokeError as exc:
-        return ReplayRow(name, sample, endpoint, False, f"server error: {exc}")
-    except ConchError as exc:
-        return ReplayRow(name, sample, endpoint, False, str(exc))
-    millis = (time.perf_counter() - start) * 1000
-    if answer is not None:
-        answer.append(got)
-    if expected:
-        return judge(name, sample, endpoint, got, expected, checks, millis)
-    declared = [t.name for t in served.io("output")] if served is not None else []
-    missing = [o for o in declared if o not in got]
-    if missing or not got:
-        return ReplayRow(name, sample, endpoint, False, f"the answer lacks {', '.join(missing) or 'any output'}, "
-                         "which the served model declares", millis)
-    return ReplayRow(name, sample, endpoint, True, f"answered {', '.join(sorted(got))} (nothing expected: the "
-                     "other endpoints must answer the same)", millis)
