@@ -159,7 +159,6 @@ def _ms(value: float | None) -> str:
 
 
 def write_json(summary: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    tmp.replace(path)
+    from conch.builder.archive import write_bytes_atomic
+
+    write_bytes_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())
