@@ -14,7 +14,7 @@ from conch.errors import BenchError, ConchError
 from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
 from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Target
-from conch.harness.profile.local_servers import check_local, gather, load_staged, sample_bodies
+from conch.harness.profile.local_servers import gather, load_on_mme, load_staged, sample_bodies
 from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
 from conch.harness.tune.space import StepSpace
@@ -85,11 +85,7 @@ def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], 
             named = []
             for archive in archives:
                 name = target_name(archive)
-                manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
-                check_local(archive, manifest)
-                say(f"loading {name} on the local MME at {mme.url}")
-                mme.load(name)
-                named.append((name, manifest, Target.front(mme.url, mme.endpoint_name, name)))
+                named.append((name, load_on_mme(mme, archive, say), Target.front(mme.url, mme.endpoint_name, name)))
             yield StatsEndpoint(mme.triton.http_url), named, f"the local MME ({mme.url})"
 
 
