@@ -130,12 +130,6 @@ def replay_archives(
     archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
     ``heard`` hears every answer judged."""
     endpoints = check_endpoints(endpoints)
-    if payloads is not None and samples is None:
-        given = list(payloads)
-
-        def samples(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
-            return given
-
     report = ReplayReport()
     own = server is None
     if server is None:
@@ -149,8 +143,25 @@ def replay_archives(
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:
-            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard, held)
+        for archive in archives:  # each loaded beside those ``held``, its samples replayed into ``report``
+            loaded = load_archive(archive, triton, client, load_timeout, progress,
+                                  manifest_needed=samples is None and payloads is None, held=held)
+            if isinstance(loaded, ReplayRow):
+                report.rows.append(loaded)
+            else:
+                name = loaded.name
+                report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
+                chosen = (samples(archive, loaded.manifest) if samples else payloads if payloads is not None
+                          else loaded.manifest.samples if loaded.manifest else ())
+                if not chosen:
+                    report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
+                for sample in chosen:
+                    first = FirstAnswer()
+                    for endpoint in endpoints:
+                        row = replay_sample(client, loaded, sample, endpoint, heard, first)
+                        report.rows.append(row)
+                        if progress:
+                            progress(_short(row))
             if done:
                 done(archive)
     finally:
@@ -226,39 +237,6 @@ def load_archive(
     served = configs[check.served] if check.served else None
     refusal = json_refusal(manifest.schema.tensors() if manifest else _tensors(served))
     return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)), refusal, load_ms, served)
-
-
-def _replay_one(
-    archive: Path,
-    triton: LocalTriton,
-    client: MultiModelClient,
-    endpoints: tuple[str, ...],
-    load_timeout: float,
-    report: ReplayReport,
-    progress: Callable[[str], None] | None,
-    samples: SampleChooser | None = None,
-    heard: Listener | None = None,
-    held: list[ArchiveModels] | None = None,
-) -> None:
-    """Load one archive (beside those ``held``) and replay its samples into ``report``."""
-    loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None,
-                          held=held)
-    if isinstance(loaded, ReplayRow):
-        report.rows.append(loaded)
-        return
-    name = loaded.name
-    report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
-    chosen: Sequence[ReplaySample] = (samples(archive, loaded.manifest) if samples
-                                      else loaded.manifest.samples if loaded.manifest else ())
-    if not chosen:
-        report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    for sample in chosen:
-        first = FirstAnswer()
-        for endpoint in endpoints:
-            row = replay_sample(client, loaded, sample, endpoint, heard, first)
-            report.rows.append(row)
-            if progress:
-                progress(_short(row))
 
 
 def replay_sample(
