@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from conch.errors import ServeError
 from conch.harness.http_client import sync_client
@@ -24,8 +24,6 @@ SUMMARIES = {"request": "nv_inference_request_summary_us", "queue": "nv_inferenc
 QUANTILES = {"0.5": "p50", "0.99": "p99"}
 METRICS_ARGS = ("--allow-metrics=true", "--allow-gpu-metrics=false", "--allow-cpu-metrics=false",
                 "--metrics-address=127.0.0.1", "--metrics-config=summary_latencies=true")
-_SAMPLE = re.compile(r'^(\w+)\{([^}]*)\}\s+(\S+)$')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -81,24 +79,19 @@ class StatsEndpoint:
             return {}
         try:
             with self._client() as session:
-                text = session.get(f"{self.metrics_url.rstrip('/')}/metrics").text
-        except (httpx.HTTPError, httpx.InvalidURL):
+                return parse_summaries(session.get(f"{self.metrics_url.rstrip('/')}/metrics").text)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError):  # no answer, or not Prometheus text
             return {}
-        return parse_summaries(text)
 
 
 def parse_summaries(text: str) -> dict[str, dict[str, dict[str, float]]]:
-    """Quantiles of Triton's latency summaries in Prometheus text, in milliseconds (NaN: no observation)."""
+    """Quantiles of Triton's latency summaries in Prometheus text (prometheus_client's parser), in milliseconds
+    (NaN: no observation)."""
     names = {metric: category for category, metric in SUMMARIES.items()}
     found: dict[str, dict[str, dict[str, float]]] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) not in names:
-            continue
-        labels = dict(_LABEL.findall(match.group(2)))
-        quantile = QUANTILES.get(labels.get("quantile", ""))
-        value = float(match.group(3))
-        if quantile is None or "model" not in labels or value != value:  # NaN: nothing observed in the window
-            continue
-        found.setdefault(labels["model"], {}).setdefault(names[match.group(1)], {})[quantile] = value / 1000
+    for sample in (s for family in text_string_to_metric_families(text) for s in family.samples):
+        quantile = QUANTILES.get(sample.labels.get("quantile", ""))
+        if sample.name not in names or quantile is None or "model" not in sample.labels or sample.value != sample.value:
+            continue  # another metric or figure, or NaN: nothing observed in the window
+        found.setdefault(sample.labels["model"], {}).setdefault(names[sample.name], {})[quantile] = sample.value / 1000
     return found
