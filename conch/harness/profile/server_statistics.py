@@ -14,7 +14,6 @@ from conch.errors import ServeError
 from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import model_path
 from conch.harness.mme_contract import error_text
-from conch.harness.profile.figures import snapshot
 
 # Triton's summary metrics (--metrics-config summary_latencies=true): category -> metric name
 SUMMARIES = {"request": "nv_inference_request_summary_us", "queue": "nv_inference_queue_summary_us",
@@ -37,22 +36,20 @@ class StatsEndpoint:
     def _client(self) -> httpx.Client:
         return sync_client(self.http_url, *([self.metrics_url] if self.metrics_url else []), timeout=self.timeout)
 
-    def _get(self, path: str, session: httpx.Client) -> httpx.Response:
-        return session.get(f"{self.http_url.rstrip('/')}{path}")
-
     def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
-        """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
-        --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
+        """These models' cumulative statistics (their entries of ``model_stats``), keyed by model name (version 1
+        wins over others only by order: conch's archives hold one version per model). Asked one model at a time:
+        with --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
         "unknown model" for a model held in another repository."""
         found: dict[str, Mapping[str, Any]] = {}
         paths = [model_path(model, "stats") for model in models]
         with self._client() as session:
             for path in paths:
                 try:
-                    answer = self._get(path, session)
+                    answer = session.get(f"{self.http_url.rstrip('/')}{path}")
                     if answer.status_code != 200:  # said in one line (httpx's raise_for_status adds a link)
                         raise ValueError(f"[{answer.status_code}] {error_text(answer.content, answer.reason_phrase)}")
-                    found.update(snapshot(answer.json()))
+                    found.update({str(m["name"]): m for m in answer.json().get("model_stats", [])})
                 except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # no answer, an error status, not JSON
                     raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe "
                                      "v2 HTTP address of a Triton with the statistics extension") from None
@@ -62,7 +59,7 @@ class StatsEndpoint:
         path = model_path(model, "config")
         try:
             with self._client() as session:
-                answer = self._get(path, session)
+                answer = session.get(f"{self.http_url.rstrip('/')}{path}")
         except (httpx.HTTPError, httpx.InvalidURL) as exc:  # the server did not answer
             raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
                              "v2 HTTP address of a running Triton") from None
