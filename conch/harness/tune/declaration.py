@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,11 +65,8 @@ def _step_name(call: ast.Call) -> str | None:
 
 
 def _offsets(text: str) -> list[int]:
-    starts, at = [0], 0
-    for line in text.encode("utf-8").splitlines(keepends=True):
-        at += len(line)
-        starts.append(at)
-    return starts
+    """The byte offset at which each line starts (ast's col_offset counts bytes), and the end."""
+    return [0, *itertools.accumulate(len(line) for line in text.encode("utf-8").splitlines(keepends=True))]
 
 
 def _bound_names(tree: ast.Module) -> set[str]:
