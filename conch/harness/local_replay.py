@@ -29,12 +29,13 @@ DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
 
-def stage(archive: Path, triton: LocalTriton) -> Path:
-    """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models``."""
-    folder = triton.workdir / "models" / target_name(archive).removesuffix(".tar.gz")
+def stage(archive: Path, triton: LocalTriton, name: str | None = None) -> Path:
+    """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models`` (``name``:
+    its TargetModel, when not its file name)."""
+    folder = triton.workdir / "models" / (name or target_name(archive)).removesuffix(".tar.gz")
     if folder.exists():
-        raise ServeError(f"{archive.name} is given twice (or two archives share its name); each TargetModel is "
-                         "loaded once: rename one of them")
+        raise ServeError(f"{name or archive.name} is given twice (or two archives share its name); each TargetModel "
+                         "is loaded once: rename one of them")
     safe_extract(archive, folder)
     return root_model_staged(folder)
 
