@@ -23,7 +23,6 @@ def junit_tree(report: ReplayReport, suite_prefix: str = "conch replay") -> ET.E
     for row in report.rows:
         suites.setdefault(row.ensemble.removesuffix(".tar.gz"), []).append(row)
     root = ET.Element("testsuites", name=suite_prefix)
-    totals = [0, 0, 0, 0.0]  # tests, failures, skipped, seconds
     for ensemble, rows in suites.items():
         failures = sum(r.applicable and not r.passed for r in rows)
         skipped = sum(not r.applicable for r in rows)
@@ -38,13 +37,9 @@ def junit_tree(report: ReplayReport, suite_prefix: str = "conch replay") -> ET.E
             elif not row.passed:
                 failure = ET.SubElement(case, "failure", message=row.detail.splitlines()[0] if row.detail else "failed")
                 failure.text = row.detail
-        for i, n in enumerate((len(rows), failures, skipped, seconds)):
-            totals[i] += n
-    root.set("tests", str(totals[0]))
-    root.set("failures", str(totals[1]))
-    root.set("errors", "0")
-    root.set("skipped", str(totals[2]))
-    root.set("time", f"{totals[3]:.3f}")
+    for key in ("tests", "failures", "errors", "skipped"):
+        root.set(key, str(sum(int(suite.get(key, 0)) for suite in root)))
+    root.set("time", f"{sum(r.millis for r in report.rows) / 1000:.3f}")
     return root
 
 
@@ -54,5 +49,4 @@ def write_junit(report: ReplayReport, path: Path) -> None:
 
     root = junit_tree(report)
     ET.indent(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")

@@ -29,12 +29,13 @@ DEFAULT_LOAD_TIMEOUT_S = 300.0
 LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
 
-def stage(archive: Path, triton: LocalTriton) -> Path:
-    """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models``."""
-    folder = triton.workdir / "models" / target_name(archive).removesuffix(".tar.gz")
+def stage(archive: Path, triton: LocalTriton, name: str | None = None) -> Path:
+    """Unpack an archive into the server's workspace, as SageMaker unpacks it before ``POST /models`` (``name``:
+    its TargetModel, when not its file name)."""
+    folder = triton.workdir / "models" / (name or target_name(archive)).removesuffix(".tar.gz")
     if folder.exists():
-        raise ServeError(f"{archive.name} is given twice (or two archives share its name); each TargetModel is "
-                         "loaded once: rename one of them")
+        raise ServeError(f"{name or archive.name} is given twice (or two archives share its name); each TargetModel "
+                         "is loaded once: rename one of them")
     safe_extract(archive, folder)
     return root_model_staged(folder)
 
@@ -130,12 +131,6 @@ def replay_archives(
     archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
     ``heard`` hears every answer judged."""
     endpoints = check_endpoints(endpoints)
-    if payloads is not None and samples is None:
-        given = list(payloads)
-
-        def samples(archive: Path, manifest: Manifest | None) -> Sequence[ReplaySample]:
-            return given
-
     report = ReplayReport()
     own = server is None
     if server is None:
@@ -149,8 +144,25 @@ def replay_archives(
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:
-            _replay_one(archive, triton, client, endpoints, load_timeout, report, progress, samples, heard, held)
+        for archive in archives:  # each loaded beside those ``held``, its samples replayed into ``report``
+            loaded = load_archive(archive, triton, client, load_timeout, progress,
+                                  manifest_needed=samples is None and payloads is None, held=held)
+            if isinstance(loaded, ReplayRow):
+                report.rows.append(loaded)
+            else:
+                name = loaded.name
+                report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
+                chosen = (samples(archive, loaded.manifest) if samples else payloads if payloads is not None
+                          else loaded.manifest.samples if loaded.manifest else ())
+                if not chosen:
+                    report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
+                for sample in chosen:
+                    first = FirstAnswer()
+                    for endpoint in endpoints:
+                        row = replay_sample(client, loaded, sample, endpoint, heard, first)
+                        report.rows.append(row)
+                        if progress:
+                            progress(_short(row))
             if done:
                 done(archive)
     finally:
@@ -228,39 +240,6 @@ def load_archive(
     return LoadedArchive(archive, name, manifest, tuple(_sequence_batched(configs)), refusal, load_ms, served)
 
 
-def _replay_one(
-    archive: Path,
-    triton: LocalTriton,
-    client: MultiModelClient,
-    endpoints: tuple[str, ...],
-    load_timeout: float,
-    report: ReplayReport,
-    progress: Callable[[str], None] | None,
-    samples: SampleChooser | None = None,
-    heard: Listener | None = None,
-    held: list[ArchiveModels] | None = None,
-) -> None:
-    """Load one archive (beside those ``held``) and replay its samples into ``report``."""
-    loaded = load_archive(archive, triton, client, load_timeout, progress, manifest_needed=samples is None,
-                          held=held)
-    if isinstance(loaded, ReplayRow):
-        report.rows.append(loaded)
-        return
-    name = loaded.name
-    report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
-    chosen: Sequence[ReplaySample] = (samples(archive, loaded.manifest) if samples
-                                      else loaded.manifest.samples if loaded.manifest else ())
-    if not chosen:
-        report.rows.append(ReplayRow(name, "-", "-", False, "the archive has no samples to replay"))
-    for sample in chosen:
-        first = FirstAnswer()
-        for endpoint in endpoints:
-            row = replay_sample(client, loaded, sample, endpoint, heard, first)
-            report.rows.append(row)
-            if progress:
-                progress(_short(row))
-
-
 def replay_sample(
     client: MultiModelClient,
     loaded: LoadedArchive,
@@ -273,25 +252,51 @@ def replay_sample(
     carry it); ``heard`` hears the answer before it is judged. A sample that expects nothing (a bare request)
     passes on the first endpoint when the answer holds every output the served model declares, and on the
     others (``first``: that answer, across the sample's endpoints) when they answer the same."""
+    name = loaded.name
     if endpoint == "sagemaker-json" and loaded.refusal:
-        return not_applicable(loaded.name, sample.name, endpoint, loaded.refusal)
+        return not_applicable(name, sample.name, endpoint, loaded.refusal)
     expected, checks = sample.expected_arrays(), sample.checks
-    reference = first.outputs if first is not None and not expected else None
-    agreeing = reference is not None
+    nothing_expected = not expected
+    reference = first.outputs if first is not None and nothing_expected else None
     if reference is not None:  # nothing expected: the endpoints must agree
         expected, checks = reference, {k: Tolerance() for k in reference}
-    answer: list[Mapping[str, np.ndarray]] = []
-    row = _replay_sample(client, loaded.name, sample.name, endpoint, sample.input_arrays(), expected, checks,
-                         loaded.sequenced, answer, loaded.served)
-    if first is not None and not sample.expected_arrays():
-        if agreeing:
+    call: Callable[..., dict[str, Any]] = {
+        "kserve": client.invoke_kserve,
+        "sagemaker-json": client.invoke_json,
+        "sagemaker-binary": client.invoke_binary,
+    }[endpoint]
+    inputs = sample.input_arrays()
+    start, got = time.perf_counter(), None
+    try:
+        # a model with a sequence batcher refuses a request without a correlation ID, in production too:
+        # the replay sends each sample as a sequence of one, as a client of such an ensemble must
+        got = call(name, inputs, sequence_id=1) if loaded.sequenced else call(name, inputs)
+    except InvokeError as exc:
+        row = ReplayRow(name, sample.name, endpoint, False, f"server error: {exc}")
+    except ConchError as exc:
+        row = ReplayRow(name, sample.name, endpoint, False, str(exc))
+    else:
+        millis = (time.perf_counter() - start) * 1000
+        declared = [t.name for t in loaded.served.io("output")] if loaded.served is not None else []
+        missing = [o for o in declared if o not in got]
+        if expected:
+            row = judge(name, sample.name, endpoint, got, expected, checks, millis)
+        elif missing or not got:  # nothing expected: the answer must hold every output the served model declares
+            lacks = ", ".join(missing) or "any output"
+            row = ReplayRow(name, sample.name, endpoint, False, f"the answer lacks {lacks}, which the served model "
+                            "declares", millis)
+        else:
+            row = ReplayRow(name, sample.name, endpoint, True, f"answered {', '.join(sorted(got))} (nothing "
+                            "expected: the other endpoints must answer the same)", millis)
+    if first is not None and nothing_expected:
+        if reference is not None:
             row.detail = f"the same as {first.endpoint} answered: {row.detail}"
-        elif row.passed and answer:
-            first.endpoint, first.outputs = endpoint, dict(answer[0])
+        elif row.passed and got is not None:
+            first.endpoint, first.outputs = endpoint, dict(got)
     if loaded.sequenced:
         row.detail += f" (sent as a sequence of one: {', '.join(loaded.sequenced)} has a sequence batcher)"
-    if heard and answer:
-        heard(loaded, sample, endpoint, answer[0])
+    if heard and got is not None:
+        heard(loaded, sample, endpoint, got)
     return row
 
 
@@ -331,44 +336,3 @@ def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
 def _short(row: ReplayRow) -> str:
     return f"{row.ensemble} {row.sample} {row.endpoint}: {row.result} {row.detail.splitlines()[0]}"
 
-
-def _replay_sample(
-    client: MultiModelClient,
-    name: str,
-    sample: str,
-    endpoint: str,
-    inputs: dict[str, np.ndarray],
-    expected: dict[str, np.ndarray],
-    checks: Mapping[str, OutputCheck],
-    sequenced: Sequence[str] = (),
-    answer: list[Mapping[str, np.ndarray]] | None = None,
-    served: ReadConfig | None = None,
-) -> ReplayRow:
-    """One sample through one endpoint, judged; with nothing expected (a KServe v2 request given as --payload),
-    the answer must hold every output the served model declares."""
-    call: Callable[..., dict[str, Any]] = {
-        "kserve": client.invoke_kserve,
-        "sagemaker-json": client.invoke_json,
-        "sagemaker-binary": client.invoke_binary,
-    }[endpoint]
-    start = time.perf_counter()
-    try:
-        # a model with a sequence batcher refuses a request without a correlation ID, in production too:
-        # the replay sends each sample as a sequence of one, as a client of such an ensemble must
-        got = call(name, inputs, sequence_id=1) if sequenced else call(name, inputs)
-    except InvokeError as exc:
-        return ReplayRow(name, sample, endpoint, False, f"server error: {exc}")
-    except ConchError as exc:
-        return ReplayRow(name, sample, endpoint, False, str(exc))
-    millis = (time.perf_counter() - start) * 1000
-    if answer is not None:
-        answer.append(got)
-    if expected:
-        return judge(name, sample, endpoint, got, expected, checks, millis)
-    declared = [t.name for t in served.io("output")] if served is not None else []
-    missing = [o for o in declared if o not in got]
-    if missing or not got:
-        return ReplayRow(name, sample, endpoint, False, f"the answer lacks {', '.join(missing) or 'any output'}, "
-                         "which the served model declares", millis)
-    return ReplayRow(name, sample, endpoint, True, f"answered {', '.join(sorted(got))} (nothing expected: the "
-                     "other endpoints must answer the same)", millis)

@@ -94,14 +94,6 @@ class MultiModelClient:
                 f"unloading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}"
             )
 
-    def list_models(self) -> list[dict[str, Any]]:
-        """``GET /models``. Triton 2.51 checks readiness under the hash, not the TargetModel name the
-        ensemble was loaded as, so archives loaded with a TargetModel header are not listed."""
-        response = self.http.get(f"{self.sagemaker_url}{MODELS}")
-        response.raise_for_status()
-        models: list[dict[str, Any]] = response.json().get("models", [])
-        return [m for m in models if m]
-
     def describe(self, target_model: str) -> dict[str, Any] | None:
         """``GET /models/<hash>``: the loaded archive's name and folder, or None if it is not loaded."""
         response = self.http.get(f"{self.sagemaker_url}{model_path(target_model)}")

@@ -3,7 +3,6 @@ MME until a threshold of a memory budget is used; how many fit, memory and load 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,7 +15,6 @@ from conch.archive.manifest import read_manifest
 from conch.ensembles.payloads import Payload
 from conch.errors import ArchiveError, BenchError
 from conch.harness.load.spec import archive_requests
-from conch.scratch import scratch_temp
 
 MIN_AVAILABLE_BYTES = 1 << 30  # stop before the machine itself runs short, whatever the budget says
 
@@ -96,8 +94,8 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     the first of ``payloads`` (``--payload FILE``, for an archive made by hand)."""
     import psutil
 
-    from conch.harness.endpoint import LocalMME
     from conch.harness.http_client import sync_client
+    from conch.harness.load.bench_run import local_mme
     from conch.wire import TARGET_HEADER
 
     if not 0 < threshold <= 1:
@@ -110,10 +108,10 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
     import base64
 
     body = base64.b64decode(request.body)
-    stem = archive.name.removesuffix(".tar.gz")
-    with scratch_temp("conch-probe-") as tmp, \
-            LocalMME(Path(tmp), load_timeout=load_timeout, step_names=step_names, load_wait=load_timeout + 30,
-                     invocation_timeout=load_timeout + 60) as mme, \
+    # every copy a name of its own, as `conch bench --copies` names them; each loads on its first call
+    copies = [f"{archive.name.removesuffix('.tar.gz')}-copy{i:03d}.tar.gz" for i in range(1, max_copies + 1)]
+    with local_mme([(archive, target) for target in copies], load_timeout=load_timeout, step_names=step_names,
+                   load_wait=load_timeout + 30, invocation_timeout=load_timeout + 60) as mme, \
             sync_client(mme.url, timeout=load_timeout + 90) as http:
         result = ProbeResult(ensemble, archive.name, memory_budget, threshold,
                              int(mme.metrics_json()["MemoryUsedBytes"]))
@@ -121,9 +119,7 @@ def probe(archive: Path, memory_budget: int, *, threshold: float = 0.9, max_copi
             result.stopped_because = "the empty server already uses more than the threshold of the budget"
             result.endpoint = mme.counts()
             return result
-        for index in range(1, max_copies + 1):
-            target = f"{stem}-copy{index:03d}.tar.gz"
-            os.symlink(archive.resolve(), Path(tmp) / target)
+        for index, target in enumerate(copies, 1):
             start = time.perf_counter()
             answer = http.post(f"{mme.url}/endpoints/{mme.endpoint_name}/invocations", content=body,
                                headers={"Content-Type": request.content_type, TARGET_HEADER: target})

@@ -143,7 +143,7 @@ def test_the_local_profiler_refuses_a_sagemaker_build_it_cannot_load(tmp_path: P
     import onnx_models
 
     from conch import OnnxStep
-    from conch.harness.profile.local_servers import check_local
+    from conch.harness.local_replay import check_backends
 
     model = onnx_models.affine(tmp_path / "affine.onnx")
     ens = Ensemble("affine_gpu", max_batch_size=4)
@@ -154,7 +154,7 @@ def test_the_local_profiler_refuses_a_sagemaker_build_it_cannot_load(tmp_path: P
         "affine_gpu.tar.gz is a production build whose steps affine_gpu__affine (onnxruntime_onnx) need "
         "backends the local server lacks; profile a `conch build --target local` build"
     )):
-        check_local(archive, read_manifest(archive))
+        check_backends(archive, read_manifest(archive), {}, "profile")
 
 
 def first_call_while_tritonserver_is_down(folder: Path, why: str, *, gone: bool) -> None:

@@ -128,16 +128,8 @@ GONE = "the caller went away before its request's body ended"
 async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request's body: the one message's bytes as they are (no copy) when it came in one. TooLarge past
     ``limit`` bytes: the rest is read and counted, not kept (a caller's 1 GB body is not held in memory)."""
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        raise Disconnected(GONE)
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body", False):
-        if len(body) > limit:
-            raise TooLarge(len(body))
-        return body
-    chunks = [body]
-    size = len(body)
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -151,7 +143,7 @@ async def read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
         if not message.get("more_body", False):
             if size > limit:
                 raise TooLarge(size)
-            return b"".join(chunks)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def invoke(fleet: Fleet, endpoint_name: str, name: str, headers: Iterable[tuple[bytes, bytes]],

@@ -63,9 +63,6 @@ class DiskCache:
     def remove(self, model_folder: Path) -> None:
         shutil.rmtree(model_folder.parent, ignore_errors=True)
 
-    def used(self) -> int:
-        return folder_bytes(self.root)
-
 
 def unpack(target_model: str, archive: Path, dest: Path) -> Configs:
     """Unpack through conch's one safe extraction; turn every refusal into a ValidationError for the caller.

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import psutil
 import uvicorn
 
 from conch.ensembles.target import DEFAULT_RELEASE
@@ -21,7 +22,6 @@ from conch.harness.endpoint.app import create_app
 from conch.harness.endpoint.disk import DiskCache
 from conch.harness.endpoint.fleet import Budgets, Fleet
 from conch.harness.endpoint.hop import INVOKE_TIMEOUT_S, TritonHop
-from conch.harness.endpoint.memory import tree_pss
 from conch.harness.endpoint.metrics import Metrics, run_counts
 from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
@@ -40,6 +40,24 @@ FLEET_CALL_TIMEOUT_S = 60.0
 KEEP_ALIVE_S = 30  # uvicorn closes a caller's connection idle this long after an answer
 
 log = logging.getLogger("conch.endpoint")
+
+
+def tree_pss(pid: int) -> int:
+    """Bytes of proportional set size of ``pid`` and its descendants (0 if it is gone): the memory a local MME's
+    models cost, tritonserver and every process it started (its Python stubs), pages shared between stubs
+    counted once across them."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except psutil.Error:  # a stub that exited meanwhile, or a process we may not read
+            continue
+    return total
 
 
 class LocalMME:

@@ -23,10 +23,6 @@ TIMES = {
 }
 KEEP = 10_000  # recent samples per timing kept for the JSON percentiles
 STATUSES = ("2XX", "4XX", "5XX")
-COUNTERS = ("ModelLoadFailures", "ModelDownloads", "ModelDiskEvictions", "TritonRestarts", "TritonLookupRetries",
-            "TritonLookupMisses", "StepNameCollisions", "ModelNotReady", "InvocationTimeouts")
-GAUGES = ("LoadedModelCount", "LoadedModelCountPeak", "LoadedModelCountLimit", "MemoryUsedBytes", "MemoryBudgetBytes",
-          "DiskUsedBytes", "DiskBudgetBytes")
 
 
 class Metrics:
@@ -67,7 +63,6 @@ class Metrics:
         self.disk = Gauge("DiskUsedBytes", "bytes of unpacked archives in the disk cache", registry=r)
         self.disk_budget = Gauge("DiskBudgetBytes", "--disk-budget (0: no limit)", registry=r)
         self._samples: dict[str, deque[float]] = {name: deque(maxlen=KEEP) for name in TIMES}
-        self._peak = 0
         self._lock = threading.Lock()
 
     def time(self, name: str, seconds: float) -> None:
@@ -78,8 +73,7 @@ class Metrics:
     def set_loaded(self, count: int) -> None:
         self.loaded.set(count)
         with self._lock:
-            if count > self._peak:
-                self._peak = count
+            if count > self.value("LoadedModelCountPeak"):
                 self.loaded_peak.set(count)
 
     def prometheus(self) -> bytes:
@@ -104,10 +98,9 @@ class Metrics:
                              "reload": int(self.value("ModelLoads_total", {"reload": "true"}))}
         out["ModelUnloads"] = {s.labels["reason"]: int(s.value) for m in self.unloads.collect() for s in m.samples
                                if s.name == "ModelUnloads_total"}
-        for name in COUNTERS:
-            out[name] = int(self.value(f"{name}_total"))
-        for name in GAUGES:
-            out[name] = int(self.value(name))
+        for family in self.registry.collect():  # every other counter and gauge (none has labels) by its name
+            if family.type in ("counter", "gauge") and family.name not in out:
+                out[family.name] = int(self.value(f"{family.name}_total" if family.type == "counter" else family.name))
         return out
 
 

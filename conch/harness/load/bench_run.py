@@ -22,17 +22,14 @@ from conch.scratch import scratch_temp
 def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0) -> Iterator[str]:
     """A tritonserver with every (archive, TargetModel) loaded as the MME platform loads it; yields its KServe
     URL, where each model is addressed by its TargetModel."""
-    from conch.archive.extract import safe_extract
+    from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
 
     with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named)) as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive, name in named:
-            folder = triton.workdir / "models" / name.removesuffix(".tar.gz")
-            folder.mkdir(parents=True)
-            safe_extract(archive, folder)
-            client.load(name, folder, load_timeout)
+            client.load(name, stage(archive, triton, name), load_timeout)
         yield triton.http_url
 
 

@@ -21,15 +21,12 @@ def pyplot() -> Any:
 def save_png(fig: Any, path: Path) -> Path:
     """Write ``fig`` to ``path`` as a PNG, atomically (a half-written picture never stands under its name), and
     free it: every picture conch draws ends here."""
-    import os
+    from conch.builder.archive import atomic_output
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
-        fig.savefig(part, dpi=110, format="png")
-        os.replace(part, path)
+        with atomic_output(path) as fh:
+            fig.savefig(fh, dpi=110, format="png")
     finally:
-        part.unlink(missing_ok=True)
         pyplot().close(fig)
     return path
 

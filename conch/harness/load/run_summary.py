@@ -3,6 +3,7 @@ percentiles, throughput; cold (first-call) against warm latency; the first user 
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -37,12 +38,8 @@ def cold_flags(records: Sequence[Sequence[Any]]) -> list[bool]:
 
 def users_at(timeline: Sequence[Sequence[float]], when: float) -> int:
     """Running users at wall time ``when`` (the last sample before it)."""
-    users = 0
-    for t, count in timeline:
-        if t > when:
-            break
-        users = int(count)
-    return users
+    index = bisect.bisect_right([t for t, _ in timeline], when)
+    return int(timeline[index - 1][1]) if index else 0
 
 
 def summarise(result: RunResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -159,7 +156,6 @@ def _ms(value: float | None) -> str:
 
 
 def write_json(summary: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    tmp.replace(path)
+    from conch.builder.archive import write_bytes_atomic
+
+    write_bytes_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())

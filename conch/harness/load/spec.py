@@ -9,13 +9,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.archive.manifest import Schema, read_manifest
+from conch.archive.manifest import read_manifest
 from conch.ensembles.dtypes import DType
 from conch.ensembles.payloads import Payload
 from conch.ensembles.samples import OutputCheck, check_to_json, encode_array
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.harness.load.stages import Stage
-from conch.wire import encode_request
+from conch.wire import encode_request, json_refusal
 
 # How requests reach the ensembles: the SageMaker runtime API over plain HTTP (the local MME, or anything
 # speaking it), the same API through boto3's sagemaker-runtime client (a deployed endpoint), or KServe v2.
@@ -68,22 +68,6 @@ class LoadSpec:
         return cls(**data)
 
 
-# Tensor types Triton's KServe JSON cannot carry either way (server src/http_server.cc, v2.51.0: "receiving FP16
-# data via JSON is not supported", "sending FP16 data via JSON is not supported"; the same for BF16)
-JSON_CANNOT_CARRY = ("FP16", "BF16")
-
-
-def json_not_applicable(schema: Schema) -> str:
-    """Why an ensemble of ``schema`` cannot be called with JSON bodies ("" when it can)."""
-    found = [f"{kind} {t.name!r} ({t.datatype})" for kind, tensors in (("input", schema.inputs),
-                                                                       ("output", schema.outputs))
-             for t in tensors if t.datatype.upper().removeprefix("TYPE_") in JSON_CANNOT_CARRY]
-    if not found:
-        return ""
-    return (f"{', '.join(found)}: Triton's JSON body carries no {'/'.join(JSON_CANNOT_CARRY)} data "
-            "(\"receiving/sending FP16 data via JSON is not supported\"); only binary+json bodies can call it")
-
-
 def archive_requests(archive: Path, body_kind: str = "binary",
                      payloads: Sequence[Payload] | None = None) -> list[Request]:
     """One request per manifest sample (or per payload, given: ``--payload FILE``, for an archive made by hand).
@@ -103,7 +87,7 @@ def archive_requests(archive: Path, body_kind: str = "binary",
             raise BenchError(f"{archive.name} has no sample payloads to send; declare one with ensemble.sample(...)")
         samples = [(s.name, s.input_arrays(), {k: dict(v) for k, v in s.expected.items()}, s.checks)
                    for s in manifest.samples]
-        no_json = json_not_applicable(manifest.schema) if body_kind == "json" else ""
+        no_json = (json_refusal(manifest.schema.tensors()) or "") if body_kind == "json" else ""
     requests = []
     for name, inputs, expected, checks in samples:
         kind, why = ("binary", no_json) if no_json else (body_kind, "")

@@ -3,6 +3,7 @@ as in Locust's ``StagesShape`` recipe) with ``users`` users, spawned at ``spawn_
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -81,10 +82,8 @@ def check_stages(raw: Any) -> list[Stage]:
 
 def stage_index(stages: Sequence[Stage], elapsed: float) -> int | None:
     """Index of the stage running ``elapsed`` seconds after the start (None once the last has ended)."""
-    for i, stage in enumerate(stages):
-        if elapsed < stage.duration:
-            return i
-    return None
+    index = bisect.bisect_right([stage.duration for stage in stages], elapsed)
+    return index if index < len(stages) else None
 
 
 def stage_start(stages: Sequence[Stage], index: int) -> float:

@@ -64,12 +64,6 @@ class ModelFigures:
                 "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
 
 
-def snapshot(stats: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The ``model_stats`` list of a statistics answer, keyed by model name (version 1 wins over others
-    only by order: conch's archives hold one version per model)."""
-    return {str(m["name"]): m for m in stats.get("model_stats", [])}
-
-
 def _count_ns(entry: Mapping[str, Any], key: str) -> tuple[int, int]:
     stat = entry.get("inference_stats", {}).get(key, {})
     return int(stat.get("count", 0)), int(stat.get("ns", 0))

@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conch.archive.check_report import CheckReport
 from conch.archive.manifest import Manifest
@@ -27,6 +28,9 @@ from conch.harness.profile.trace import trace_args
 from conch.harness.server import LocalTriton, free_port
 from conch.scratch import scratch_temp
 
+if TYPE_CHECKING:
+    from conch.harness.endpoint.local import LocalMME
+
 MODES = ("triton", "mme")
 LoadFor = Callable[[Manifest | None], Load]  # the load to send, once the archive's manifest (samples) is known
 
@@ -35,24 +39,26 @@ def sample_bodies(manifest: Manifest | None) -> tuple[Body, ...]:
     return tuple(Body.of(s.input_arrays()) for s in manifest.samples) if manifest is not None else ()
 
 
-def _metrics_args() -> tuple[tuple[str, ...], str]:
-    port = free_port()
-    return (*METRICS_ARGS, f"--metrics-port={port}"), f"http://127.0.0.1:{port}"
-
-
 def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
     """Turn on (before it starts) what a profile reads besides the statistics: the summary metrics for the
     percentiles, and a trace file for one traced request. (trace file, metrics URL)."""
-    extra, metrics_url = _metrics_args()
+    port = free_port()
     trace_file = triton.workdir / "traces" / "trace.json"
     trace_file.parent.mkdir(parents=True, exist_ok=True)
-    triton.extra_args = (*triton.extra_args, *extra, *trace_args(trace_file))
-    return trace_file, metrics_url
+    triton.extra_args = (*triton.extra_args, *METRICS_ARGS, f"--metrics-port={port}", *trace_args(trace_file))
+    return trace_file, f"http://127.0.0.1:{port}"
 
 
-def check_local(archive: Path, manifest: Manifest) -> None:
-    """ServeError when a step of ``archive`` needs a backend the local server lacks (as replay checks it)."""
+def load_on_mme(mme: LocalMME, archive: Path, progress: Callable[[str], None]) -> Manifest:
+    """Load ``archive`` (its TargetModel: its file name) on ``mme``, refused first when a step needs a backend
+    the local server lacks (as replay checks it); its manifest."""
+    from conch.archive.manifest import read_manifest
+
+    manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
     check_backends(archive, manifest, {}, "profile")
+    progress(f"loading {archive.name} on the local MME at {mme.url}")
+    mme.load(archive.name)
+    return manifest
 
 
 def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, load_timeout: float,
@@ -130,7 +136,6 @@ def gather(archives: Sequence[Path], folder: Path) -> None:
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
-    from conch.archive.manifest import read_manifest
     from conch.harness.endpoint import LocalMME
 
     with scratch_temp("conch-profile-") as folder:  # swept by the next run if this one is killed
@@ -142,10 +147,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             for archive in archives:
                 name = target_name(archive)
                 try:
-                    manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
-                    check_local(archive, manifest)
-                    progress(f"loading {name} on the local MME at {mme.url}")
-                    mme.load(name)
+                    manifest = load_on_mme(mme, archive, progress)
                     load = load_for(manifest)
                     progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
                     target = Target.front(mme.url, mme.endpoint_name, name)

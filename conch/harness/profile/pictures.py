@@ -96,11 +96,10 @@ def _traced_rows(profile: Profile) -> list[tuple[str, bool, list[Segment]]]:
 def waterfall_png(profile: Profile) -> bytes:
     """One request along the DAG: the traced one when the profile has it, else laid out from the mean figures;
     each step split into queue, compute input, infer and output; the critical path in red."""
-    try:
-        import matplotlib
+    from conch.harness.load.plots import pyplot  # matplotlib's pyplot on the Agg backend, as every picture
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        plt = pyplot()
         from matplotlib.patches import Patch
     except ImportError:
         raise MatplotlibMissing(f"the waterfall PNG needs matplotlib: {MATPLOTLIB_HINT}") from None

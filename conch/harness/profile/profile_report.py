@@ -149,8 +149,8 @@ def _ms(value: float | None) -> str:
 
 def assemble(dag: Dag, before: Snapshot, after: Snapshot, configs: Mapping[str, Mapping[str, Any]], run: RunInfo,
              quantiles: Mapping[str, Quantiles] | None = None) -> Profile:
-    """``configs``: each step's model config, and the ensemble's, by model name."""
-    """A profile from two statistics snapshots around a run, the step configs and how the run went."""
+    """A profile from two statistics snapshots around a run, the step configs (``configs``: each step's model
+    config, and the ensemble's, by model name) and how the run went."""
     quantiles = quantiles or {}
     ensemble = difference(dag.ensemble, before.get(dag.ensemble), after.get(dag.ensemble, {}))
     figures = [difference(s.model, before.get(s.model), after.get(s.model, {})) for s in dag.steps]

@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from conch.errors import ServeError
 from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import model_path
 from conch.harness.mme_contract import error_text
-from conch.harness.profile.figures import snapshot
 
 # Triton's summary metrics (--metrics-config summary_latencies=true): category -> metric name
 SUMMARIES = {"request": "nv_inference_request_summary_us", "queue": "nv_inference_queue_summary_us",
@@ -24,8 +23,6 @@ SUMMARIES = {"request": "nv_inference_request_summary_us", "queue": "nv_inferenc
 QUANTILES = {"0.5": "p50", "0.99": "p99"}
 METRICS_ARGS = ("--allow-metrics=true", "--allow-gpu-metrics=false", "--allow-cpu-metrics=false",
                 "--metrics-address=127.0.0.1", "--metrics-config=summary_latencies=true")
-_SAMPLE = re.compile(r'^(\w+)\{([^}]*)\}\s+(\S+)$')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -39,22 +36,20 @@ class StatsEndpoint:
     def _client(self) -> httpx.Client:
         return sync_client(self.http_url, *([self.metrics_url] if self.metrics_url else []), timeout=self.timeout)
 
-    def _get(self, path: str, session: httpx.Client) -> httpx.Response:
-        return session.get(f"{self.http_url.rstrip('/')}{path}")
-
     def snapshot(self, models: Iterable[str]) -> dict[str, Mapping[str, Any]]:
-        """These models' cumulative statistics, keyed by model name. Asked one model at a time: with
-        --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
+        """These models' cumulative statistics (their entries of ``model_stats``), keyed by model name (version 1
+        wins over others only by order: conch's archives hold one version per model). Asked one model at a time:
+        with --model-namespacing (SageMaker's image from 23.04) Triton 2.51 answers the all-models form with
         "unknown model" for a model held in another repository."""
         found: dict[str, Mapping[str, Any]] = {}
         paths = [model_path(model, "stats") for model in models]
         with self._client() as session:
             for path in paths:
                 try:
-                    answer = self._get(path, session)
+                    answer = session.get(f"{self.http_url.rstrip('/')}{path}")
                     if answer.status_code != 200:  # said in one line (httpx's raise_for_status adds a link)
                         raise ValueError(f"[{answer.status_code}] {error_text(answer.content, answer.reason_phrase)}")
-                    found.update(snapshot(answer.json()))
+                    found.update({str(m["name"]): m for m in answer.json().get("model_stats", [])})
                 except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # no answer, an error status, not JSON
                     raise ServeError(f"{self.http_url} did not answer GET /v2/models/stats ({exc}); give the KServe "
                                      "v2 HTTP address of a Triton with the statistics extension") from None
@@ -64,7 +59,7 @@ class StatsEndpoint:
         path = model_path(model, "config")
         try:
             with self._client() as session:
-                answer = self._get(path, session)
+                answer = session.get(f"{self.http_url.rstrip('/')}{path}")
         except (httpx.HTTPError, httpx.InvalidURL) as exc:  # the server did not answer
             raise ServeError(f"{self.http_url} did not answer GET /v2/models/{model}/config ({exc}); give the KServe "
                              "v2 HTTP address of a running Triton") from None
@@ -81,24 +76,19 @@ class StatsEndpoint:
             return {}
         try:
             with self._client() as session:
-                text = session.get(f"{self.metrics_url.rstrip('/')}/metrics").text
-        except (httpx.HTTPError, httpx.InvalidURL):
+                return parse_summaries(session.get(f"{self.metrics_url.rstrip('/')}/metrics").text)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError):  # no answer, or not Prometheus text
             return {}
-        return parse_summaries(text)
 
 
 def parse_summaries(text: str) -> dict[str, dict[str, dict[str, float]]]:
-    """Quantiles of Triton's latency summaries in Prometheus text, in milliseconds (NaN: no observation)."""
+    """Quantiles of Triton's latency summaries in Prometheus text (prometheus_client's parser), in milliseconds
+    (NaN: no observation)."""
     names = {metric: category for category, metric in SUMMARIES.items()}
     found: dict[str, dict[str, dict[str, float]]] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) not in names:
-            continue
-        labels = dict(_LABEL.findall(match.group(2)))
-        quantile = QUANTILES.get(labels.get("quantile", ""))
-        value = float(match.group(3))
-        if quantile is None or "model" not in labels or value != value:  # NaN: nothing observed in the window
-            continue
-        found.setdefault(labels["model"], {}).setdefault(names[match.group(1)], {})[quantile] = value / 1000
+    for sample in (s for family in text_string_to_metric_families(text) for s in family.samples):
+        quantile = QUANTILES.get(sample.labels.get("quantile", ""))
+        if sample.name not in names or quantile is None or "model" not in sample.labels or sample.value != sample.value:
+            continue  # another metric or figure, or NaN: nothing observed in the window
+        found.setdefault(sample.labels["model"], {}).setdefault(names[sample.name], {})[quantile] = sample.value / 1000
     return found

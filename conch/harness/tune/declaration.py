@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 import difflib
+import itertools
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +26,11 @@ class Patch:
 
     def write(self) -> list[Path]:
         """Write every rewritten file atomically (a temporary file renamed into place)."""
-        written = []
+        from conch.builder.archive import write_bytes_atomic
+
         for path, text in self.files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-            written.append(path)
-        return written
+            write_bytes_atomic(path, text.encode("utf-8"))
+        return list(self.files)
 
 
 @dataclass(frozen=True)
@@ -68,11 +65,8 @@ def _step_name(call: ast.Call) -> str | None:
 
 
 def _offsets(text: str) -> list[int]:
-    starts, at = [0], 0
-    for line in text.encode("utf-8").splitlines(keepends=True):
-        at += len(line)
-        starts.append(at)
-    return starts
+    """The byte offset at which each line starts (ast's col_offset counts bytes), and the end."""
+    return [0, *itertools.accumulate(len(line) for line in text.encode("utf-8").splitlines(keepends=True))]
 
 
 def _bound_names(tree: ast.Module) -> set[str]:
@@ -99,9 +93,7 @@ def _instance_group(call: ast.Call, raw: bytes, starts: list[int], knobs: Knobs)
 
 
 def _segment(raw: bytes, starts: list[int], node: ast.expr) -> str:
-    assert node.end_lineno is not None and node.end_col_offset is not None
-    begin = starts[node.lineno - 1] + node.col_offset
-    end = starts[node.end_lineno - 1] + node.end_col_offset
+    begin, end = _span(starts, node)
     return raw[begin:end].decode("utf-8")
 
 

@@ -4,6 +4,7 @@ as JSON."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,10 @@ def rounds_png(outcome: Outcome, path: Path, p99_ms: float) -> Path:
     xs = [0] + [r.number for r in outcome.rounds]
     trials = [outcome.start, *(r.trial for r in outcome.rounds)]
     kept = [True] + [r.kept for r in outcome.rounds]
-    best, running = [], outcome.start.throughput
-    for r in outcome.rounds:
-        running = r.trial.throughput if r.kept else running
-        best.append(running)
-    top.step([0, *xs[1:]], [outcome.start.throughput, *best], where="post", color="tab:green",
-             label="current settings")
+    # the current settings' throughput after each round: a kept change's, else what it was
+    current = itertools.accumulate(outcome.rounds, lambda now, r: r.trial.throughput if r.kept else now,
+                                   initial=outcome.start.throughput)
+    top.step(xs, list(current), where="post", color="tab:green", label="current settings")
     for x, t, k in zip(xs, trials, kept, strict=True):
         top.plot(x, t.throughput, "o", color="tab:blue", fillstyle="full" if k else "none", markersize=8)
     top.plot([], [], "o", color="tab:blue", label="kept (filled) / dropped (hollow)")

@@ -76,15 +76,6 @@ class Round:
     def trial(self) -> Trial:
         return self.candidate[0]
 
-    @property
-    def base(self) -> Trial:
-        return self.current[0]
-
-    @property
-    def again(self) -> Trial | None:
-        """The current settings measured again in this round (the A/B), if they were."""
-        return self.current[-1] if len(self.current) > 1 else None
-
     def margin(self) -> float:
         return close_margin(self.noise) if self.decided == "close" else max(NOISE_FLOOR, self.noise)
 
@@ -109,8 +100,9 @@ class Round:
         return {"round": self.number, "ensemble": self.move.step.ensemble, "step": self.move.step.step,
                 "change": self.move.change, "why": self.move.why, "final": self.move.final, "kept": self.kept,
                 "decided": self.decided,
-                "throughput_per_s": round(self.trial.throughput, 2), "baseline_per_s": round(self.base.throughput, 2),
-                "again_per_s": None if self.again is None else round(self.again.throughput, 2),
+                "throughput_per_s": round(self.trial.throughput, 2),
+                "baseline_per_s": round(self.current[0].throughput, 2),  # then, if measured again (the A/B), again
+                "again_per_s": round(self.current[-1].throughput, 2) if len(self.current) > 1 else None,
                 "candidate_per_s": [round(t.throughput, 2) for t in self.candidate],
                 "current_per_s": [round(t.throughput, 2) for t in self.current],
                 "noise": round(self.noise, 4), "margin": round(self.margin(), 4), "verdict": self.verdict(),
@@ -208,6 +200,12 @@ def _threads_text(before: Knobs, after: Knobs, step: StepSpace) -> str:
     return f", {key} {before.thread(key) or 'default'} -> {after.thread(key)}"
 
 
+def _grown(k: Knobs, more: int, step: StepSpace, levels: Levels, batching: bool = False) -> tuple[Knobs, str]:
+    """An instance more (and batching on), threads per instance cut to fit the cores in the same move."""
+    new = fit_threads(replace(_batching_on(k, levels) if batching else k, instances=more), step, levels)
+    return new, f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
+
+
 def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Levels) -> Iterator[Move]:
     k, f = settings.of(step), sp.figures
     where = f"{sp.share:.0%} of end to end{', critical' if sp.critical else ''}"
@@ -219,10 +217,8 @@ def _step_moves(settings: Settings, sp: StepProfile, step: StepSpace, levels: Le
         return Move(settings.with_step(step, knobs), step, change, why, tier)
 
     def grown(batching: bool = False) -> tuple[Knobs, str]:
-        """An instance more, threads per instance cut to fit the cores in the same move."""
         assert more is not None
-        new = fit_threads(replace(_batching_on(k, levels) if batching else k, instances=more), step, levels)
-        return new, f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
+        return _grown(k, more, step, levels, batching)
 
     fits = f" ({cores} cores: instances x threads fit them)"
     # a trial's profile is of its best level; when one more request in flight added no throughput, that level
@@ -297,9 +293,7 @@ def final_moves(settings: Settings, profiles: Sequence[Profile], steps: Sequence
         k = settings.of(step)
         more = _next(levels.instances(), k.instances, up=True)
         if more is not None:
-            on = _batching_on(k, levels) if step.batches and not k.batching else k
-            new = fit_threads(replace(on, instances=more), step, levels)
-            change = f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
+            new, change = _grown(k, more, step, levels, step.batches and not k.batching)
             if new.batching and not k.batching:
                 change += f", dynamic batching on (delay {levels.delays_us[0]} us)"
             found.append(Move(settings.with_step(step, new), step, change,
@@ -313,9 +307,8 @@ def final_moves(settings: Settings, profiles: Sequence[Profile], steps: Sequence
         k = settings.of(step)
         more = _next(levels.instances(), k.instances, up=True)
         assert more is not None
-        new = fit_threads(replace(k, instances=more), step, levels)
+        new, change = _grown(k, more, step, levels)
         both = both.with_step(step, new)
-        change = f"instances {k.instances} -> {more}{_threads_text(k, new, step)}"
         parts.append(f"{step.step} {change}")
         singles.append(Move(settings.with_step(step, new), step, change, "the last try before stopping: one of the "
                             "two steps that hold the most time, an instance more (both at once pass the CPU budget)",

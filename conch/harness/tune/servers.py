@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from conch.archive.manifest import Manifest, read_manifest
 from conch.errors import BenchError, ConchError
 from conch.harness.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
 from conch.harness.mme import MultiModelClient
-from conch.harness.profile.load import Body, Target
-from conch.harness.profile.local_servers import check_local, gather, load_staged, sample_bodies
+from conch.harness.profile.load import Target
+from conch.harness.profile.local_servers import gather, load_on_mme, load_staged, sample_bodies
 from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
 from conch.harness.tune.space import StepSpace
@@ -31,18 +31,19 @@ def steps_of(name: str, manifest: Manifest) -> list[StepSpace]:
             for s in manifest.steps]
 
 
-def _workloads(named: Sequence[tuple[str, Manifest, Target]], mix: Mapping[str, float] | str | None,
-               bodies: Callable[[Manifest], tuple[Body, ...]]) -> list[Workload]:
+def _trial_server(stats: StatsEndpoint, named: Sequence[tuple[str, Manifest, Target]],
+                  mix: Mapping[str, float] | str | None, server: str, **options: Any) -> TrialServer:
+    """A TrialServer sending each named archive's samples to its target, weighted by ``mix``."""
     weights = weights_of([n for n, _, _ in named], mix)
-    found = []
+    workloads = []
     for name, manifest, target in named:
         if name not in weights:
             continue
-        sent = bodies(manifest)
+        sent = sample_bodies(manifest)
         if not sent:
             raise BenchError(f"{name} has no samples to send; build it with samples (ensemble.sample(...))")
-        found.append(Workload(name, target, sent, weights[name]))
-    return found
+        workloads.append(Workload(name, target, sent, weights[name]))
+    return TrialServer(stats, workloads, [s for n, m, _ in named for s in steps_of(n, m)], server, **options)
 
 
 @contextmanager
@@ -55,9 +56,7 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
     say = progress or (lambda _: None)
     if mode == "mme":
         with _on_mme(archives, load_timeout, say) as (stats, on_mme, server):
-            yield TrialServer(stats, _workloads(on_mme, mix, sample_bodies),
-                              [s for n, m, _ in on_mme for s in steps_of(n, m)], server, progress=say,
-                              load_timeout=load_timeout, **options)  # type: ignore[arg-type]
+            yield _trial_server(stats, on_mme, mix, server, progress=say, load_timeout=load_timeout, **options)
         return
     from conch.builder.shm_sizing import archives_settings
 
@@ -69,9 +68,8 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
             name, manifest, _ = load_staged(archive, triton, client, load_timeout, say)
             # a manifest is needed (the default), so staging refused an archive without one
             named.append((name, cast(Manifest, manifest), Target.kserve(triton.http_url, name)))
-        yield TrialServer(StatsEndpoint(triton.http_url), _workloads(named, mix, sample_bodies),
-                          [s for n, m, _ in named for s in steps_of(n, m)], "the local tritonserver", progress=say,
-                          load_timeout=load_timeout, **options)  # type: ignore[arg-type]
+        yield _trial_server(StatsEndpoint(triton.http_url), named, mix, "the local tritonserver", progress=say,
+                            load_timeout=load_timeout, **options)
 
 
 @contextmanager
@@ -87,11 +85,7 @@ def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], 
             named = []
             for archive in archives:
                 name = target_name(archive)
-                manifest = read_manifest(archive)  # streamed up to the manifest: nothing unpacked
-                check_local(archive, manifest)
-                say(f"loading {name} on the local MME at {mme.url}")
-                mme.load(name)
-                named.append((name, manifest, Target.front(mme.url, mme.endpoint_name, name)))
+                named.append((name, load_on_mme(mme, archive, say), Target.front(mme.url, mme.endpoint_name, name)))
             yield StatsEndpoint(mme.triton.http_url), named, f"the local MME ({mme.url})"
 
 
@@ -107,6 +101,4 @@ def remote_server(url: str, archives: Sequence[Path], *, mix: Mapping[str, float
             raise BenchError(f"{archive}: with --url give the archives the server has loaded, for their samples and "
                              f"step names ({exc})") from None
         named.append((manifest.ensemble, manifest, Target.kserve(url, manifest.ensemble)))
-    return TrialServer(StatsEndpoint(url), _workloads(named, mix, sample_bodies),
-                       [s for n, m, _ in named for s in steps_of(n, m)], url, progress=progress,
-                       **options)  # type: ignore[arg-type]
+    return _trial_server(StatsEndpoint(url), named, mix, url, progress=progress, **options)

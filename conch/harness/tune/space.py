@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conch.errors import BenchError
+from conch.harness.profile.findings import StepConfig
 
 # The thread parameters each backend reads from its model config, by the step's declared kind. Triton's
 # onnxruntime backend reads intra/inter op thread counts per model (and so does conch's ONNX Runtime stand-in);
@@ -154,16 +155,11 @@ class Settings:
 
 def knobs_of(config: Mapping[str, Any], step: StepSpace) -> Knobs:
     """The knobs a step's config has now (the declaration's settings, as the server loaded them)."""
-    groups = config.get("instance_group") or []
-    instances = sum(int(g.get("count", 1)) for g in groups) or 1
-    dynamic = config.get("dynamic_batching")
-    params = config.get("parameters") or {}
+    now, params = StepConfig.of(config), config.get("parameters") or {}
     threads = tuple(sorted((k, int(params[k]["string_value"])) for k in step.thread_keys
                            if k in params and str(params[k].get("string_value", "")).isdigit()))
-    if dynamic is None:
-        return Knobs(instances, False, 0, (), threads)
-    return Knobs(instances, True, int(dynamic.get("max_queue_delay_microseconds", 0) or 0),
-                 tuple(int(s) for s in dynamic.get("preferred_batch_size") or ()), threads)
+    preferred = (config.get("dynamic_batching") or {}).get("preferred_batch_size") or ()
+    return Knobs(now.instances, now.dynamic_batching, now.max_queue_delay_us, tuple(int(s) for s in preferred), threads)
 
 
 def apply_knobs(config: Mapping[str, Any], step: StepSpace, knobs: Knobs) -> dict[str, Any]:

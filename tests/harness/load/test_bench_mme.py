@@ -117,5 +117,5 @@ def test_json_bodies_of_an_fp16_ensemble_are_not_applicable_and_go_as_binary(tmp
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert code == 0, summary["errors"]
     assert summary["requests"] > 0 and summary["failures"] == 0
-    assert "input 'X' (FP16), output 'Z' (FP16): Triton's JSON body carries no FP16" in \
+    assert "input 'X' is FP16, output 'Z' is FP16: Triton's JSON bodies cannot carry FP16" in \
         summary["not_applicable"]["half.tar.gz"]

@@ -204,7 +204,7 @@ def test_a_close_call_is_judged_on_the_means_of_two_measurements_each() -> None:
                                "than the run's noise so far (5%, at least 5%)")
     below = Round(1, move, (_trial(2, 30),), (_trial(1, 40),), 0.05, False, "below")
     assert below.verdict() == ("dropped: 30.0/s does not beat the current settings' 40.0/s (the run's noise so far "
-                               "5%, at least 5%)") and below.again is None
+                               "5%, at least 5%)") and below.to_json()["again_per_s"] is None
     spent = Round(1, move, (_trial(2, 42),), (_trial(1, 40), _trial(3, 41)), 0.05, False, "budget")
     assert spent.verdict().endswith("and no trial of the budget was left to measure it again")
 
