@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -193,10 +193,6 @@ class FleetFinding:
     def line(self) -> str:
         return f"fleet: {self.level}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "kind": self.kind, "archives": list(self.archives), "models": list(self.models),
-                "message": self.message}
-
 
 @dataclass
 class FleetReport:
@@ -220,7 +216,7 @@ class FleetReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "archives": list(self.archives), "findings": [f.to_json() for f in self.findings]}
+        return {"ok": self.ok, "archives": list(self.archives), "findings": [asdict(f) for f in self.findings]}
 
 
 def named(archives: Sequence[str]) -> str:
