@@ -76,10 +76,6 @@ class ArchiveModels:
             return None
 
 
-def _wanted(path: str) -> bool:
-    return path in (MANIFEST_NAME, "config.pbtxt") or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
-
-
 def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = None) -> ArchiveModels:
     """Stream one archive (a file or an S3 body) for its configs and manifest; an archive that cannot be read
     comes back with ``problem`` set (the fleet check reports it)."""
@@ -88,7 +84,7 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
     def wanted(path: str) -> bool:
         if "/" in path:
             folders.add(path.split("/", 1)[0])
-        return _wanted(path)
+        return path in (MANIFEST_NAME, "config.pbtxt") or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
 
     try:
         found = scan_archive(stream, target_model, wanted, size=size)
