@@ -28,7 +28,8 @@ def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource
             if rel not in built:
                 messages.append(f"{rel}: not in the rebuilt archive")
             elif rel.endswith("/config.pbtxt"):
-                rebuilt: Any = parse_config(_text(built[rel]), rel)
+                source = built[rel]
+                rebuilt: Any = parse_config(source if isinstance(source, bytes) else Path(source).read_bytes(), rel)
                 if rebuilt == model.config:
                     configs += 1
                 else:
@@ -50,10 +51,6 @@ def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource
             else:
                 messages.append(f"{rel}: the rebuilt file differs from the original")
     return messages, configs, files
-
-
-def _text(source: FileSource) -> str:
-    return (source if isinstance(source, bytes) else Path(source).read_bytes()).decode("utf-8")
 
 
 def _difference(original: Any, rebuilt: Any) -> str:
