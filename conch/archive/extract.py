@@ -24,6 +24,7 @@ DEFAULT_MAX_BYTES = 64 * 2**30  # unpacked file bytes; the largest MME archives 
 DEFAULT_MAX_ENTRIES = 200_000  # a packed torch environment holds ~20k files
 DEFAULT_MAX_RATIO = 200  # unpacked bytes per archive byte: real archives compress 1-10x, bombs 1000x
 RATIO_FLOOR = 64 * 2**20  # below this, the ratio is not checked (tiny archives of configs compress well)
+MAX_FILE = 1 << 20  # scan_archive reads no larger file
 _CHUNK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -34,7 +35,6 @@ def safe_extract(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_entries: int = DEFAULT_MAX_ENTRIES,
-    max_ratio: float = DEFAULT_MAX_RATIO,
 ) -> None:
     """Unpack ``archive`` (.tar.gz or .tar) into ``dest``, which must be missing or an empty folder.
 
@@ -55,7 +55,7 @@ def safe_extract(
                            ) from None
     if not archive.is_file():
         raise ArchiveError(f"archive {archive} is not a file; give the path of a .tar.gz")
-    budget = min(max_bytes, max(RATIO_FLOOR, int(max_ratio * size)))
+    budget = min(max_bytes, max(RATIO_FLOOR, int(DEFAULT_MAX_RATIO * size)))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".unpacking", dir=dest.parent))
     try:
@@ -75,21 +75,19 @@ def scan_archive(
     wanted: Callable[[str], bool],
     *,
     size: int | None = None,
-    max_file: int = 1 << 20,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_entries: int = DEFAULT_MAX_ENTRIES,
-    max_ratio: float = DEFAULT_MAX_RATIO,
 ) -> dict[str, bytes]:
     """Read an untrusted archive (.tar.gz or .tar, from any stream: a file, an S3 body) in one pass without
     writing anything: the bytes of the regular files whose cleaned path ``wanted`` accepts (each at most
-    ``max_file`` bytes), under the entry rules of :func:`safe_extract` (paths, kinds, counts, sizes); every other
+    MAX_FILE bytes), under the entry rules of :func:`safe_extract` (paths, kinds, counts, sizes); every other
     file's bytes are inflated past and dropped. ``size`` (the archive's bytes, when known) caps the unpacked
-    size by ``max_ratio`` as safe_extract does.
+    size by DEFAULT_MAX_RATIO as safe_extract does.
 
     Raises:
         ArchiveError: naming ``archive`` and the entry, for an unsafe, oversized or unreadable archive.
     """
-    budget = max_bytes if size is None else min(max_bytes, max(RATIO_FLOOR, int(max_ratio * size)))
+    budget = max_bytes if size is None else min(max_bytes, max(RATIO_FLOOR, int(DEFAULT_MAX_RATIO * size)))
     found: dict[str, bytes] = {}
     checker = _Unpacker(Path(archive), Path("."), budget, max_bytes, max_entries)
 
@@ -104,7 +102,7 @@ def scan_archive(
         if checker.total > budget:
             raise checker.refuse(member.name, f"takes the unpacked size past {budget} bytes (a possible "
                                  "gzip bomb)")
-        if name is not None and member.size <= max_file and wanted(name):
+        if name is not None and member.size <= MAX_FILE and wanted(name):
             data = tar.extractfile(member)
             found[name] = data.read() if data is not None else b""
             if len(found[name]) != member.size:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -76,10 +76,6 @@ class ArchiveModels:
             return None
 
 
-def _wanted(path: str) -> bool:
-    return path in (MANIFEST_NAME, "config.pbtxt") or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
-
-
 def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = None) -> ArchiveModels:
     """Stream one archive (a file or an S3 body) for its configs and manifest; an archive that cannot be read
     comes back with ``problem`` set (the fleet check reports it)."""
@@ -88,7 +84,7 @@ def read_archive_models(stream: BinaryIO, target_model: str, size: int | None = 
     def wanted(path: str) -> bool:
         if "/" in path:
             folders.add(path.split("/", 1)[0])
-        return _wanted(path)
+        return path in (MANIFEST_NAME, "config.pbtxt") or (path.count("/") == 1 and path.endswith("/config.pbtxt"))
 
     try:
         found = scan_archive(stream, target_model, wanted, size=size)
@@ -193,10 +189,6 @@ class FleetFinding:
     def line(self) -> str:
         return f"fleet: {self.level}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "kind": self.kind, "archives": list(self.archives), "models": list(self.models),
-                "message": self.message}
-
 
 @dataclass
 class FleetReport:
@@ -220,7 +212,7 @@ class FleetReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "archives": list(self.archives), "findings": [f.to_json() for f in self.findings]}
+        return {"ok": self.ok, "archives": list(self.archives), "findings": [asdict(f) for f in self.findings]}
 
 
 def named(archives: Sequence[str]) -> str:

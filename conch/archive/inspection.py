@@ -4,7 +4,7 @@ environments, the manifest's warmup and shared-memory sections, and the `conch c
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +31,12 @@ class Entry:
     kind: str
     size: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "size": self.size}
-
 
 @dataclass(frozen=True)
 class TensorSummary:
     name: str
     datatype: str
     dims: tuple[int, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "dims": list(self.dims)}
 
     def __str__(self) -> str:
         return f"{self.name} {self.datatype} {list(self.dims)}"
@@ -62,12 +56,6 @@ class ModelSummary:
     problem: str | None = None
     #: Fields conch does not model as typed settings (response_cache, optimization, ...), as proto text.
     config_fields: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "served_as": self.served_as, "max_batch_size": self.max_batch_size,
-                "instance_groups": list(self.instance_groups), "dynamic_batching": self.dynamic_batching,
-                "inputs": [t.to_json() for t in self.inputs], "outputs": [t.to_json() for t in self.outputs],
-                "config_fields": dict(self.config_fields), "problem": self.problem}
 
     def lines(self) -> list[str]:
         if self.problem:
@@ -110,13 +98,12 @@ class Inspection:
             "archive": str(self.archive),
             "compressed_bytes": self.compressed_bytes,
             "unpacked_bytes": self.unpacked_bytes,
-            "tree": [e.to_json() for e in self.entries],
-            "models": [m.to_json() for m in self.models],
+            "tree": [asdict(e) for e in self.entries],
+            "models": [asdict(m) for m in self.models],
             "environments": {path: {"bytes": size, **self.manifest.environments[path].to_json()}
                              if path in self.manifest.environments else {"bytes": size}
                              for path, size in self.environments.items()},
-            "check": {"ok": self.check.ok, "findings": [{"level": f.level, "file": f.file, "message": f.message}
-                                                        for f in self.check.findings]},
+            "check": {"ok": self.check.ok, "findings": [asdict(f) for f in self.check.findings]},
             "manifest": self.manifest.to_json(),
         }
 

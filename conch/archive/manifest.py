@@ -353,9 +353,5 @@ def unreadable(archive: Path, exc: BaseException) -> ArchiveError:
 
 
 def no_manifest(where: Path) -> ArchiveError:
-    return ArchiveError(_missing(where))
-
-
-def _missing(where: Path) -> str:
-    return (f"{where} has no {MANIFEST_NAME} (not built by conch?); `conch check` checks any archive, this "
-            "needs one built by `conch build`")
+    return ArchiveError(f"{where} has no {MANIFEST_NAME} (not built by conch?); `conch check` checks any archive, "
+                        "this needs one built by `conch build`")

@@ -24,8 +24,6 @@ _TAR_NAMES_READ = 20_000  # an environment's lib/python3.X/ shows early; stop lo
 
 def built_for(root: Path) -> Manifest | None:
     """The manifest of an unpacked archive, or None (hand-made, or unreadable: the check does not need it)."""
-    if not (root / MANIFEST_NAME).is_file():
-        return None
     try:
         return read_manifest(root)
     except ArchiveError:

@@ -160,15 +160,11 @@ def _check_root_model(root: Path, report: CheckReport, release: Release | str, m
 
 
 def _check_body(model: Model, report: CheckReport) -> None:
-    refusal = json_refusal(_ensemble_tensors(model.config))
+    # (kind, name, datatype) of the served model's inputs and outputs, the tensors a request body carries
+    refusal = json_refusal([(kind, t.name, t.data_type.removeprefix("TYPE_")) for kind in ("input", "output")
+                            for t in model.config.io(kind)])
     if refusal:
         report.warning(f"{model.prefix}config.pbtxt", f"needs binary bodies: {refusal}")
-
-
-def _ensemble_tensors(config: ReadConfig) -> list[tuple[str, str, str]]:
-    """(kind, name, datatype) of an ensemble's inputs and outputs, the tensors a request body carries."""
-    return ([("input", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("input")]
-            + [("output", t.name, t.data_type.removeprefix("TYPE_")) for t in config.io("output")])
 
 
 def _read_model(path: Path, report: CheckReport, folder: str | None = None,

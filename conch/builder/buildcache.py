@@ -18,32 +18,19 @@ from conch.version import __version__
 __all__ = ["BuildRecord", "Digests", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
 
 
-MEMO_LIMIT = 4096  # entries a per-process memo keeps before it starts over
-_known: dict[tuple[str, int, int, int, int, int], str] = {}
-
-
 def digest(source: FileSource) -> str:
-    """sha256 of a file's content; for a file on disk, remembered under its ``stat_identity`` (path, size,
-    inode, device, ns mtime and ctime: in this process and in the cache), so an unchanged 90 MB model is not
-    read again. A file changed in the last two seconds is read every time (git's racily clean rule)."""
-    if isinstance(source, bytes):
+    """sha256 of a file's content; for a file on disk of a MiB or more, remembered in the cache under its
+    ``stat_identity`` (path, size, inode, device, ns mtime and ctime), so an unchanged 90 MB model is not read
+    again. A file changed in the last two seconds is read every time (git's racily clean rule)."""
+    identity = None if isinstance(source, bytes) else stat_identity(source)
+    if identity is None or identity[1] < _WORTH_REMEMBERING:
         return sha256(source)
-    identity = stat_identity(source)
-    if identity is None:
-        return sha256(source)
-    if identity in _known:
-        return _known[identity]
-    if identity[1] < _WORTH_REMEMBERING:
-        value = sha256(source)
-    else:
-        where = _cache_root() / "digests" / key_of(list(identity))[:32]
-        known = read_json(where)
-        value = known if isinstance(known, str) else sha256(source)
-        if known != value:
-            write_json(where, value)
-    if len(_known) >= MEMO_LIMIT:  # bounded: a notebook or a long harness starts over rather than grow
-        _known.clear()
-    _known[identity] = value
+    where = cache_dir() / "digests" / key_of(list(identity))[:32]
+    known = read_json(where)
+    if isinstance(known, str):
+        return known
+    value = sha256(source)
+    write_json(where, value)
     return value
 
 
@@ -80,7 +67,7 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
 def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
     """Encoded expected outputs of a sample declared ``cache=True``: from the cache under ``material``'s key
     (which holds the function's ``pure_key``), else computed."""
-    where = _cache_root() / "samples" / f"{key_of([__version__, own_code(), material])[:32]}.json"
+    where = cache_dir() / "samples" / f"{key_of([__version__, own_code(), material])[:32]}.json"
     if not refresh:
         known = read_json(where)
         if isinstance(known, dict):
@@ -103,39 +90,7 @@ def remember_passed(material: object) -> None:
 
 
 def _check_record(material: object) -> Path:
-    return _cache_root() / "checks" / f"{key_of([__version__, own_code(), environment(), material])[:32]}.json"
-
-
-_roots: dict[tuple[str | None, str], Path] = {}
-
-
-def _cache_root() -> Path:
-    """``cache_dir()``, asked once per setting in a process (it makes the folder at each call; the records
-    written under it make their folders themselves)."""
-    folder = os.environ.get("CONCH_CACHE_DIR")
-    # what cache_dir() follows: the setting (a relative one from the working folder), else the home folder
-    setting = (folder, os.getcwd() if folder and not os.path.isabs(folder) else os.environ.get("HOME", ""))
-    root = _roots.get(setting)
-    if root is None:
-        root = _roots[setting] = cache_dir()
-    return root
-
-
-_real_folders: dict[str, str] = {}
-
-
-def _real_path(archive: Path) -> str:
-    """``str(archive.resolve())``, with the folder's resolved once per process (a build of 200 archives into
-    one folder resolved it 200 times, a stat per part of the path each time)."""
-    if os.path.islink(archive):
-        return str(archive.resolve())
-    folder = os.path.abspath(archive.parent)
-    real = _real_folders.get(folder)
-    if real is None:
-        if len(_real_folders) >= MEMO_LIMIT:
-            _real_folders.clear()
-        real = _real_folders[folder] = str(Path(folder).resolve())
-    return os.path.join(real, archive.name)
+    return cache_dir() / "checks" / f"{key_of([__version__, own_code(), environment(), material])[:32]}.json"
 
 
 class BuildRecord:
@@ -147,7 +102,7 @@ class BuildRecord:
 
     def __init__(self, archive: Path) -> None:
         self.archive = archive
-        self.where = _cache_root() / "builds" / f"{key_of(_real_path(archive))[:32]}.json"
+        self.where = cache_dir() / "builds" / f"{key_of(str(archive.resolve()))[:32]}.json"
 
     def _stat(self) -> tuple[list[int], bool] | None:
         """The archive's stat, and whether it changed too recently to be told by it."""

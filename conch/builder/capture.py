@@ -5,7 +5,6 @@ show it in full. When the code fails, what it said is passed on to stderr at onc
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import os
@@ -14,7 +13,6 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO
 
 from conch.startup_lines import is_startup_line
 
@@ -58,7 +56,7 @@ def captured(what: str, into: list[CapturedOutput]) -> Iterator[None]:
     """Within the block, warnings, ``sys.stdout``/``sys.stderr`` and descriptors 1 and 2 go to a temporary
     file; afterwards what was said is appended to ``into`` (nothing when nothing was said). On an exception
     it is written to stderr before the exception goes on."""
-    with _sink() as sink, warnings.catch_warnings(record=True) as caught:
+    with tempfile.TemporaryFile() as sink, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")  # each distinct warning once, as Python shows them by default
         failed = False
         try:
@@ -79,32 +77,6 @@ def captured(what: str, into: list[CapturedOutput]) -> Iterator[None]:
                     print(out.text(), file=sys.stderr, flush=True)
                 else:
                     into.append(out)
-
-
-_free: tuple[int, list[IO[bytes]]] = (0, [])  # the process they belong to, and its unused sinks
-
-
-@contextlib.contextmanager
-def _sink() -> Iterator[IO[bytes]]:
-    """An empty temporary file, reused within a process (a build captures 8 pieces of code per ensemble; a
-    new file each time was a third of the capture's cost); a forked worker opens its own."""
-    global _free
-    if _free[0] != os.getpid():
-        _free = (os.getpid(), [])
-        atexit.register(_close_all, _free[1])
-    pool = _free[1]
-    sink = pool.pop() if pool else tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the next capture
-    try:
-        sink.seek(0)
-        sink.truncate()
-        yield sink
-    finally:
-        pool.append(sink)
-
-
-def _close_all(sinks: list[IO[bytes]]) -> None:
-    for sink in sinks:
-        sink.close()
 
 
 def _last_frame(line: str) -> str:

@@ -66,12 +66,6 @@ class Observed:
         return Observed(DerivedWarmup(data["source"], steps), {m: dict(v) for m, v in data["row_bytes"].items()})
 
 
-def runs_nothing(plan: CompiledEnsemble) -> bool:
-    """Whether observe has nothing to run for ``plan``: no warmup declared and every tensor's size follows from
-    its declaration (so there is no user code to capture the output of)."""
-    return plan.warmup_request is None and not (plan.samples and needs_samples(plan))
-
-
 def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[FileSource], str] = digest) -> Observed:
     """Run the warmup payload and, when sizes must be measured, the samples, with the steps loaded once.
     A warmup that cannot run fails the build; samples that cannot run leave the sizes unmeasured.

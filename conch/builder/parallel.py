@@ -7,19 +7,16 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import queue
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 
 from conch.builder.capture import CapturedOutput
 from conch.builder.pack import Progress
-from conch.ensembles.ensemble import Ensemble
 from conch.errors import BuildError, ConchError
 from conch.scratch import die_with_parent
 
@@ -55,30 +52,15 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-# per file: the module its ensembles were found in (the import stays in sys.modules) and them by name
-_declared: dict[Path, tuple[ModuleType, dict[str, Ensemble]]] = {}
-
-
-def _ensemble(source: Path, name: str) -> Ensemble | None:
-    """The ensemble ``name`` declared in ``source``, imported by path if this process has not yet (a file of
-    200 ensembles is looked through once per process, not once per ensemble)."""
-    from conch.builder.discover import load_module_ensembles
-
-    known = _declared.get(source)
-    if known is None or sys.modules.get(known[0].__name__) is not known[0]:
-        ensembles = load_module_ensembles(source)
-        module = sys.modules[source.resolve().stem]
-        known = _declared[source] = (module, {e.name: e for e in reversed(ensembles)})  # the first of a name
-    return known[1].get(name)
-
-
 def run_job(job: BuildJob, progress: Progress | None = None) -> BuildOutcome:
     """Build one ensemble in this process; any failure becomes the outcome's error (the others still build)."""
+    from conch.builder.discover import load_module_ensembles
     from conch.builder.repository_build import render_repository, write_if_changed, write_repository
 
     start = time.perf_counter()
     try:
-        ensemble = _ensemble(job.source, job.ensemble)
+        # a file already imported in this process (a fork inherits it) is looked through, not imported again
+        ensemble = next((e for e in load_module_ensembles(job.source) if e.name == job.ensemble), None)
         if ensemble is None:
             raise BuildError(f"{job.source}: no ensemble named {job.ensemble!r} when imported again")
         repo = render_repository(ensemble, job.target, job.release, progress, job.refresh)
@@ -129,8 +111,8 @@ def build_all(
     done: Callable[[BuildOutcome], None],
     progress: Progress | None = None,
 ) -> list[BuildOutcome]:
-    """Build every job, ``workers`` at a time (this process and ``workers - 1`` others); ``done`` hears of
-    each ensemble as it finishes. Outcomes come back in job order. With one worker (or one job) everything
+    """Build every job, ``workers`` at a time (each in a worker process); ``done`` hears of each ensemble as it
+    finishes. Outcomes come back in job order. With one worker (or one job) everything
     runs in this process.
 
     ``progress`` hears the steps of a serial build; parallel workers print theirs, prefixed, to stderr (none
@@ -141,51 +123,21 @@ def build_all(
             outcomes.append(run_job(job, progress))
             done(outcomes[-1])
         return outcomes
-    results: dict[int, BuildOutcome] = {}
-
-    def here(index: int) -> None:  # built in this process
-        job = jobs[index]
-        results[index] = run_job(job, partial(_prefixed, job.ensemble) if progress else None)
-        done(results[index])
-
-    # This process is one of the builders: ``workers - 1`` others take jobs from the front of the queue while it
-    # takes them from the back (no pickling, no pipe and no process start for its share). The others are forked
-    # (at the first submit) before this process builds anything: a build runs the user's models, and a process
-    # forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever in the
-    # child for a lock a thread of the parent held (tests/builder/test_parallel.py builds a TorchScript step).
-    rest = range(len(jobs) - 1)
+    # The workers are forked (at the first submit) before anything is built: a build runs the user's models, and a
+    # process forked after a framework started its threads (torch's OpenMP pool, ONNX Runtime's) can wait forever
+    # in the child for a lock a thread of the parent held (tests/builder/test_parallel_fork.py). They are forked by
+    # this thread, which waits for them in shutdown below: the death signal (sent when the forking thread ends)
+    # fires only when the command dies.
     _before_fork()
-    # The pool's processes are forked by this thread, which waits for them in shutdown below: the death signal
-    # (sent when the forking thread ends) fires only when the command dies.
-    pool = ProcessPoolExecutor(max_workers=min(workers - 1, len(rest)), mp_context=_context(),
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=_context(),
                                initializer=_die_with, initargs=(os.getpid(),))
-    # every future, done or cancelled, passes through here once (the pool's thread puts a worker's job when it
-    # finishes): this thread hears of them between its own builds, without looking through the others
-    finishing: queue.SimpleQueue[Future[BuildOutcome]] = queue.SimpleQueue()
+    results: dict[int, BuildOutcome] = {}
     try:
-        futures = [pool.submit(run_job, jobs[i], partial(_prefixed, jobs[i].ensemble) if progress else None)
-                   for i in rest]
-        index_of = dict(zip(futures, rest, strict=True))
-        for future in futures:
-            future.add_done_callback(finishing.put)
-        here(len(jobs) - 1)
-        heard = 0
-
-        def hear(future: Future[BuildOutcome]) -> None:
-            nonlocal heard
-            heard += 1
-            if not future.cancelled():  # cancelled: taken by this process
-                results[index_of[future]] = future.result()
-                done(results[index_of[future]])
-
-        for index in reversed(rest):
-            if not futures[index].cancel():  # a worker has it: every job before it is theirs too
-                break
-            here(index)
-            while not finishing.empty():
-                hear(finishing.get())
-        while heard < len(futures):
-            hear(finishing.get())
+        futures = {pool.submit(run_job, job, partial(_prefixed, job.ensemble) if progress else None): index
+                   for index, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(results[futures[future]])
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise

@@ -13,7 +13,7 @@ from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.buildcache import BuildRecord, Digests, cached_expected, entry_mode, passed_before, remember_passed
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
-from conch.builder.observe import Observed, observe, runs_nothing
+from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
 from conch.cache import key_of, pure_key, refreshing
@@ -101,11 +101,8 @@ class RepositoryBuild:
         notes: list[str] = []
         envs = EnvLayout(target, release, progress, self.refresh)
         alone = plan.plain_model
-        if runs_nothing(plan):
-            observed = Observed()
-        else:
-            with captured("running the ensemble in this process", output):
-                observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
+        with captured("running the ensemble in this process", output):
+            observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
         for step in plan.steps:
             model, layout = step.model_name, step.layout
             try:

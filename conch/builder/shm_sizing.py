@@ -164,19 +164,12 @@ def _mb(n: int) -> str:
     return f"{n / MIB:.1f} MiB"
 
 
-def server_settings(manifests: Iterable[Manifest | Mapping[str, Any]]) -> tuple[int, int]:
+def server_settings(manifests: Iterable[Manifest]) -> tuple[int, int]:
     """(shm-default-byte-size, shm-growth-byte-size) that hold every archive's Python-backend steps:
-    SageMaker's defaults unless an archive needs more (manifests typed, or in their JSON form)."""
-    sized = [_shm_json(m) for m in manifests]
-    default = max([SAGEMAKER_DEFAULT_BYTES, *(int(s.get("default_byte_size", 0)) for s in sized)])
-    growth = max([SAGEMAKER_GROWTH_BYTES, *(int(s.get("growth_byte_size", 0)) for s in sized)])
-    return default, growth
-
-
-def _shm_json(manifest: Manifest | Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(manifest, Manifest):
-        return manifest.shm.to_json() if manifest.shm else {}
-    return manifest.get("shm") or {}
+    SageMaker's defaults unless an archive needs more."""
+    sized = [m.shm for m in manifests if m.shm is not None]
+    return (max([SAGEMAKER_DEFAULT_BYTES, *(s.default_byte_size for s in sized)]),
+            max([SAGEMAKER_GROWTH_BYTES, *(s.growth_byte_size for s in sized)]))
 
 
 def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:

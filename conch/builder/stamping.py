@@ -181,9 +181,7 @@ class Unpacked:
 def stamp_archive(archive: Path, target_model: str, out: Path) -> Stamped:
     """Write ``archive`` stamped for ``target_model`` to ``out``/<target_model> (deterministic bytes, written
     atomically). The archive must pass `conch check`; ArchiveError saying why not."""
-    target_model_of(target_model)  # a bad name is refused before the archive is unpacked
-    with Unpacked(archive) as unpacked:
-        return unpacked.stamp(target_model, out)
+    return stamp_archives(archive, [target_model], out)[0]
 
 
 def _manifest(folder: Path, archive: Path) -> Manifest | None:

@@ -93,10 +93,7 @@ class ReadConfig:
 
     def label_filename(self, output: str) -> str:
         """The label file an output names, as written ("" for none)."""
-        for t in self.carried.output:
-            if t.name == output:
-                return str(t.label_filename)
-        return ""
+        return next((str(t.label_filename) for t in self.carried.output if t.name == output), "")
 
     def triton_json(self) -> dict[str, Any]:
         """The whole config as the JSON Triton hands a Python model's ``initialize`` (``args["model_config"]``)."""

@@ -3,20 +3,14 @@ same ModelConfig message and every file byte for byte; whatever differs is named
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-from conch.archive.manifest import MANIFEST_NAME
+from conch.archive.manifest import MANIFEST_NAME, sha256
 from conch.compiler.config_reader import config_field
 from conch.compiler.pbtxt import parse_config
 from conch.ensembles.layout import FileSource
 from conch.importer.repository import ModelFolder, Repository
-
-
-def _digest(source: FileSource) -> str:
-    data = source if isinstance(source, bytes) else Path(source).read_bytes()
-    return hashlib.sha256(data).hexdigest()
 
 
 def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource]) -> tuple[list[str], int, int]:
@@ -34,12 +28,13 @@ def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource
             if rel not in built:
                 messages.append(f"{rel}: not in the rebuilt archive")
             elif rel.endswith("/config.pbtxt"):
-                rebuilt: Any = parse_config(_text(built[rel]), rel)
+                source = built[rel]
+                rebuilt: Any = parse_config(source if isinstance(source, bytes) else Path(source).read_bytes(), rel)
                 if rebuilt == model.config:
                     configs += 1
                 else:
                     messages.append(f"{rel}: the rebuilt config differs: {_difference(model.config, rebuilt)}")
-            elif _digest(built[rel]) != _digest(path):
+            elif sha256(built[rel]) != sha256(path):
                 messages.append(f"{rel}: the rebuilt file differs from the original")
             else:
                 files += 1
@@ -51,15 +46,11 @@ def compare(repo: Repository, ensemble: ModelFolder, built: dict[str, FileSource
             rel = path.relative_to(repo.root).as_posix()
             if rel not in built:
                 messages.append(f"{rel}: not in the rebuilt archive (beside the model folders)")
-            elif _digest(built[rel]) == _digest(path):
+            elif sha256(built[rel]) == sha256(path):
                 files += 1
             else:
                 messages.append(f"{rel}: the rebuilt file differs from the original")
     return messages, configs, files
-
-
-def _text(source: FileSource) -> str:
-    return (source if isinstance(source, bytes) else Path(source).read_bytes()).decode("utf-8")
 
 
 def _difference(original: Any, rebuilt: Any) -> str:

@@ -7,7 +7,7 @@ import importlib.util
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -192,9 +192,7 @@ def _encoded_images(ensemble: Ensemble) -> set[str]:
 
 def describe(imported: Imported) -> dict[str, Any]:
     """The import of one ensemble, for `--json`."""
-    return {"ensemble": imported.ensemble, "module": str(imported.module), "messages": imported.messages,
-            "configs_equal": imported.configs_equal, "files_identical": imported.files_identical,
-            "sample": imported.sample}
+    return {**asdict(imported), "module": str(imported.module)}
 
 
 __all__ = ["Imported", "archive_stem", "describe", "import_sources"]

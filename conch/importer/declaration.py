@@ -90,7 +90,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
         steps.append((names(model.name.removeprefix(f"{ensemble.name}__") or model.name), model))
     folder = out_file.parent.resolve()
     used = sorted({m.platform for _, m in steps}, key=lambda p: STEP_KINDS[p][0])
-    classes = sorted({"Ensemble", "Tensor", *(STEP_KINDS[p][0] for p in used), *_setting_classes(steps, spec)})
+    classes = sorted({"Ensemble", "Tensor", *(STEP_KINDS[p][0] for p in used), *_setting_classes(steps)})
     lines = [
         _docstring(f"Ensemble {ensemble.name!r}, imported by `conch import` from {repo.source.name}: its models keep "
                    "their\nnames, files and settings; `conch build` turns this file back into the same archive. "
@@ -102,7 +102,8 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
     ]
     if samples:
         lines.append("from conch.ensembles.samples import read_samples")
-    lines += ["", f"MODELS = Path(__file__).parent / {_q(_relative(repo.root.resolve(), folder))}", ""]
+    models = Path(os.path.relpath(repo.root.resolve(), folder)).as_posix()
+    lines += ["", f"MODELS = Path(__file__).parent / {_q(models)}", ""]
     for step_var, model in steps:
         lines += _step(step_var, model, decl.messages)
         lines.append("")
@@ -129,12 +130,7 @@ def _docstring(text: str) -> str:
     return f'"""{text}"""'
 
 
-def _relative(path: Path, start: Path) -> str:
-    rel = os.path.relpath(path, start)
-    return Path(rel).as_posix()
-
-
-def _setting_classes(steps: list[tuple[str, ModelFolder]], spec: object) -> set[str]:
+def _setting_classes(steps: list[tuple[str, ModelFolder]]) -> set[str]:
     used: set[str] = set()
     for _, model in steps:
         s = model.read.spec.settings

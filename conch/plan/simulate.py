@@ -1,5 +1,5 @@
 """The MME platform in miniature: a fleet of instances, each keeping its loaded models in least-recently-used
-order within a memory (and optionally a model-count) budget, and SageMaker's routing, which sends a request
+order within a memory budget, and SageMaker's routing, which sends a request
 to an instance that has its model loaded and otherwise picks one to load it on."""
 
 from __future__ import annotations
@@ -46,20 +46,16 @@ class SimResult:
 
 
 class Instance:
-    def __init__(self, memory: int, max_models: int | None) -> None:
-        self.memory, self.max_models = memory, max_models
+    def __init__(self, memory: int) -> None:
+        self.memory = memory
         self.lru: OrderedDict[int, int] = OrderedDict()  # model -> bytes, least recently used first
         self.used = 0
         self.served = 0
 
-    def fits(self, size: int) -> bool:
-        return size <= self.memory
-
     def load(self, model: int, size: int) -> list[int]:
         """Load ``model``, unloading least-recently-used ones until it fits; returns the unloaded."""
         evicted = []
-        while self.lru and (self.used + size > self.memory or
-                            (self.max_models is not None and len(self.lru) >= self.max_models)):
+        while self.lru and self.used + size > self.memory:
             old, old_size = self.lru.popitem(last=False)
             self.used -= old_size
             evicted.append(old)
@@ -69,10 +65,10 @@ class Instance:
 
 
 def simulate(trace: Sequence[int], sizes: Sequence[int], load_s: Sequence[float], instances: int,
-             memory: int, *, max_models: int | None = None, warmup: int = 0) -> SimResult:
+             memory: int, *, warmup: int = 0) -> SimResult:
     """Replay ``trace`` (model indices) on ``instances`` instances of ``memory`` bytes for models; counts
     hits, loads and ModelLoadingWaitTime over the requests after the first ``warmup``."""
-    fleet = [Instance(memory, max_models) for _ in range(instances)]
+    fleet = [Instance(memory) for _ in range(instances)]
     holders: dict[int, set[int]] = {}
     hits = loads = evictions = peak = 0
     wait = 0.0

@@ -44,13 +44,8 @@ def triton_image(release: Release | str, region: str, image: str | None = None) 
             f"{', '.join(sorted(TRITON_IMAGE_ACCOUNTS))}); pass the image URI with --image "
             f"(<account>.dkr.ecr.{region}.amazonaws.com/sagemaker-tritonserver:{Release.of(release)}-py3)"
         )
-    return sagemaker_image(Release.of(release), account, region)
-
-
-def sagemaker_image(release: Release, account: str, region: str) -> str:
-    """The SageMaker Triton image URI of ``release`` in ``account``'s registry of ``region``."""
     domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{release}-py3"
+    return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{Release.of(release)}-py3"
 
 
 # Triton's races under MME churn, by release (sources read in the server and core repositories):

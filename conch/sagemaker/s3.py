@@ -232,20 +232,18 @@ def remote_archives(location: ModelLocation, aws: AwsTarget,
         with aws_errors(f"reading s3://{location.bucket}/{key}",
                         f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
             recorded = s3.head_object(Bucket=location.bucket, Key=key).get("Metadata", {}).get(FLEET_METADATA)
-        summary = ArchiveModels.from_summary(target_model, recorded) if recorded else None
-        if summary is not None:  # what conch recorded when it uploaded these bytes: nothing to download
-            fleet.append(summary)
-            continue
-        if etag not in read or not etag:
-            if progress:
-                progress(f"reading the configs of s3://{location.bucket}/{key}")
-            with aws_errors(f"reading s3://{location.bucket}/{key}",
-                            f"the credentials need s3:GetObject on arn:aws:s3:::{location.bucket}/{key}"):
+            summary = ArchiveModels.from_summary(target_model, recorded) if recorded else None
+            if summary is None and (etag not in read or not etag):
+                if progress:
+                    progress(f"reading the configs of s3://{location.bucket}/{key}")
                 body = s3.get_object(Bucket=location.bucket, Key=key)["Body"]
                 try:
                     read[etag] = read_archive_models(body, target_model, int(obj.get("Size", 0)) or None)
                 finally:
                     body.close()
+        if summary is not None:  # what conch recorded when it uploaded these bytes: nothing to download
+            fleet.append(summary)
+            continue
         seen = read[etag]
         fleet.append(replace(seen, target_model=target_model,
                              problem=seen.problem and seen.problem.replace(seen.target_model, target_model)))

@@ -41,13 +41,6 @@ class UploadPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def copy_names(archive: Path, copies: int) -> list[str]:
-    """``--copies N``: ``<name>-1.tar.gz`` … ``<name>-N.tar.gz`` for ``<name>.tar.gz`` (unpadded, so copy 7 keeps
-    its name when N grows)."""
-    stem = archive.name.removesuffix(ARCHIVE_SUFFIX)
-    return [f"{stem}-{i}{ARCHIVE_SUFFIX}" for i in range(1, copies + 1)]
-
-
 def requested(archives: Sequence[Path], names: Sequence[str] = (), copies: int = 0) -> list[tuple[Path, str, str]]:
     """(archive, TargetModel, why it must be stamped or '') for every upload the options ask for."""
     if names and copies:
@@ -60,8 +53,9 @@ def requested(archives: Sequence[Path], names: Sequence[str] = (), copies: int =
             raise DeployError(f"--as names copies of one archive, but {len(archives)} were given; deploy them one "
                               "at a time, or without --as")
         return [(archives[0], target_model_of(n), "--as") for n in names]
-    if copies:
-        return [(a, n, "--copies") for a in archives for n in copy_names(a, copies)]
+    if copies:  # <name>-1.tar.gz … <name>-N.tar.gz, unpadded: copy 7 keeps its name when N grows
+        return [(a, f"{a.name.removesuffix(ARCHIVE_SUFFIX)}-{i}{ARCHIVE_SUFFIX}", "--copies") for a in archives
+                for i in range(1, copies + 1)]
     return [(a, a.name, "") for a in archives]
 
 

@@ -148,9 +148,9 @@ class TestRelease:
         assert Release.of("25.02").has_tensorflow and not Release.of("25.03").has_tensorflow
 
     def test_image(self) -> None:
-        from conch.sagemaker.images import sagemaker_image
+        from conch.sagemaker.images import triton_image
 
-        assert sagemaker_image(Release.of("24.10"), "785573368785", "us-east-1") == (
+        assert triton_image("24.10", "us-east-1") == (
             "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.10-py3"
         )
 

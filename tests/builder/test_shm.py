@@ -15,7 +15,7 @@ from run_pipelines import image_ensemble, text_ensemble
 from conch import Ensemble, PythonStep, Tensor
 from conch.builder.discover import discover
 from conch.builder.repository_build import build_ensemble, render_repository
-from conch.builder.shm_sizing import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings, server_settings
+from conch.builder.shm_sizing import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings
 from conch.harness.server import LocalTriton
 from conch.sagemaker.shm_environment import shm_environment
 
@@ -74,7 +74,6 @@ def test_deploy_environment_and_local_server_get_what_the_archives_need(tmp_path
     assert kept == {ENV_DEFAULT: "1048576"} and said[0].startswith(f"kept {ENV_DEFAULT}=1048576 from --env")
     assert shm_environment([small], {})[0] == {}
     assert archives_settings([big, small])[:2] == (75 * MIB, MIB)
-    assert server_settings([{"shm": {"default_byte_size": 75 * MIB}}, {}]) == (75 * MIB, MIB)
     assert archives_settings([small, tmp_path / "missing.tar.gz"]) == (16 * MIB, MIB, "")
     command = LocalTriton(tmp_path / "server", shm_default_byte_size=75 * MIB).command()
     assert f"--backend-config=python,shm-default-byte-size={75 * MIB}" in command

@@ -7,9 +7,9 @@ import numpy as np
 from conch.plan.simulate import simulate, zipf_trace, zipf_weights
 
 
-def test_one_instance_is_plain_lru_by_model_count() -> None:
-    # capacity 2: a b a c b -> miss miss hit miss(evicts b) miss(evicts a)
-    result = simulate([0, 1, 0, 2, 1], [1, 1, 1], [2.0, 3.0, 5.0], instances=1, memory=10, max_models=2)
+def test_one_instance_is_plain_lru() -> None:
+    # room for 2: a b a c b -> miss miss hit miss(evicts b) miss(evicts a)
+    result = simulate([0, 1, 0, 2, 1], [1, 1, 1], [2.0, 3.0, 5.0], instances=1, memory=2)
     assert (result.hits, result.loads, result.evictions) == (1, 4, 2)
     assert result.wait_s == 2.0 + 3.0 + 5.0 + 3.0
     assert result.hit_rate == 0.2 and result.loaded_peak == 2

@@ -112,9 +112,9 @@ def test_the_deploy_refuses_what_the_endpoint_could_not_serve(moto: Moto, bucket
 
 
 def test_names_and_prefixes_are_checked_before_anything_is_read(built: Path, tmp_path: Path) -> None:
-    from conch.sagemaker.upload_plan import copy_names, requested
+    from conch.sagemaker.upload_plan import requested
 
-    assert copy_names(built, 3) == ["x-1.tar.gz", "x-2.tar.gz", "x-3.tar.gz"]
+    assert requested([built], copies=3) == [(built, f"x-{i}.tar.gz", "--copies") for i in (1, 2, 3)]
     assert requested([built], ["a", "b.tar.gz"]) == [(built, "a.tar.gz", "--as"), (built, "b.tar.gz", "--as")]
     with pytest.raises(DeployError, match=r"--as names copies of one archive, but 2 were given"):
         requested([built, tmp_path / "y.tar.gz"], ["a"])
