@@ -203,7 +203,7 @@ class _Unpacker:
                                           "(a possible archive bomb)")
                     each(tar, member)
             stream.drain()
-        except (tarfile.TarError, EOFError, isal_zlib.error) as exc:
+        except (tarfile.TarError, EOFError, isal_zlib.error) as exc:  # type: ignore[misc]  # isal types it as an instance
             raise ArchiveError(
                 f"archive {self.archive} is not a readable .tar.gz ({exc}); it may be truncated or corrupt: "
                 "rebuild it with `conch build` or copy it again"
