@@ -117,7 +117,7 @@ class LocalTriton:
         SageMaker (silently: the build warned about production)."""
         from conch.builder.shm_sizing import archives_settings
 
-        default, growth, _ = archives_settings(archives)
+        default, growth = archives_settings(archives)
         return cls(shm_default_byte_size=default, shm_growth_byte_size=growth)
 
     @property
