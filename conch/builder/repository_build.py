@@ -10,13 +10,13 @@ from typing import Any
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.buildcache import BuildRecord, Digests, cached_expected, entry_mode, passed_before, remember_passed
+from conch.builder.buildcache import BuildRecord, Digests, entry_mode, passed_before, remember_passed
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
-from conch.cache import key_of, pure_key, refreshing
+from conch.cache import key_of, pure_key, refreshing, remembered
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -191,7 +191,7 @@ class RepositoryBuild:
             # a function declared pure and told by content: its outputs are remembered; any other runs every time
             code = pure_key(sample.expected) if sample.cache and callable(sample.expected) else None
             if code is not None:
-                expected = cached_expected([models_key, sample.name, encoded_inputs, code], compute, self.refresh)
+                expected = remembered("samples", [models_key, sample.name, encoded_inputs, code], compute)
             else:
                 expected = compute()
             checks = {k: sample.check_for(k, outputs[k]) for k in expected}
