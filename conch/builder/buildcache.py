@@ -9,11 +9,10 @@ import time
 from pathlib import Path
 
 from conch.archive.manifest import sha256
-from conch.cache import RACY_NS, cache_dir, environment, key_of, own_code, read_json, stat_identity, write_json
+from conch.cache import RACY_NS, cache_dir, key_of, read_json, stat_identity, write_json
 from conch.ensembles.layout import FileSource
-from conch.version import __version__
 
-__all__ = ["BuildRecord", "Digests", "digest", "entry_mode", "passed_before", "remember_passed"]
+__all__ = ["BuildRecord", "Digests", "digest", "entry_mode"]
 
 
 def digest(source: FileSource) -> str:
@@ -60,22 +59,6 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
     if stat.S_ISLNK(mode):
         return [name, "link", os.readlink(source)]
     return [name, bool(mode & stat.S_IXUSR)]
-
-
-def passed_before(material: object) -> bool:
-    """Whether a step's checks with exactly these inputs passed before (see remember_passed)."""
-    return os.path.isfile(_check_record(material))
-
-
-def remember_passed(material: object) -> None:
-    """Note that a step's checks passed for ``material``: the step's declaration and the content of every
-    file it lays out. The checks are conch's code run on those files through the libraries installed
-    (onnx, torch, DALI): the record's key adds conch's code and the installed distributions."""
-    write_json(_check_record(material), True)
-
-
-def _check_record(material: object) -> Path:
-    return cache_dir() / "checks" / f"{key_of([__version__, own_code(), environment(), material])[:32]}.json"
 
 
 class BuildRecord:
