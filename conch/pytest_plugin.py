@@ -150,14 +150,11 @@ class ConchSession:
     def triton(self) -> ConchTriton:
         """The local Triton, started on first need with shared memory sized for every archive to run."""
         if self._triton is None:
-            from conch.builder.shm_sizing import archives_settings
             from conch.harness.mme import MultiModelClient
             from conch.harness.server import LocalTriton
 
-            built = [a for a in (self.archive(self.sources[n]) for n in self.selected or self.sources)
-                     if isinstance(a, Path)]
-            default, growth, _ = archives_settings(built)
-            server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+            server = LocalTriton.sized_for([a for a in (self.archive(self.sources[n]) for n in self.selected
+                                                        or self.sources) if isinstance(a, Path)])
             server.start()
             self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url))
         return self._triton

@@ -82,9 +82,10 @@ class PythonStep(Step):
     @classmethod
     def standin_for(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
         """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
-        s = step.settings
-        return cls(step.name, runner, step.inputs, step.outputs, files=files, max_batch_size=s.max_batch_size,
-                   **s.as_args())
+        standin = cls(step.name, runner, step.inputs, step.outputs, files=files,
+                      max_batch_size=step.settings.max_batch_size)
+        standin.settings = step.settings  # frozen, and validated when the step was declared
+        return standin
 
     def standin(self) -> PythonStep:
         return self

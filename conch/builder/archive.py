@@ -29,15 +29,9 @@ def expand(files: Mapping[str, FileSource], _within: tuple[Path, ...] = ()) -> d
     relative link inside a folder source that stays inside it, which remains a link."""
     out: dict[str, FileSource] = {}
     for rel, source in files.items():
-        folder = False
-        if isinstance(source, Path):  # one stat for a plain file: a build expands every file it lays out thrice
-            mode = _mode(source)
-            if stat.S_ISLNK(mode):
-                source = source.resolve()
-                folder = source.is_dir()
-            else:
-                folder = stat.S_ISDIR(mode)
-        if isinstance(source, Path) and folder:
+        if isinstance(source, Path) and source.is_symlink():
+            source = source.resolve()
+        if isinstance(source, Path) and source.is_dir():
             if source in _within:
                 raise BuildError(f"{rel}: its symlinks loop back to {source}; replace the link by the files")
             prefix = "" if rel in ("", ".") else rel.rstrip("/") + "/"
@@ -52,14 +46,6 @@ def expand(files: Mapping[str, FileSource], _within: tuple[Path, ...] = ()) -> d
         else:
             out[rel] = source
     return out
-
-
-def _mode(path: Path) -> int:
-    """The mode of ``path`` itself (a link's, not its target's); 0 when there is nothing there."""
-    try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
 
 
 def _link_inside(link: Path, root: Path) -> bool:

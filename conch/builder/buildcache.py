@@ -6,16 +6,13 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from conch.archive.manifest import sha256
-from conch.cache import RACY_NS, cache_dir, environment, key_of, own_code, read_json, stat_identity, write_json
+from conch.cache import RACY_NS, cache_dir, key_of, read_json, stat_identity, write_json
 from conch.ensembles.layout import FileSource
-from conch.version import __version__
 
-__all__ = ["BuildRecord", "Digests", "cached_expected", "digest", "entry_mode", "passed_before", "remember_passed"]
+__all__ = ["BuildRecord", "Digests", "digest", "entry_mode"]
 
 
 def digest(source: FileSource) -> str:
@@ -62,35 +59,6 @@ def entry_mode(name: str, source: FileSource) -> list[object]:
     if stat.S_ISLNK(mode):
         return [name, "link", os.readlink(source)]
     return [name, bool(mode & stat.S_IXUSR)]
-
-
-def cached_expected(material: object, compute: Callable[[], dict[str, Any]], refresh: bool) -> dict[str, Any]:
-    """Encoded expected outputs of a sample declared ``cache=True``: from the cache under ``material``'s key
-    (which holds the function's ``pure_key``), else computed."""
-    where = cache_dir() / "samples" / f"{key_of([__version__, own_code(), material])[:32]}.json"
-    if not refresh:
-        known = read_json(where)
-        if isinstance(known, dict):
-            return known
-    value = compute()
-    write_json(where, value)
-    return value
-
-
-def passed_before(material: object) -> bool:
-    """Whether a step's checks with exactly these inputs passed before (see remember_passed)."""
-    return os.path.isfile(_check_record(material))
-
-
-def remember_passed(material: object) -> None:
-    """Note that a step's checks passed for ``material``: the step's declaration and the content of every
-    file it lays out. The checks are conch's code run on those files through the libraries installed
-    (onnx, torch, DALI): the record's key adds conch's code and the installed distributions."""
-    write_json(_check_record(material), True)
-
-
-def _check_record(material: object) -> Path:
-    return cache_dir() / "checks" / f"{key_of([__version__, own_code(), environment(), material])[:32]}.json"
 
 
 class BuildRecord:

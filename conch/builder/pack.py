@@ -4,7 +4,6 @@ and platform) or with conda-pack, into a content-addressed cache, laid out the w
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from pathlib import Path
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import sha256
 from conch.builder.archive import write_tar
-from conch.cache import cache_dir
+from conch.cache import cache_dir, key_of, read_json, write_json
 from conch.ensembles.environment import PythonEnv
 from conch.errors import PackError
 from conch.scratch import scratch_dir, scratch_temp
@@ -116,17 +115,12 @@ def resolve(
     material: dict[str, object] = {"requirements": requirements, "python": python, "platform": PLATFORM,
                                    "numpy": NUMPY_PIN}
     where = cache_dir() / "resolved" / f"{_key(material)}.json"
-    if not refresh:
-        try:
-            return tuple(json.loads(where.read_text())["pins"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    known = None if refresh else read_json(where)
+    if isinstance(known, dict) and isinstance(known.get("pins"), list):
+        return tuple(known["pins"])
     (progress or _quiet)(f"resolving {', '.join(requirements)} for CPython {python} ({PLATFORM})")
     pins = _resolve_with_pip(requirements, python)
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = where.with_name(f".{where.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"requirements": list(requirements), "python": python, "pins": list(pins)}) + "\n")
-    os.replace(tmp, where)
+    write_json(where, {"requirements": list(requirements), "python": python, "pins": list(pins)})
     return pins
 
 
@@ -303,8 +297,7 @@ def _folder_listing(folder: Path) -> list[object]:
 def _key(material: dict[str, object]) -> str:
     """The cache key of a packed environment or a resolution: ``material`` (what it is made from), the code
     that packs it (this module and the archive writer) and pip's version."""
-    material = {**material, "layout": LAYOUT_VERSION, "packer": _packer()}
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+    return key_of({**material, "layout": LAYOUT_VERSION, "packer": _packer()})[:24]
 
 
 @functools.cache

@@ -10,13 +10,13 @@ from typing import Any
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
 from conch.builder.archive import atomic_output, expand, write_tar
-from conch.builder.buildcache import BuildRecord, Digests, cached_expected, entry_mode, passed_before, remember_passed
+from conch.builder.buildcache import BuildRecord, Digests, entry_mode
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
-from conch.cache import key_of, pure_key, refreshing
+from conch.cache import key_of, pure_key, refreshing, remembered
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -72,7 +72,7 @@ def repository_build(
     output: list[CapturedOutput] = []
     digests = Digests()
     with refreshing(refresh):  # what backends remember of steps (bindings, DALI pipelines) is derived again
-        plan = compile_ensemble(ensemble, target, release, _checker(output, digests, refresh))
+        plan = compile_ensemble(ensemble, target, release, _checker(output, digests))
     return RepositoryBuild(plan, progress, refresh, output, digests)
 
 
@@ -191,7 +191,7 @@ class RepositoryBuild:
             # a function declared pure and told by content: its outputs are remembered; any other runs every time
             code = pure_key(sample.expected) if sample.cache and callable(sample.expected) else None
             if code is not None:
-                expected = cached_expected([models_key, sample.name, encoded_inputs, code], compute, self.refresh)
+                expected = remembered("samples", [models_key, sample.name, encoded_inputs, code], compute)
             else:
                 expected = compute()
             checks = {k: sample.check_for(k, outputs[k]) for k in expected}
@@ -225,23 +225,22 @@ def _in_archive(model: str, rel: str) -> str:
     return f"{model}/{rel}"
 
 
-def _checker(output: list[CapturedOutput], digests: Digests, refresh: bool) -> LayoutChecker:
-    """How a build lays out and checks a step: what the step's code says is kept in ``output``; ``refresh``
-    runs the checks that passed before again."""
+def _checker(output: list[CapturedOutput], digests: Digests) -> LayoutChecker:
+    """How a build lays out and checks a step: what the step's code says is kept in ``output``."""
 
     def checked(step: Step, model: str, target: Target, release: Release, ensemble: str) -> StepLayout:
         if not step.lays_out_with_code:  # nothing to capture
-            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
+            return _checked_layout(step, model, target, release, ensemble, digests)
         with captured(f"the export of step {step.name!r}", output):
-            return _checked_layout(step, model, target, release, ensemble, digests, refresh)
+            return _checked_layout(step, model, target, release, ensemble, digests)
 
     return checked
 
 
 def _checked_layout(step: Step, model: str, target: Target, release: Release, ensemble: str,
-                    digests: Digests, refresh: bool = False) -> StepLayout:
+                    digests: Digests) -> StepLayout:
     """The step's layout, after its build-time checks. Checks that passed for the same declaration,
-    config, files and release are not run again (but for ``refresh``): they read or run the artifacts
+    config, files and release are not run again (but under ``--refresh``): they read or run the artifacts
     (0.3 s for a 90 MB ONNX file) and depend on nothing else."""
     try:
         layout = step.layout(model, target, release, ensemble)
@@ -255,9 +254,12 @@ def _checked_layout(step: Step, model: str, target: Target, release: Release, en
         raise BuildError(f"step {step.name!r}: cannot read a file it lays out: {exc}") from exc
     material = [type(step).__module__, type(step).__qualname__, describe_step(step), step.check_settings(),
                 repr(layout.spec), str(release), contents]
-    if refresh or not passed_before(material):
+
+    def check() -> bool:  # conch's code run on those files through the libraries installed (onnx, torch, DALI)
         step.check(release)
-        remember_passed(material)
+        return True
+
+    remembered("checks", material, check)  # its key adds conch's code and the installed distributions
     return layout
 
 

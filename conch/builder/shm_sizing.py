@@ -172,18 +172,13 @@ def server_settings(manifests: Iterable[Manifest]) -> tuple[int, int]:
             max([SAGEMAKER_GROWTH_BYTES, *(s.growth_byte_size for s in sized)]))
 
 
-def archives_settings(archives: Iterable[Path]) -> tuple[int, int, str]:
+def archives_settings(archives: Iterable[Path]) -> tuple[int, int]:
     """Default and growth sizes for a local server holding these archives, as `conch deploy` sets them on
-    SageMaker, and a line saying so when they differ from the image's (unreadable archives are skipped:
-    whoever loads them reports them)."""
+    SageMaker (unreadable archives are skipped: whoever loads them reports them)."""
     manifests = []
     for archive in archives:
         try:
             manifests.append(read_manifest(archive))  # one streaming pass that stops at the manifest
         except ArchiveError:  # e.g. truncated
             continue
-    default, growth = server_settings(manifests)
-    if (default, growth) == (SAGEMAKER_DEFAULT_BYTES, SAGEMAKER_GROWTH_BYTES):
-        return default, growth, ""
-    return default, growth, (f"local server: Python backend shm-default-byte-size={default}, shm-growth-byte-size="
-                             f"{growth} (what the archives need, as `conch deploy` sets it on SageMaker)")
+    return server_settings(manifests)

@@ -14,14 +14,16 @@ from conch.cli.profiling import load_of
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
-    from conch.harness.profile import Profile
+    from conch.harness.profile.profile_report import Profile
 
 def _remote(args: argparse.Namespace) -> list[Profile]:
     """A server conch does not own: a KServe v2 server (``--url``), or a SageMaker runtime front such as `conch
     serve` (``--url`` + ``--stats-url``, its Triton's HTTP port from the ready line)."""
     from conch.archive.manifest import read_manifest
     from conch.errors import ServeError
-    from conch.harness.profile import StatsEndpoint, Target, measure
+    from conch.harness.profile.load import Target
+    from conch.harness.profile.measure import measure
+    from conch.harness.profile.server_statistics import StatsEndpoint
 
     given: list[tuple[Path | None, Manifest | None]] = []
     for path in args.paths:

@@ -12,7 +12,8 @@ from conch.cli.console import result, say
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
-    from conch.harness.profile import Load, Profile
+    from conch.harness.profile.measure import Load
+    from conch.harness.profile.profile_report import Profile
 
 
 def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
@@ -20,8 +21,9 @@ def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
     archive's samples."""
     from conch.ensembles.payloads import check_json_request
     from conch.errors import ServeError
-    from conch.harness.profile import Body, Load
+    from conch.harness.profile.load import Body
     from conch.harness.profile.local_servers import sample_bodies
+    from conch.harness.profile.measure import Load
 
     if args.payload is not None:
         try:

@@ -235,15 +235,3 @@ class StepSettings:
                 raise DeclarationError(f"{what}: warmup file name {name!r} must be a relative path in warmup/")
             files[Path(name).as_posix()] = Path(path)
         return StepSettings(max_batch_size, groups, dynamic_batching, params, warmups, version_policy, fields, files)
-
-    def as_args(self) -> SettingsArgs:
-        """These settings as the keyword arguments a step takes (for stand-ins of the same step)."""
-        return SettingsArgs(
-            instance_group=self.instance_groups,
-            dynamic_batching=self.dynamic_batching,
-            parameters=dict(self.parameters),
-            warmup=self.warmups,
-            version_policy=self.version_policy,
-            config_fields=self.config_fields,
-            warmup_files=dict(self.warmup_files),
-        )

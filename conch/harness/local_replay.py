@@ -133,12 +133,7 @@ def replay_archives(
     endpoints = check_endpoints(endpoints)
     report = ReplayReport()
     own = server is None
-    if server is None:
-        from conch.builder.shm_sizing import archives_settings
-
-        default, growth, _ = archives_settings(archives)  # sized silently: the build warned about production
-        server = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
-    triton = server
+    triton = LocalTriton.sized_for(archives) if server is None else server
     held: list[ArchiveModels] = []  # the archives loaded so far: their step names are taken
     try:
         if own:

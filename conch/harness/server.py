@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -109,6 +110,15 @@ class LocalTriton:
         self.log_path = self.workdir / "tritonserver.log"
         self.shm_prefix = shm_regions.new_prefix()
         self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
+
+    @classmethod
+    def sized_for(cls, archives: Iterable[Path]) -> LocalTriton:
+        """A server whose Python backend shared memory holds these archives, as `conch deploy` sizes it on
+        SageMaker (silently: the build warned about production)."""
+        from conch.builder.shm_sizing import archives_settings
+
+        default, growth = archives_settings(archives)
+        return cls(shm_default_byte_size=default, shm_growth_byte_size=growth)
 
     @property
     def http_url(self) -> str:

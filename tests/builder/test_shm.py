@@ -73,8 +73,8 @@ def test_deploy_environment_and_local_server_get_what_the_archives_need(tmp_path
     kept, said = shm_environment([big], {ENV_DEFAULT: "1048576"})
     assert kept == {ENV_DEFAULT: "1048576"} and said[0].startswith(f"kept {ENV_DEFAULT}=1048576 from --env")
     assert shm_environment([small], {})[0] == {}
-    assert archives_settings([big, small])[:2] == (75 * MIB, MIB)
-    assert archives_settings([small, tmp_path / "missing.tar.gz"]) == (16 * MIB, MIB, "")
+    assert archives_settings([big, small]) == (75 * MIB, MIB)
+    assert archives_settings([small, tmp_path / "missing.tar.gz"]) == (16 * MIB, MIB)
     command = LocalTriton(tmp_path / "server", shm_default_byte_size=75 * MIB).command()
     assert f"--backend-config=python,shm-default-byte-size={75 * MIB}" in command
     assert "--backend-config=python,shm-growth-byte-size=1048576" in command

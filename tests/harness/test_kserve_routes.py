@@ -19,8 +19,10 @@ from conch.harness.load.run_summary import summarise
 from conch.harness.load.runner import run_load
 from conch.harness.load.spec import LoadSpec, archive_targets
 from conch.harness.load.stages import Stage
-from conch.harness.profile import Load, StatsEndpoint, Target, measure
+from conch.harness.profile.load import Target
 from conch.harness.profile.local_servers import sample_bodies
+from conch.harness.profile.measure import Load, measure
+from conch.harness.profile.server_statistics import StatsEndpoint
 
 # Every character here is one a percent-encoding client (tritonclient's quote, urllib's quote(safe=''))
 # escapes, and that Triton 2.51 then looks up escaped: "unknown model 'team%2Ba%40v1...'".

@@ -207,10 +207,10 @@ def test_a_profile_whose_measured_requests_all_fail_shows_one_of_the_errors(tmp_
 
     from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient
-    from conch.harness.profile import Load, StatsEndpoint
     from conch.harness.profile.load import Body, Target
     from conch.harness.profile.local_servers import sample_bodies
-    from conch.harness.profile.measure import measure
+    from conch.harness.profile.measure import Load, measure
+    from conch.harness.profile.server_statistics import StatsEndpoint
     from conch.harness.server import LocalTriton
 
     assert isinstance(triton, LocalTriton)

@@ -16,8 +16,10 @@ from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.local_replay import stage
 from conch.harness.mme import MultiModelClient
-from conch.harness.profile import Load, Profile, StatsEndpoint, StepProfile
 from conch.harness.profile.local_servers import profile_archives, sample_bodies
+from conch.harness.profile.measure import Load
+from conch.harness.profile.profile_report import Profile, StepProfile
+from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
 
 pytestmark = pytest.mark.integration

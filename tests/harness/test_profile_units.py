@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from conch.errors import ServeError
-from conch.harness.profile import Load, RunInfo, critical_path, dag_of
-from conch.harness.profile.dag import Dag, DagStep
+from conch.harness.profile.dag import Dag, DagStep, critical_path, dag_of
 from conch.harness.profile.figures import difference
 from conch.harness.profile.findings import StepConfig, step_findings
-from conch.harness.profile.profile_report import assemble
+from conch.harness.profile.measure import Load
+from conch.harness.profile.profile_report import RunInfo, assemble
 from conch.harness.profile.server_statistics import parse_summaries
 
 
@@ -158,8 +158,8 @@ def test_a_server_without_statistics_and_a_bench_without_stats_url_are_named(tmp
 
     from conch.cli.profiling import bench_profiler
     from conch.errors import BenchError
-    from conch.harness.profile import StatsEndpoint
     from conch.harness.profile.local_servers import profile_archives
+    from conch.harness.profile.server_statistics import StatsEndpoint
 
     nobody = StatsEndpoint("http://127.0.0.1:9", timeout=2)
     with pytest.raises(ServeError, match=r"http://127.0.0.1:9 did not answer GET /v2/models/stats .* give the KServe "

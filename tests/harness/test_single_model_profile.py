@@ -11,10 +11,10 @@ from single_models import add_sub_payload, add_sub_repo
 
 from conch.ensembles.payloads import read_payload_file
 from conch.errors import ServeError
-from conch.harness.profile import Load
 from conch.harness.profile.dag import dag_of
 from conch.harness.profile.load import Body
 from conch.harness.profile.local_servers import profile_archives
+from conch.harness.profile.measure import Load
 
 
 def test_a_single_model_archive_is_profiled_with_a_payload(tmp_path: Path) -> None:

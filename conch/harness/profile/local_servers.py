@@ -161,10 +161,7 @@ def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
 def profiling_triton(archives: Sequence[Path]) -> Iterator[tuple[LocalTriton, StatsEndpoint, Path]]:
     """A local tritonserver as replay starts one, with its metrics on: replay's archives are profiled on the
     server that replayed them (`conch replay --profile`)."""
-    from conch.builder.shm_sizing import archives_settings
-
-    default, growth, _ = archives_settings(archives)
-    triton = LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth)
+    triton = LocalTriton.sized_for(archives)
     trace_file, metrics_url = _instrumented(triton)
     with triton:
         yield triton, StatsEndpoint(triton.http_url, metrics_url), trace_file

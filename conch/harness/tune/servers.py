@@ -58,10 +58,7 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
         with _on_mme(archives, load_timeout, say) as (stats, on_mme, server):
             yield _trial_server(stats, on_mme, mix, server, progress=say, load_timeout=load_timeout, **options)
         return
-    from conch.builder.shm_sizing import archives_settings
-
-    default, growth, _ = archives_settings(archives)
-    with LocalTriton(shm_default_byte_size=default, shm_growth_byte_size=growth) as triton:
+    with LocalTriton.sized_for(archives) as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         named: list[tuple[str, Manifest, Target]] = []
         for archive in archives:

@@ -21,8 +21,9 @@ from conch.harness.mme import MultiModelClient
 from conch.harness.profile.load import Body
 from conch.harness.profile.server_statistics import StatsEndpoint
 from conch.harness.server import LocalTriton
-from conch.harness.tune import Knobs, Levels, Settings, guided
+from conch.harness.tune.search import guided
 from conch.harness.tune.servers import local_server, remote_server
+from conch.harness.tune.space import Knobs, Levels, Settings
 
 pytestmark = pytest.mark.integration
 
