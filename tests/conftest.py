@@ -61,10 +61,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per core this process may run on, at most four (each worker starts its own
-    tritonserver, moto server and package index when its tests need them)."""
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                      4))
+    """``-n auto``: one worker more than the cores this process may run on, at most four (each worker starts its
+    own tritonserver, moto server and package index when its tests need them). The run mostly waits on servers,
+    loads and timeouts: on 2 cores, a third worker fills the idle time (docs/testing.md)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores + 1, 4)
 
 
 @pytest.hookimpl(trylast=True)
