@@ -73,16 +73,16 @@ def python_files(paths: Iterable[Path]) -> list[Path]:
 def load_module_ensembles(path: Path) -> list[Ensemble]:
     """Import one file under its own name (so its step modules import as siblings) and collect ensembles."""
     path = path.resolve()
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
     name = path.stem
     module = sys.modules.get(name)
-    if module is None or Path(getattr(module, "__file__", "") or "").resolve() != path:
-        if module is not None:
-            raise BuildError(
-                f"{path}: a different module named {name!r} is already imported ({module.__file__}); rename the file"
-            )
+    if module is not None and Path(getattr(module, "__file__", "") or "").resolve() != path:
+        raise BuildError(
+            f"{path}: a different module named {name!r} is already imported ({module.__file__}); rename the file"
+        )
+    folder = str(path.parent)  # after the refusal above: a refused file's folder is not left on sys.path
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    if module is None:
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise BuildError(f"{path}: cannot be imported")

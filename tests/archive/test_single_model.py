@@ -121,7 +121,7 @@ def test_a_link_out_of_a_repository_folder_is_refused(tmp_path: Path) -> None:
 
 def conch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "conch.cli", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                          cwd=cwd)
 
 
 def test_conch_check_takes_model_repository_folders(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import re
+import sys
 import tarfile
 from pathlib import Path
 
@@ -188,6 +189,7 @@ def test_discovery_refuses_what_it_cannot_import_as_ensembles(tmp_path: Path) ->
     with pytest.raises(ConchError, match=r"json.py: a different module named 'json' is already imported .*rename "
                                          r"the file"):
         discover([tmp_path / "json.py"])
+    assert str(tmp_path.resolve()) not in sys.path  # a refused file's folder would shadow `json` for later imports
 
 
 def _filled(value: float) -> dict[str, np.ndarray]:

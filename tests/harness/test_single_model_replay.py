@@ -5,7 +5,6 @@ import` writes); and several archives replayed together, checked together first.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,8 +113,7 @@ def test_conch_replay_takes_a_single_model_archive_and_a_payload(tmp_path: Path)
     archive = pack_repo(add_sub_repo(), tmp_path / "add_sub.tar.gz")
     request = add_sub_payload(tmp_path / "request.json")
     done = subprocess.run([sys.executable, "-m", "conch.cli", "replay", str(archive), "--payload", str(request),
-                           "--json"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                           "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads(done.stdout)
     assert [r["passed"] for r in document["rows"]] == [True] * 4

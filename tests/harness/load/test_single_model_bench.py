@@ -4,7 +4,6 @@ add_sub layout, no conch manifest), with --payload: through the local MME and th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def conch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "conch.cli", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                          cwd=cwd)
 
 
 def test_a_single_model_archive_benches_with_a_payload(tmp_path: Path) -> None:
