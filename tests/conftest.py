@@ -68,14 +68,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return min(cores + 1, 4)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules with a test that starts a server (``integration``) first, each module's tests kept together and
-    in their order: the long tests start early, and the workers end on the short ones, which any idle worker
-    takes over (``--dist worksteal``), instead of one worker running a 30 s test while the others wait."""
-    heavy = {getattr(item, "module", None) for item in items if item.get_closest_marker("integration")}
-    items.sort(key=lambda item: getattr(item, "module", None) not in heavy)
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """After coverage's report: every user-facing refusal in conch/ and whether a test asserted its message."""
