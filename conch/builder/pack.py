@@ -172,7 +172,10 @@ def _pack_requirements(env: PythonEnv, python: str, home: str, say: Progress, re
         result = _pip("install", "--no-deps", "--no-compile", "--quiet", *_platform_args(python, site), *pins)
         if result.returncode != 0:
             raise _explain_pip_failure(result.stderr, pins, python)
-        shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts carry this host's shebang
+        shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts carry this host's shebang,
+        for record in site.glob("*.dist-info/RECORD"):  # and RECORD their digests: the scripts' lines go with them
+            lines = record.read_text().splitlines(keepends=True)
+            record.write_text("".join(line for line in lines if not line.startswith("../../bin/")))
         _write_skeleton(root, python, home)
 
     return _publish(key, python, pins, produce, say)
