@@ -9,6 +9,7 @@ import ast
 import difflib
 import itertools
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,9 @@ class Patch:
         from conch.builder.archive import write_bytes_atomic
 
         for path, text in self.files.items():
+            mode = stat.S_IMODE(path.stat().st_mode)  # the user's file keeps its own mode (0600, 0755...)
             write_bytes_atomic(path, text.encode("utf-8"))
+            path.chmod(mode)
         return list(self.files)
 
 

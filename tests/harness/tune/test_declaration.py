@@ -72,8 +72,10 @@ def test_settings_are_written_into_each_call_in_its_own_layout(tmp_path: Path) -
         ast.parse(text)
     assert patch.missing == ()
     assert "--- a/demo.py\n+++ b/demo.py" in patch.diff and "--- a/helper_steps.py\n+++ b/helper_steps.py" in patch.diff
+    source.chmod(0o600)
     patch.write()
     assert source.read_text() == demo and not list(tmp_path.glob(".*"))  # written whole, no temporary left
+    assert source.stat().st_mode & 0o777 == 0o600  # the user's file keeps its mode
 
 
 def test_a_step_no_call_declares_is_reported_and_an_unchanged_one_is_not_rewritten(tmp_path: Path) -> None:
