@@ -28,6 +28,12 @@ if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != o
     os.environ["CONCH_CACHE_DIR"] = _kept or tempfile.mkdtemp(prefix="conch-test-cache-")
     os.environ[_SESSION_CACHE] = os.environ["CONCH_CACHE_DIR"]
 
+# Python as users run it: bytecode caches written and reused. Under PYTHONDONTWRITEBYTECODE=1 (set in some CI
+# images) every worker and CLI subprocess compiled TensorFlow, torch and transformers from source again, about 10 s
+# of CPU per TensorFlow import; the install is `--no-compile`, so the first import writes each cache (docs/testing.md).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 FIXTURES = Path(__file__).parent / "fixtures"
 if str(FIXTURES) not in sys.path:
     sys.path.insert(0, str(FIXTURES))
