@@ -3,6 +3,7 @@ by building it in memory and comparing with the source (every config as a ModelC
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import sys
@@ -78,9 +79,12 @@ def import_sources(
         first.messages.extend(f"{name}/config.pbtxt: not imported: no ensemble of {repo.source.name} runs it"
                               for name in sorted(set(repo.models) - used))
     if strict and any(i.messages for i in done):
-        for i in done:
-            i.module.unlink(missing_ok=True)
-            i.module.with_suffix(".samples.json").unlink(missing_ok=True)
+        for i in done:  # the module, its samples, and the bytecode its check import wrote
+            cached = Path(importlib.util.cache_from_source(str(i.module)))
+            for path in (i.module, i.module.with_suffix(".samples.json"), cached):
+                path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # __pycache__ only when nothing else is in it
+                cached.parent.rmdir()
         _remove_made(repos)
         listed = "; ".join(m for i in done for m in i.messages)
         raise BuildError(f"--strict: the import cannot say everything the sources hold: {listed}")

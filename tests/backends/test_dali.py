@@ -276,6 +276,9 @@ def _pipeline_module(folder: Path, name: str, scale: float) -> object:
     """A module of pipeline functions written now (a new name per version: Python caches modules by name)."""
     path = folder / f"{name}.py"
     path.write_text(f"SCALE = {scale}\n" + _PIPELINE)
+    # Python takes a module's bytecode cache as current when the source's size and mtime (in whole seconds)
+    # match: a version written within the second of the last, at the same size, would run the last one's code.
+    Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
