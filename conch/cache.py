@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
     if origin is None:
         return None
-    files = _imported_siblings(Path(origin))
+    files = imported_siblings(Path(origin))
     return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)])
 
 
@@ -186,6 +187,20 @@ def stat_identity(path: str | os.PathLike[str]) -> tuple[str, int, int, int, int
     return (os.path.abspath(path), st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def drop_racy_bytecode(sources: Iterable[str | os.PathLike[str]]) -> None:
+    """Delete the bytecode cache of each source file whose cache was written within the second of the file's
+    mtime. Python takes a cache as current when the source's size and whole-second mtime match it, so a file
+    written again within that second at the same size (``max_batch_size=4`` -> ``8``) would run its old code
+    while conch's keys hash its new bytes. Python writes the cache again at the next import."""
+    for source in sources:
+        try:
+            cached = importlib.util.cache_from_source(os.fspath(source))
+            if os.stat(cached).st_mtime_ns // 10**9 <= os.stat(source).st_mtime_ns // 10**9:
+                os.unlink(cached)
+        except (OSError, ValueError, NotImplementedError):  # no cache, no source, or no cache tag
+            continue
+
+
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -200,7 +215,7 @@ def plain(value: object) -> bool:
     return False
 
 
-def _imported_siblings(origin: Path) -> set[str]:
+def imported_siblings(origin: Path) -> set[str]:
     """``origin`` and the Python files of its folder that it imports, directly or through each other: a module
     ``x.py`` beside it, or every file of a package ``x/`` beside it; a relative import (``from . import x``,
     ``from .x import y``) is followed from the importing file's own folder."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from conch.cache import drop_racy_bytecode
 from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ensemble
 from conch.compiler.config_reader import read_config
 from conch.compiler.pbtxt import check_config, render_config
@@ -249,6 +250,7 @@ def _import_model(path: Path, module_name: str) -> ModuleType:
 
 
 def _import_file(path: Path, module_name: str, fix: str = "") -> ModuleType:
+    drop_racy_bytecode([path])  # a model.py built again within the second
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise RunError(f"cannot import {path}{fix}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conch.cache import drop_racy_bytecode, imported_siblings
 from conch.ensembles.ensemble import Ensemble
 from conch.errors import ArchiveError, BuildError, ConchError, DeclarationError
 from conch.startup_lines import startup_lines_dropped
@@ -83,6 +84,7 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     if module is None:
+        drop_racy_bytecode(imported_siblings(path))
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise BuildError(f"{path}: cannot be imported")

@@ -14,6 +14,7 @@ from typing import Any
 
 from conch.builder.archive import write_bytes_atomic
 from conch.builder.repository_build import render_repository
+from conch.cache import drop_racy_bytecode
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.layout import Platform
@@ -144,6 +145,7 @@ def _load(path: Path, name: str) -> Ensemble:
     """Import a written module under a private name (a second import of the same file name elsewhere must
     not find this one) and return its ensemble."""
     module_id = f"conch_imported_{abs(hash(str(path.resolve())))}"
+    drop_racy_bytecode([path])  # a module conch writes, imported within the second
     spec = importlib.util.spec_from_file_location(module_id, path)
     if spec is None or spec.loader is None:
         raise BuildError(f"{path}: cannot be imported")

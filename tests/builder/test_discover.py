@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import py_compile
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conch.builder.discover import locate, sort_paths
+from conch.builder.discover import load_module_ensembles, locate, sort_paths
 from conch.errors import ArchiveError, DeclarationError
 
 
@@ -46,3 +52,30 @@ def test_an_ensemble_reached_twice_is_found_once_and_a_second_of_its_name_is_ref
     with pytest.raises(DeclarationError, match=r"ensemble name 'dup_a' is declared in both .*conch_discover_one.py "
                                                r"and .*conch_discover_twin.py"):
         locate([one, twin])
+
+
+def test_a_declaration_written_again_within_the_second_of_its_bytecode_runs_its_new_code(tmp_path: Path) -> None:
+    """Python takes a bytecode cache as current when the source's size and whole-second mtime match it: a
+    declaration rewritten within that second at the same size (4 -> 8) would run its old code, and conch, whose
+    keys hash the new bytes, would build yesterday's config under today's key."""
+    name = f"racy_{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}"
+    path = tmp_path / f"{name}.py"
+    second = (time.time_ns() // 10**9 - 100) * 10**9  # a whole second in the past: the clock cannot tick within it
+
+    def write(batch: int, at_ns: int) -> None:
+        path.write_text(f"from conch import Ensemble\nens = Ensemble('racy', max_batch_size={batch})\n")
+        os.utime(path, ns=(at_ns, at_ns))
+
+    write(4, second + 100_000_000)
+    cached = py_compile.compile(str(path), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    os.utime(cached, ns=(second + 300_000_000,) * 2)
+    write(8, second + 600_000_000)
+    plain_python = subprocess.run([sys.executable, "-c", f"import {name}; print({name}.ens.max_batch_size)"],
+                                  cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert plain_python.stdout.strip() == "4", "the premise: Python itself runs the cached, older code"
+
+    try:
+        (ens,) = load_module_ensembles(path)
+        assert ens.max_batch_size == 8
+    finally:
+        sys.modules.pop(name, None)
