@@ -1,9 +1,10 @@
 """Staging (unpacking) an archive as conch does before loading it, vs `tar xzf` of the same archive,
 A and B alternating, medians over rounds. The archive is text_embeddings' (built if missing).
 
-    python benchmarks/staging.py [--archive dist/text_embeddings.tar.gz] [--rounds 7]
+    python benchmarks/staging.py [--archive dist/text_embeddings.tar.gz] [--rounds 7] [--ab REV]
 
-Writes benchmarks/results/staging.json.
+With ``--ab REV`` it compares this checkout's extraction with the one at git revision REV instead (wall time and
+the process's CPU), alternating. Writes benchmarks/results/staging.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -21,24 +23,24 @@ from pathlib import Path
 from _common import ROOT, alternate, median, table, write_json
 
 
-def extractor() -> tuple[str, Callable[[Path, Path], object]]:
-    """conch's one safe extraction, wherever this checkout keeps it."""
-    try:
-        from conch.archive.extract import safe_extract  # type: ignore[import-not-found,unused-ignore]
-
-        return "conch.archive.extract.safe_extract", safe_extract
-    except ImportError:
-        from conch.archive.extract import safe_extract
-
-        return "conch.builder.archive.safe_extract", safe_extract
+def extractor_at(rev: str) -> Callable[[Path, Path], object]:
+    """``safe_extract`` as it is at git revision ``rev`` (loaded from ``git show``; it imports this conch's errors)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:conch/archive/extract.py"], check=True,
+                            capture_output=True, text=True).stdout
+    module = types.ModuleType(f"extract_at_{rev}")
+    exec(compile(source, f"{rev}:conch/archive/extract.py", "exec"), module.__dict__)
+    return module.safe_extract
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--archive", type=Path)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--ab", metavar="REV", help="compare with the extraction at this git revision")
     args = parser.parse_args()
-    where, safe_extract = extractor()
+    from conch.archive.extract import safe_extract
+
+    where = "conch.archive.extract.safe_extract"
     with tempfile.TemporaryDirectory(prefix="conch-bench-stage-") as tmp:
         archive = args.archive
         if archive is None:
@@ -60,13 +62,31 @@ def main() -> int:
             folder.mkdir()
             return folder
 
-        def conch_stage(source: Path) -> float:
+        def conch_stage(source: Path, extract: Callable[[Path, Path], object] = safe_extract,
+                        clock: Callable[[], float] = time.perf_counter) -> float:
             folder = fresh()
-            start = time.perf_counter()
-            safe_extract(source, folder)
-            elapsed = time.perf_counter() - start
+            start = clock()
+            extract(source, folder)
+            elapsed = clock() - start
             shutil.rmtree(folder)
             return elapsed
+
+        if args.ab:  # this checkout's extraction against the one at REV: wall and CPU, on both archives
+            rev, at_rev = args.ab, extractor_at(args.ab)
+            cpu = time.process_time
+            samples = alternate({
+                "wall, this": partial(conch_stage, archive), f"wall, {rev}": partial(conch_stage, archive, at_rev),
+                "cpu, this": partial(conch_stage, archive, safe_extract, cpu),
+                f"cpu, {rev}": partial(conch_stage, archive, at_rev, cpu),
+                "gzip -6 wall, this": partial(conch_stage, gzip6),
+                f"gzip -6 wall, {rev}": partial(conch_stage, gzip6, at_rev)}, args.rounds)
+            rows = [[what, median(samples[f"{what}, this"]), median(samples[f"{what}, {rev}"]),
+                     round(median(samples[f"{what}, this"]) / median(samples[f"{what}, {rev}"]), 2)]
+                    for what in ("wall", "cpu", "gzip -6 wall")]
+            print(table(["figure", "this (s)", f"{rev} (s)", "this/rev"], rows))
+            path = write_json("staging_ab", {"rev": rev, "rounds": args.rounds, "samples": samples})
+            print(f"wrote {path.relative_to(ROOT)}")
+            return 0
 
         def tar_xzf(source: Path) -> float:
             folder = fresh()

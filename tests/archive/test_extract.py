@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 from pathlib import Path
 
 import pytest
 from hostile_archives import Entry, gzip_bomb, write_archive
 
-from conch.archive.extract import safe_extract
+from conch.archive.extract import safe_extract, scan_archive
 from conch.errors import ArchiveError, ConchError
 
 CONFIG = ("m/config.pbtxt", "file", 'name: "m"\nplatform: "ensemble"\n')
@@ -167,3 +168,40 @@ def test_a_plain_tar_unpacks(tmp_path: Path) -> None:
     archive = write_archive(tmp_path / "env.tar", [("bin/activate", "file", b"")], compress=False)
     safe_extract(archive, tmp_path / "out")
     assert (tmp_path / "out" / "bin" / "activate").is_file()
+
+
+def test_gzip_members_and_zero_padding_unpack_and_trailing_bytes_are_refused(tmp_path: Path) -> None:
+    """As GNU tar does: a gzip of several members and one padded with zeros unpack; other bytes after the last
+    member are refused (`tar xzf` says "trailing garbage ignored" and exits 2, "not recoverable")."""
+    tar = gzip.decompress(write_archive(tmp_path / "one.tar.gz", [CONFIG, ("m/x", "file", os.urandom(5000))])
+                          .read_bytes())
+    half = len(tar) // 2
+    for name, data in (("members", gzip.compress(tar[:half]) + gzip.compress(tar[half:])),
+                       ("padded", gzip.compress(tar) + bytes(512))):
+        (tmp_path / f"{name}.tar.gz").write_bytes(data)
+        safe_extract(tmp_path / f"{name}.tar.gz", tmp_path / name)
+        assert (tmp_path / name / "m" / "x").stat().st_size == 5000
+    (tmp_path / "tail.tar.gz").write_bytes(gzip.compress(tar) + b"uploaded twice")
+    with pytest.raises(ArchiveError, match="tail.tar.gz is not a readable .tar.gz"):
+        safe_extract(tmp_path / "tail.tar.gz", tmp_path / "tail")
+    assert not (tmp_path / "tail").exists()
+
+
+def test_a_stream_that_cannot_seek_is_scanned(tmp_path: Path) -> None:
+    """An S3 body is read once, front to back: the bytes read to tell gzip from tar are not lost."""
+    archive = write_archive(tmp_path / "a.tar.gz", [CONFIG])
+    for data in (archive.read_bytes(), gzip.decompress(archive.read_bytes())):
+        with io.BufferedReader(_OneWay(data)) as stream:
+            found = scan_archive(stream, "s3://bucket/a.tar.gz", lambda name: name.endswith("config.pbtxt"))
+        assert found == {"m/config.pbtxt": CONFIG[2].encode()}
+
+
+class _OneWay(io.RawIOBase):
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return self.data.readinto(buffer)
