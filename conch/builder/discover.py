@@ -7,14 +7,20 @@ import importlib.util
 import re
 import sys
 import traceback
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-from conch.cache import drop_racy_bytecode, imported_siblings
+from conch.cache import drop_racy_bytecode, file_sha256, imported_siblings, key_of
 from conch.ensembles.ensemble import Ensemble
 from conch.errors import ArchiveError, BuildError, ConchError, DeclarationError
 from conch.startup_lines import startup_lines_dropped
+
+# The digest of each declaration module's files when conch imported it: a module imported again after an edit.
+# Weak keys: an entry lives as long as its module does.
+_LOADED: weakref.WeakKeyDictionary[ModuleType, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,17 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
     folder = str(path.parent)  # after the refusal above: a refused file's folder is not left on sys.path
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    sources = imported_siblings(path)
+    digest = key_of(sorted((f, file_sha256(f)) for f in sources))
+    if module is not None and _LOADED.get(module) != digest:
+        # the file, or a file beside it that it imports, changed since conch imported it (a notebook's edit), or
+        # conch did not import it: import them again, the siblings too, or the file would get their old modules
+        for other, loaded in list(sys.modules.items()):
+            if str(Path(getattr(loaded, "__file__", None) or "/").resolve()) in sources:
+                sys.modules.pop(other, None)
+        module = None
     if module is None:
-        drop_racy_bytecode(imported_siblings(path))
+        drop_racy_bytecode(sources)
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise BuildError(f"{path}: cannot be imported")
@@ -102,6 +117,7 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
             lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
             at = f" line {lines[-1]}" if lines else ""
             raise DeclarationError(f"{path.name}{at}: {type(exc).__name__}: {exc}; fix the file") from exc
+        _LOADED[module] = digest
     return [v for v in vars(module).values() if isinstance(v, Ensemble)]
 
 

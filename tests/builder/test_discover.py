@@ -79,3 +79,26 @@ def test_a_declaration_written_again_within_the_second_of_its_bytecode_runs_its_
         assert ens.max_batch_size == 8
     finally:
         sys.modules.pop(name, None)
+
+
+def test_a_file_edited_after_conch_imported_it_is_imported_again_with_the_siblings_it_imports(
+        tmp_path: Path) -> None:
+    """A notebook's loop: `conch.build("pipes.py")`, edit the file or a helper beside it, build again. Python keeps
+    the first import in sys.modules; conch imports both files again when their bytes changed, and not otherwise."""
+    name = f"edited_{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}"
+    helper = f"{name}_helper"
+    path = tmp_path / f"{name}.py"
+    (tmp_path / f"{helper}.py").write_text("BATCH = 4\n")
+    path.write_text(f"from conch import Ensemble\nimport {helper}\n"
+                    f"ens = Ensemble('edited', max_batch_size={helper}.BATCH)\n")
+    try:
+        (first,) = load_module_ensembles(path)
+        assert first.max_batch_size == 4
+        assert load_module_ensembles(path) == [first], "an unchanged file is not run again"
+        path.write_text(path.read_text().replace(".BATCH)", ".BATCH * 2)"))
+        assert [e.max_batch_size for e in load_module_ensembles(path)] == [8]
+        (tmp_path / f"{helper}.py").write_text("BATCH = 5\n")
+        assert [e.max_batch_size for e in load_module_ensembles(path)] == [10]
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop(helper, None)
