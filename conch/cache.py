@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 
@@ -112,9 +113,10 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
     it imports, read from the code (``import x`` / ``from x import`` anywhere in the file, followed through
     those siblings), its default arguments and closure values, and the arguments a ``functools.partial``
     binds. None when the code cannot be told by content (a function without a source file, e.g. defined in a
-    notebook, or values whose repr is not their content). It does not cover what the code reads (files,
-    environment variables), modules outside its folder or installed libraries: only a declaration that says
-    its function is pure (``cache=True``) is answered from a key built on it (``pure_key``)."""
+    notebook, values whose repr is not their content, or code its file no longer holds: a module imported
+    before an edit). It does not cover what the code reads (files, environment variables), modules outside its
+    folder or installed libraries: only a declaration that says its function is pure (``cache=True``) is
+    answered from a key built on it (``pure_key``)."""
     bound: list[object] = []
     while isinstance(fn, functools.partial):
         bound.append([fn.args, sorted(fn.keywords.items())])
@@ -129,10 +131,25 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
         return None
     origin = _real_file(code.co_filename if code is not None else
                         getattr(sys.modules.get(type(fn).__module__), "__file__", None))
-    if origin is None:
+    if origin is None or (code is not None and not _compiled_from(code, origin)):
         return None
     files = imported_siblings(Path(origin))
     return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)])
+
+
+def _compiled_from(code: CodeType, origin: str) -> bool:
+    """Whether ``code`` is what its file compiles to now. A module imported before an edit (a notebook that did
+    not reload it) runs its old code, which a key over the file's new bytes must not stand for."""
+    try:
+        todo = [compile(Path(origin).read_bytes(), origin, "exec", dont_inherit=True)]
+    except (OSError, SyntaxError, ValueError):
+        return False
+    while todo:  # code objects compare by name, first line, bytecode, constants and names (not by file)
+        found = todo.pop()
+        if found == code:
+            return True
+        todo.extend(c for c in found.co_consts if isinstance(c, CodeType))
+    return False
 
 
 def pure_key(fn: Callable[..., Any]) -> list[object] | None:

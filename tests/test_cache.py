@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conch.cache import RACY_NS, code_digest, environment, pure_key, stat_identity
+from conch.cache import RACY_NS, code_digest, drop_racy_bytecode, environment, pure_key, stat_identity
 
 
 def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> object:
@@ -98,3 +98,17 @@ def test_cache_must_be_true_or_false_on_a_sample_and_a_python_step() -> None:
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     with pytest.raises(DeclarationError, match="ensemble 'pure' sample 'one': cache must be True or False, got 'no'"):
         ens.sample("one", {"X": np.ones((1, 4), np.float32)}, lambda: {}, cache="no")  # type: ignore[arg-type]
+
+
+def test_a_function_its_file_no_longer_holds_has_no_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook imported the step module, then the file was edited and not reloaded: the function runs its old
+    code, so a key over the file's new bytes would file the old code's answer under the new code's name."""
+    (tmp_path / "kernel_steps.py").write_text("def expected():\n    return {'Y': 2}\n")
+    module = _module(tmp_path, monkeypatch, "kernel_steps")
+    fresh = code_digest(module.expected)  # type: ignore[attr-defined]
+    assert fresh is not None
+    (tmp_path / "kernel_steps.py").write_text("def expected():\n    return {'Y': 3}\n")
+    assert code_digest(module.expected) is None and pure_key(module.expected) is None  # type: ignore[attr-defined]
+    drop_racy_bytecode([tmp_path / "kernel_steps.py"])  # the edit may fall within the second of the first import
+    reloaded = importlib.reload(module)  # type: ignore[arg-type]
+    assert code_digest(reloaded.expected) not in (None, fresh)
