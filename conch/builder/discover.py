@@ -91,9 +91,9 @@ def load_module_ensembles(path: Path) -> list[Ensemble]:
         sys.path.insert(0, folder)
     sources = imported_siblings(path)
     digest = key_of(sorted((f, file_sha256(f)) for f in sources))
-    if module is not None and _LOADED.get(module) != digest:
-        # the file, or a file beside it that it imports, changed since conch imported it (a notebook's edit), or
-        # conch did not import it: import them again, the siblings too, or the file would get their old modules
+    if module is not None and _LOADED.setdefault(module, digest) != digest:  # one imported elsewhere: as it is
+        # the file, or a file beside it that it imports, changed since conch imported it (a notebook's edit):
+        # import them again, the siblings too, or the file would get their old modules from sys.modules
         for other, loaded in list(sys.modules.items()):
             if str(Path(getattr(loaded, "__file__", None) or "/").resolve()) in sources:
                 sys.modules.pop(other, None)
