@@ -4,7 +4,7 @@ A and B alternating, medians over rounds. The archive is text_embeddings' (built
     python benchmarks/staging.py [--archive dist/text_embeddings.tar.gz] [--rounds 7] [--ab REV]
 
 With ``--ab REV`` it compares this checkout's extraction with the one at git revision REV instead (wall time and
-the process's CPU), alternating. Writes benchmarks/results/staging.json.
+the process's CPU), alternating. Writes benchmarks/results/staging.json (staging_ab.json with ``--ab``).
 """
 
 from __future__ import annotations

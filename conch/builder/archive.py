@@ -131,8 +131,8 @@ def add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> None:
 
 
 @contextmanager
-def atomic_output(path: Path) -> Iterator[BinaryIO]:
-    """Yield a temp file beside ``path``; rename it over ``path`` only if the block succeeds.
+def atomic_output(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """Yield a temp file beside ``path``; rename it over ``path``, with ``mode``, only if the block succeeds.
 
     No fsync: the rename makes the new file visible whole or not at all to every reader; only a power
     loss right after a build could leave it empty, and a rebuild repairs that (the build record no
@@ -144,7 +144,7 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -166,6 +166,6 @@ def sweep_parts(path: Path) -> list[Path]:
     return removed
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    with atomic_output(path) as fh:
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    with atomic_output(path, mode) as fh:
         fh.write(data)

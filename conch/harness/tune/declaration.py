@@ -30,9 +30,8 @@ class Patch:
         from conch.builder.archive import write_bytes_atomic
 
         for path, text in self.files.items():
-            mode = stat.S_IMODE(path.stat().st_mode)  # the user's file keeps its own mode (0600, 0755...)
-            write_bytes_atomic(path, text.encode("utf-8"))
-            path.chmod(mode)
+            # the user's file keeps its own mode (0600, 0755...), never readable by others in between
+            write_bytes_atomic(path, text.encode("utf-8"), stat.S_IMODE(path.stat().st_mode))
         return list(self.files)
 
 
