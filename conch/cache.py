@@ -127,29 +127,31 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
         cells = [cell.cell_contents for cell in getattr(fn, "__closure__", None) or ()]
         bound.append([getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells,
                       getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)])
-    if not plain(bound):
-        return None
-    origin = _real_file(code.co_filename if code is not None else
-                        getattr(sys.modules.get(type(fn).__module__), "__file__", None))
-    if origin is None or (code is not None and not _compiled_from(code, origin)):
+        codes, origin = [code], _real_file(code.co_filename)
+    else:  # a callable class, or an instance of one (with its attributes): its methods' code
+        owner = fn if isinstance(fn, type) else type(fn)
+        bound.append([owner.__module__, owner.__qualname__, None if fn is owner else getattr(fn, "__dict__", None)])
+        codes = [m.__code__ for m in vars(owner).values() if isinstance(getattr(m, "__code__", None), CodeType)]
+        origin = _real_file(getattr(sys.modules.get(owner.__module__), "__file__", None))
+    if not plain(bound) or origin is None or not _compiled_from(codes, origin):
         return None
     files = imported_siblings(Path(origin))
     return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)])
 
 
-def _compiled_from(code: CodeType, origin: str) -> bool:
-    """Whether ``code`` is what its file compiles to now. A module imported before an edit (a notebook that did
-    not reload it) runs its old code, which a key over the file's new bytes must not stand for."""
+def _compiled_from(codes: list[CodeType], origin: str) -> bool:
+    """Whether each of ``codes`` is what its file compiles to now. A module imported before an edit (a notebook
+    that did not reload it) runs its old code, which a key over the file's new bytes must not stand for."""
     try:
         todo = [compile(Path(origin).read_bytes(), origin, "exec", dont_inherit=True)]
     except (OSError, SyntaxError, ValueError):
         return False
-    while todo:  # code objects compare by name, first line, bytecode, constants and names (not by file)
+    missing = list(codes)
+    while todo and missing:  # code objects compare by name, first line, bytecode, constants and names (not file)
         found = todo.pop()
-        if found == code:
-            return True
+        missing = [c for c in missing if c != found]
         todo.extend(c for c in found.co_consts if isinstance(c, CodeType))
-    return False
+    return not missing
 
 
 def pure_key(fn: Callable[..., Any]) -> list[object] | None:

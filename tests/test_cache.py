@@ -112,3 +112,20 @@ def test_a_function_its_file_no_longer_holds_has_no_digest(tmp_path: Path, monke
     drop_racy_bytecode([tmp_path / "kernel_steps.py"])  # the edit may fall within the second of the first import
     reloaded = importlib.reload(module)  # type: ignore[arg-type]
     assert code_digest(reloaded.expected) not in (None, fresh)
+
+
+def test_a_callable_class_is_keyed_by_its_methods_and_an_instance_by_its_attributes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python step's code may be a class (set up once, then called) or an instance of one."""
+    (tmp_path / "callable_steps.py").write_text(
+        "class Scale:\n    def __init__(self, k=2):\n        self.k = k\n\n"
+        "    def __call__(self, x):\n        return {'y': x * self.k}\n")
+    module = _module(tmp_path, monkeypatch, "callable_steps")
+    of_class = code_digest(module.Scale)  # type: ignore[attr-defined]
+    two, three = code_digest(module.Scale(2)), code_digest(module.Scale(3))  # type: ignore[attr-defined]
+    assert None not in (of_class, two, three) and len({of_class, two, three}) == 3
+    assert code_digest(module.Scale(object())) is None  # type: ignore[attr-defined]
+    (tmp_path / "callable_steps.py").write_text(
+        "class Scale:\n    def __init__(self, k=2):\n        self.k = k\n\n"
+        "    def __call__(self, x):\n        return {'y': x * self.k + 1}\n")
+    assert code_digest(module.Scale) is None  # the class runs the code its file no longer holds

@@ -87,6 +87,8 @@ def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[Fi
         key = observation_key(plan.target, local, measure, digests)
     except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
         return _run(local, measure)
+    if key is None:  # step code that cannot be told by its content
+        return _run(local, measure)
     where = cache_dir() / "observed" / f"{key[:32]}.json"
     known = None if refresh else read_json(where)
     if isinstance(known, dict):
@@ -137,19 +139,23 @@ def _run(local: CompiledEnsemble, measure: bool) -> Observed:
 
 
 def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
-                    digests: Callable[[FileSource], str] = digest) -> str:
+                    digests: Callable[[FileSource], str] = digest) -> str | None:
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
     the modules of the step code's folder, the wiring, the payloads, conch's own code, the Python and the
-    installed distributions.
+    installed distributions. None when a step's code cannot be told by content (``cache.code_digest``: e.g.
+    a module imported before an edit of its file runs its old code, which the file's digest does not stand for).
     Raises ConchError for a payload the run would refuse (observe() then lets the run report it)."""
     steps = []
     for compiled in local.steps:
         layout = compiled.layout
         files = {rel: digests(src) for rel, src in sorted(expand(layout.files).items()) if not rel.endswith("/")}
         code = getattr(compiled.step, "code", None)
-        steps.append([compiled.model_name, repr(layout.spec), files, code_digest(code) if code is not None else None,
-                      dict(compiled.inputs), dict(compiled.outputs)])
+        told = None if code is None else code_digest(code)
+        if code is not None and told is None:
+            return None
+        steps.append([compiled.model_name, repr(layout.spec), files, told, dict(compiled.inputs),
+                      dict(compiled.outputs)])
     request = local.warmup_request
     payloads = {
         "warmup": None if request is None else [request.describe(), request.count,

@@ -3,7 +3,8 @@ refactor of the builder keeps every name, mode, size and content digest (tests/f
 
 What a clean machine makes differently is not the builder's output and is left out of the comparison: a packed
 environment depends on the package index (its tarball is compared by name, its key hidden in every name and
-text that holds it, its pins and key dropped from the manifest), and what an in-process run of the models
+text that holds it, the manifest's digest of such a text taken over the text with the key hidden, its pins
+and key dropped from the manifest), and what an in-process run of the models
 computes may differ in the last bits on another CPU (warmup data files by size, sample expected values by
 datatype and shape). Every entry's mtime and owner are fixed, whatever the machine.
 
@@ -38,13 +39,19 @@ def _hidden_keys(text: str) -> str:
     return ENV_KEY.sub(r"\1-<key>", text)
 
 
-def _manifest_digest(data: bytes) -> str:
-    """The manifest without what the package index or the CPU decides (see the module's docstring)."""
+def _manifest_digest(data: bytes, keyed: dict[str, tuple[str, str]]) -> str:
+    """The manifest without what the package index or the CPU decides (see the module's docstring).
+    ``keyed``: each text that names an environment's key, as its digest and the digest with the key hidden."""
     manifest = json.loads(data)
     manifest["environments"] = {_hidden_keys(rel): {k: v for k, v in env.items() if k not in ("pins", "key")}
                                 for rel, env in manifest["environments"].items()}
-    manifest["files"] = {_hidden_keys(name): None if _machine_made(name) else digest
-                         for name, digest in manifest["files"].items()}
+    files = {}
+    for name, digest in manifest["files"].items():
+        if name in keyed:
+            assert digest == keyed[name][0], f"the manifest's digest of {name} is not its content's"
+            digest = keyed[name][1]
+        files[_hidden_keys(name)] = None if _machine_made(name) else digest
+    manifest["files"] = files
     for sample in manifest["samples"]:
         sample["expected"] = {k: {"datatype": v["datatype"], "shape": v["shape"]}
                               for k, v in sample["expected"].items()}
@@ -61,6 +68,8 @@ def members(archive: Path) -> dict[str, dict[str, Any]]:
     """Each entry of an archive: its type, mode and, for a file, its size and content digest (as the
     module's docstring says for the entries a clean machine makes differently)."""
     out: dict[str, dict[str, Any]] = {}
+    manifest = b""
+    keyed: dict[str, tuple[str, str]] = {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (FIXED_MTIME, 0, 0, "", ""), (
@@ -75,10 +84,11 @@ def members(archive: Path) -> dict[str, dict[str, Any]]:
                 assert handle is not None
                 data = handle.read()
                 if name == MANIFEST:
-                    entry["sha256"] = _manifest_digest(data)
+                    manifest = data
                 elif name.endswith(".pbtxt"):
-                    text = _hidden_keys(data.decode())
-                    entry |= {"size": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+                    text = _hidden_keys(data.decode()).encode()
+                    entry |= {"size": len(text), "sha256": hashlib.sha256(text).hexdigest()}
+                    keyed[member.name] = (hashlib.sha256(data).hexdigest(), entry["sha256"])
                 elif member.name.startswith("conch-envs/"):
                     pass  # the packed environment: its name says it is there
                 elif _machine_made(name):
@@ -86,6 +96,7 @@ def members(archive: Path) -> dict[str, dict[str, Any]]:
                 else:
                     entry |= {"size": member.size, "sha256": hashlib.sha256(data).hexdigest()}
             out[name] = entry
+    out[MANIFEST]["sha256"] = _manifest_digest(manifest, keyed)
     return out
 
 

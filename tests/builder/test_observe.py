@@ -93,6 +93,15 @@ def test_a_change_to_what_the_run_follows_from_runs_it_again(steps: ModuleType, 
         assert files[f"{declared(steps).name}__as_text/warmup/0_x"] == np.full(4, 2.0, "<f4").tobytes()
 
 
+def test_step_code_its_file_no_longer_holds_runs_at_every_build(steps: ModuleType) -> None:
+    """A notebook imported the step module, then its file was edited and not reloaded: the step runs its old
+    code, and what that finds is not remembered under the file's new content."""
+    assert runs_for(declared(steps))[0] == 1
+    Path(steps.__file__).write_text(STEPS.replace("row.sum()", "row.sum() + 1"))  # type: ignore[arg-type]
+    assert runs_for(declared(steps))[0] == 1
+    assert runs_for(declared(steps))[0] == 1
+
+
 def test_refresh_runs_it_again(steps: ModuleType) -> None:
     assert runs_for(declared(steps))[0] == 1
     assert runs_for(declared(steps), refresh=True)[0] == 1
