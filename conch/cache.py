@@ -6,6 +6,7 @@ import contextlib
 import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -112,7 +113,8 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
     step's code, a DALI pipeline): the source of the file defining it and of the Python files beside it that
     it imports, read from the code (``import x`` / ``from x import`` anywhere in the file, followed through
     those siblings), its default arguments and closure values, and the arguments a ``functools.partial``
-    binds. None when the code cannot be told by content (a function without a source file, e.g. defined in a
+    binds; for a callable class its methods, for an instance or a bound method its attributes too. None when
+    the code cannot be told by content (a function without a source file, e.g. defined in a
     notebook, values whose repr is not their content, or code its file no longer holds: a module imported
     before an edit). It does not cover what the code reads (files, environment variables), modules outside its
     folder or installed libraries: only a declaration that says its function is pure (``cache=True``) is
@@ -127,6 +129,9 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
         cells = [cell.cell_contents for cell in getattr(fn, "__closure__", None) or ()]
         bound.append([getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells,
                       getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)])
+        if inspect.ismethod(fn):  # a bound method: its instance's attributes (a classmethod: its class's name)
+            owner = fn.__self__
+            bound.append(owner.__qualname__ if isinstance(owner, type) else getattr(owner, "__dict__", None))
         codes, origin = [code], _real_file(code.co_filename)
     else:  # a callable class, or an instance of one (with its attributes): its methods' code
         owner = fn if isinstance(fn, type) else type(fn)

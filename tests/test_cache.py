@@ -125,6 +125,8 @@ def test_a_callable_class_is_keyed_by_its_methods_and_an_instance_by_its_attribu
     two, three = code_digest(module.Scale(2)), code_digest(module.Scale(3))  # type: ignore[attr-defined]
     assert None not in (of_class, two, three) and len({of_class, two, three}) == 3
     assert code_digest(module.Scale(object())) is None  # type: ignore[attr-defined]
+    bound_two, bound_three = code_digest(module.Scale(2).__call__), code_digest(module.Scale(3).__call__)  # type: ignore[attr-defined]
+    assert None not in (bound_two, bound_three) and bound_two != bound_three  # a bound method: its instance's too
     (tmp_path / "callable_steps.py").write_text(
         "class Scale:\n    def __init__(self, k=2):\n        self.k = k\n\n"
         "    def __call__(self, x):\n        return {'y': x * self.k + 1}\n")
