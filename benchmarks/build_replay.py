@@ -27,9 +27,9 @@ def main() -> int:
     from conch.builder.discover import discover
     from conch.builder.repository_build import build_ensemble
     from conch.ensembles.samples import decode_array
-    from conch.harness.local_replay import stage
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.server import LocalTriton
+    from conch.replays.local_replay import stage
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.server import LocalTriton
 
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="*", type=Path, default=[ROOT / "ensembles" / "text_embeddings.py"])

@@ -42,8 +42,8 @@ def serve(kind: str, triton_url: str, target: str) -> None:
     """(b) or (c): a plain ASGI app on uvicorn as conch's front runs it; prints the port, serves until killed."""
     import uvicorn
 
-    from conch.harness.endpoint.app import read_body as read
-    from conch.harness.endpoint.hop import TritonHop
+    from conch.endpoint.app import read_body as read
+    from conch.endpoint.hop import TritonHop
 
     hop: list[TritonHop] = []
 
@@ -104,9 +104,9 @@ def main() -> int:
     import psutil
     from local_mme import build
 
-    from conch.harness.endpoint import LocalMME
-    from conch.harness.mme_contract import model_hash
+    from conch.endpoint import LocalMME
     from conch.sagemaker.runtime import archive_manifest
+    from conch.triton.mme_contract import model_hash
     from conch.wire import TARGET_HEADER, json_request
 
     parser = argparse.ArgumentParser()

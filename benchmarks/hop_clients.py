@@ -43,10 +43,10 @@ def main() -> int:
     import uvloop
     from local_mme import build
 
-    from conch.harness.endpoint import LocalMME
-    from conch.harness.endpoint.hop import TritonHop
-    from conch.harness.mme_contract import model_hash
+    from conch.endpoint import LocalMME
+    from conch.endpoint.hop import TritonHop
     from conch.sagemaker.runtime import archive_manifest
+    from conch.triton.mme_contract import model_hash
     from conch.wire import TARGET_HEADER, json_request
 
     parser = argparse.ArgumentParser()

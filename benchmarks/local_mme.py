@@ -74,9 +74,9 @@ def main() -> int:
     import httpx
     from botocore.config import Config
 
-    from conch.harness.endpoint import LocalMME
-    from conch.harness.mme_contract import model_hash
+    from conch.endpoint import LocalMME
     from conch.sagemaker.runtime import archive_manifest
+    from conch.triton.mme_contract import model_hash
     from conch.wire import TARGET_HEADER, binary_request, json_request
 
     parser = argparse.ArgumentParser()
@@ -189,7 +189,7 @@ def front_overhead(mme: Any, target: str, body: bytes, content_type: str, warm: 
 
     from _common import wrk_latency, wrk_run
 
-    from conch.harness.mme_contract import model_hash
+    from conch.triton.mme_contract import model_hash
     from conch.wire import TARGET_HEADER
 
     direct = statistics.median(warm["straight to Triton's SageMaker port, httpx, JSON"])
@@ -381,9 +381,9 @@ def churn(args: argparse.Namespace, source: Path, names: list[str], row: Any, co
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from conch.harness.endpoint import LocalMME
-    from conch.harness.mme import json_request
+    from conch.endpoint import LocalMME
     from conch.sagemaker.runtime import archive_manifest
+    from conch.triton.mme import json_request
 
     inputs = archive_manifest(source / names[0]).samples[0].input_arrays()
     body, content_type = json_request(inputs)

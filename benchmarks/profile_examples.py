@@ -17,10 +17,10 @@ from pathlib import Path
 from _common import ROOT, table, write_json
 
 from conch.archive.manifest import Manifest
-from conch.harness.profile.local_servers import profile_archives, sample_bodies
-from conch.harness.profile.measure import Load
-from conch.harness.profile.pictures import profile_graph, waterfall_png
-from conch.harness.profile.profile_report import Profile
+from conch.perf.profile.local_servers import profile_archives, sample_bodies
+from conch.perf.profile.measure import Load
+from conch.perf.profile.pictures import profile_graph, waterfall_png
+from conch.perf.profile.profile_report import Profile
 
 
 def build(out: Path) -> Path:

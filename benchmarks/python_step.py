@@ -102,8 +102,8 @@ def declare(kind: str, name: str, batching: bool):  # type: ignore[no-untyped-de
 
 def main() -> int:
     from conch.builder.repository_build import render_repository, write_repository
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.server import LocalTriton
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.server import LocalTriton
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=1)

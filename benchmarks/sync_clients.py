@@ -1,6 +1,6 @@
 """requests against httpx on the two sync paths users wait on that used requests (issue 31, one client per job):
 the MME client's invoke (``MultiModelClient.invoke_json``: replay, `conch profile`'s loads, the pytest plugin) and
-`conch profile`'s load (``conch.harness.profile.load.run``). One local tritonserver, the tests' two-step
+`conch profile`'s load (``conch.perf.profile.load.run``). One local tritonserver, the tests' two-step
 ensemble loaded as SageMaker loads it, the sides alternating in each round (order reversed every other round).
 
 - invoke, before: the code this replaced, ``requests.post`` per call (requests' module function: a new
@@ -80,13 +80,13 @@ def main() -> int:
     import requests
     from local_mme import build
 
-    from conch.harness.http_client import sync_client
-    from conch.harness.local_replay import stage, target_name
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.mme_contract import invoke_path, target_headers
-    from conch.harness.profile.load import Body, Target, run
-    from conch.harness.server import LocalTriton
+    from conch.perf.profile.load import Body, Target, run
+    from conch.replays.local_replay import stage, target_name
     from conch.sagemaker.runtime import archive_manifest
+    from conch.triton.http_client import sync_client
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.mme_contract import invoke_path, target_headers
+    from conch.triton.server import LocalTriton
     from conch.wire import json_request, parse_json_response
 
     parser = argparse.ArgumentParser()

@@ -42,9 +42,9 @@ def _archives(paths: list[Path], out: Path) -> list[Path]:
 
 
 def main() -> int:
-    from conch.harness.tune.search import exhaustive, guided
-    from conch.harness.tune.servers import local_server
-    from conch.harness.tune.space import Knobs, Levels, Settings, grid_size
+    from conch.perf.tune.search import exhaustive, guided
+    from conch.perf.tune.servers import local_server
+    from conch.perf.tune.space import Knobs, Levels, Settings, grid_size
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="+", type=Path)

@@ -28,9 +28,9 @@ EXAMPLES = ["text_embeddings.py", "image_classifier.py", "resnet_pytorch.py", "r
 
 def one_load(archive: Path, inputs: dict[str, Any]) -> dict[str, float]:
     """Seconds to load the archive into a fresh server, then ms of the first and second request."""
-    from conch.harness.local_replay import stage
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.server import LocalTriton
+    from conch.replays.local_replay import stage
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.server import LocalTriton
 
     with LocalTriton() as server:
         client = MultiModelClient(server.sagemaker_url, server.http_url)

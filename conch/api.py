@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from conch.endpoint.local import LocalMME
     from conch.ensembles.ensemble import Ensemble
-    from conch.harness.endpoint.local import LocalMME
     from conch.verdicts import ReplayReport, ReplayRow
 
 RESULT_STYLE = {"ok": "#1a7f37", "FAIL": "#cf222e", "n/a": "#6e7781"}
@@ -151,7 +151,7 @@ def replay(*archives: str | Path | BuildReport, endpoints: Iterable[str] | None 
     """Replay archives' samples (or those of a payload folder: ``payloads``/<archive>/ or ``payloads``) on a local
     tritonserver loaded as SageMaker's MME loads them, through every endpoint, as `conch replay` does."""
     from conch.ensembles.payloads import payloads_of
-    from conch.harness.local_replay import replay_archives
+    from conch.replays.local_replay import replay_archives
     from conch.wire import ENDPOINTS
 
     paths = [p for a in archives for p in (a.paths if isinstance(a, BuildReport) else [Path(a)])]
@@ -168,11 +168,11 @@ def replay(*archives: str | Path | BuildReport, endpoints: Iterable[str] | None 
 
 def serve(source: str | Path | BuildReport, *, s3_endpoint_url: str | None = None, **options: Any) -> LocalEndpoint:
     """Start a local SageMaker MME over a folder of archives, a BuildReport's folder or ``s3://bucket/prefix``
-    (``options``: conch.harness.endpoint.LocalMME's), with a boto3 ``sagemaker-runtime`` client pointed at it."""
+    (``options``: conch.endpoint.LocalMME's), with a boto3 ``sagemaker-runtime`` client pointed at it."""
     import boto3
 
+    from conch.endpoint.local import ENDPOINT_NAME, LocalMME
     from conch.errors import ServeError
-    from conch.harness.endpoint.local import ENDPOINT_NAME, LocalMME
 
     if isinstance(source, BuildReport):
         folders = {p.parent for p in source.paths}

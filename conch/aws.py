@@ -1,5 +1,5 @@
 """boto3 clients for conch's deploy commands and the local MME's ``s3://`` sources, the region they act in, and
-AWS errors as DeployErrors. Below conch.sagemaker and conch.harness, which both take AwsTarget from here.
+AWS errors as DeployErrors. Below conch.sagemaker and conch.endpoint, which both take AwsTarget from here.
 
 boto3 is imported inside functions, so ``import conch`` stays fast for users who never deploy.
 """

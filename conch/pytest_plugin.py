@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from conch.api import LocalEndpoint
     from conch.ensembles.ensemble import Ensemble
     from conch.ensembles.payloads import Payload
-    from conch.harness.local_replay import LoadedArchive, ReplaySample
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.server import LocalTriton
+    from conch.replays.local_replay import LoadedArchive, ReplaySample
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.server import LocalTriton
     from conch.verdicts import ReplayRow
 
 LOCAL_ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")  # conch.wire.ENDPOINTS, without importing it
@@ -150,8 +150,8 @@ class ConchSession:
     def triton(self) -> ConchTriton:
         """The local Triton, started on first need with shared memory sized for every archive to run."""
         if self._triton is None:
-            from conch.harness.mme import MultiModelClient
-            from conch.harness.server import LocalTriton
+            from conch.triton.mme import MultiModelClient
+            from conch.triton.server import LocalTriton
 
             server = LocalTriton.sized_for([a for a in (self.archive(self.sources[n]) for n in self.selected
                                                         or self.sources) if isinstance(a, Path)])
@@ -162,7 +162,7 @@ class ConchSession:
     def load(self, source: Source) -> LoadedArchive | ReplayRow:
         """The source's archive loaded on the session's Triton (once), or the row saying why it did not."""
         if source.name not in self.loads:
-            from conch.harness.local_replay import LoadedArchive, load_archive
+            from conch.replays.local_replay import LoadedArchive, load_archive
 
             archive = self.archive(source)
             if not isinstance(archive, Path):
@@ -178,7 +178,7 @@ class ConchSession:
 
     def replay(self, source: Source, sample: str, endpoint: str) -> ReplayRow:
         """One sample through one local endpoint, judged."""
-        from conch.harness.local_replay import LoadedArchive, replay_sample
+        from conch.replays.local_replay import LoadedArchive, replay_sample
 
         loaded = self.load(source)
         if not isinstance(loaded, LoadedArchive):
@@ -190,7 +190,7 @@ class ConchSession:
         from conch.archive.manifest import read_manifest
         from conch.aws import AwsTarget
         from conch.errors import ConchError
-        from conch.harness.local_replay import target_name
+        from conch.replays.local_replay import target_name
         from conch.sagemaker.runtime import READ_TIMEOUT_S, invoke
         from conch.verdicts import ReplayRow, judge, not_applicable
         from conch.wire import json_refusal
@@ -308,7 +308,7 @@ class _ConchFile(pytest.File):
     def items(self, source: Source, samples: list[str]) -> Iterator[SampleItem]:
         from conch.ensembles.payloads import payloads_of
         from conch.errors import ConchError
-        from conch.harness.junit_xml import item_name
+        from conch.replays.junit_xml import item_name
 
         payloads = self.config.getoption("conch_payloads")
         try:

@@ -1,5 +1,5 @@
 """Where the nvidia-pytriton wheel keeps tritonserver: found without starting (or importing) the server
-harness, so that the in-process executor can load the Python backend's utilities from it too."""
+conch.triton, so that the in-process executor can load the Python backend's utilities from it too."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def parse_response(content: bytes, content_type: str, body: str) -> dict[str, np
 def json_request(inputs: Mapping[str, np.ndarray],
                  parameters: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
     """(body, content type) of a KServe v2 JSON request, as SageMaker's Triton front end takes it;
-    ``parameters``: the request's (e.g. its sequence's, conch.harness.mme_contract.sequence_parameters)."""
+    ``parameters``: the request's (e.g. its sequence's, conch.triton.mme_contract.sequence_parameters)."""
     body: dict[str, Any] = {"inputs": [json_tensor(name, array) for name, array in inputs.items()]}
     if parameters:
         body["parameters"] = dict(parameters)

@@ -217,7 +217,7 @@ def linear() -> Ensemble:
 @pytest.fixture(scope="session")
 def triton() -> Iterator[object]:
     """One real tritonserver (SageMaker MME front end + KServe HTTP) for the integration tests."""
-    from conch.harness.server import LocalTriton
+    from conch.triton.server import LocalTriton
 
     server = LocalTriton()
     server.start()

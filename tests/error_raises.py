@@ -100,19 +100,19 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("conch/builder/parallel.py", "{job.source}: no ensemble named {job.ensemble} when imported again"):
         "workers are forked where fork exists (Linux, macOS) and inherit the imported ensemble files, so the "
         "re-import finds the same ensembles; only spawn platforms (Windows) execute the file again",
-    ("conch/harness/endpoint/disk.py", "TargetModel {target_model}: the archive is not a readable .tar.gz"):
+    ("conch/endpoint/disk.py", "TargetModel {target_model}: the archive is not a readable .tar.gz"):
         "safe_extract turns tarfile, EOF and zlib errors into an ArchiveError (passed on by the branch above); "
         "only an OSError while writing the unpacked files (a full disk) gets here",
-    ("conch/harness/endpoint/fleet.py", "{self.hop.unreachable(target_model, exc)}"):
+    ("conch/endpoint/fleet.py", "{self.hop.unreachable(target_model, exc)}"):
         "reached only by a call made between tritonserver's exit and the watcher seeing it (the watcher waits on "
         "the process and restarts it at once); calls cut short by the exit are tested in test_mme_restart.py",
-    ("conch/harness/endpoint/app.py", "TargetModel {target}: Triton lost the model twice"):
+    ("conch/endpoint/app.py", "TargetModel {target}: Triton lost the model twice"):
         "needs Triton to forget a just-loaded model between its load and its invocation twice in a row (another "
         "client unloading it each time); no test can time that from outside",
-    ("conch/harness/load/runner.py", "load generator: {event.get('message')}"):
-        "triggered only by the slow tier (-m slow, tests/harness/load/test_load_errors.py): the generator's one "
+    ("conch/perf/load/runner.py", "load generator: {event.get('message')}"):
+        "triggered only by the slow tier (-m slow, tests/perf/load/test_load_errors.py): the generator's one "
         "error event comes after its master waited 60 s for workers that never connect",
-    ("conch/harness/load/runner.py", "the load generator ran past {limit} s; stopped it"):
+    ("conch/perf/load/runner.py", "the load generator ran past {limit} s; stopped it"):
         "a safety net past the stages, the request timeout and 180 s of grace; Locust stops its users at the "
         "end of the last stage, so a generator only overruns when Locust itself hangs",
 }

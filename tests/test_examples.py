@@ -11,7 +11,7 @@ from conftest import ExampleArchives
 
 from conch.builder.discover import discover
 from conch.builder.repository_build import render_repository
-from conch.harness.local_replay import ENDPOINTS, replay_archives
+from conch.replays.local_replay import ENDPOINTS, replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 
@@ -70,7 +70,7 @@ def test_bert_alone_is_one_model_replayed_and_served(examples: ExampleArchives, 
 
     from conch.archive.fleet_check import check_archive_models
     from conch.archive.manifest import read_manifest
-    from conch.harness.endpoint import LocalMME
+    from conch.endpoint import LocalMME
     from conch.wire import json_request
 
     archive = examples.archive("bert_alone.py", "local")

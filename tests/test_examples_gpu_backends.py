@@ -15,7 +15,7 @@ from conftest import ExampleArchives
 from conch import BuildError
 from conch.builder.discover import discover
 from conch.builder.repository_build import build_ensemble, render_repository
-from conch.harness.local_replay import replay_archives
+from conch.replays.local_replay import replay_archives
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 FILES = ("image_classifier.py", "resnet_pytorch.py", "resnet_tensorrt.py", "bert_torchscript.py")

@@ -1,7 +1,7 @@
 """One HTTP client library per job (docs/architecture.md, "HTTP clients"): httpx makes every sync call of conch,
 aiohttp only the local MME's hop to Triton, geventhttpclient only the Locust load of `conch bench`; `requests` is
 neither imported by conch nor one of its dependencies (read from the source, as text); and conch's sync client,
-``conch.harness.http_client.sync_client``, loads TLS certificates only where it calls an https:// server."""
+``conch.triton.http_client.sync_client``, loads TLS certificates only where it calls an https:// server."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from conch.harness.http_client import sync_client
+from conch.triton.http_client import sync_client
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCH = ROOT / "conch"
@@ -28,8 +28,8 @@ CONCH = ROOT / "conch"
 ALLOWED: dict[str, set[str]] = {
     "requests": set(),
     "urllib3": set(),
-    "aiohttp": {"conch/harness/endpoint/hop.py"},
-    "geventhttpclient": {"conch/harness/load/locust_proc.py"},
+    "aiohttp": {"conch/endpoint/hop.py"},
+    "geventhttpclient": {"conch/perf/load/locust_proc.py"},
 }
 
 

@@ -22,7 +22,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("executor",),  # the compiled plan run in this process
     ("archive",),  # reading archives
     ("builder",),  # writing them
-    ("harness", "sagemaker"),
+    ("triton", "sagemaker"),  # the local tritonserver and its clients; boto3
+    ("replays", "endpoint"),  # replaying samples; the local MME
+    ("perf",),  # load runs, profiles, tune, the probe
     ("api",),  # conch.build, conch.replay, conch.serve and their report objects
     ("__init__", "plan"),
     ("importer",),

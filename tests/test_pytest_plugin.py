@@ -17,8 +17,8 @@ import tritonclient.http  # noqa: F401 - imported before pytester's snapshot of 
 # imports and so would load numpy's C types a second time
 from conch.builder.discover import load_module_ensembles
 from conch.builder.repository_build import build_ensemble
-from conch.harness.endpoint.local import ENDPOINT_NAME, LocalMME
-from conch.harness.recording import write_payload
+from conch.endpoint.local import ENDPOINT_NAME, LocalMME
+from conch.replays.recording import write_payload
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.integration

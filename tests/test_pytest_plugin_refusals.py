@@ -12,8 +12,8 @@ from conch.api import BuildReport, BuiltArchive, serve
 from conch.archive.manifest import read_manifest
 from conch.builder.repository_build import build_ensemble
 from conch.errors import ServeError
-from conch.harness.recording import write_payload
 from conch.pytest_plugin import ConchSession, Source
+from conch.replays.recording import write_payload
 
 
 def test_two_ensembles_of_one_name_are_refused(pytestconfig: pytest.Config, tmp_path: Path) -> None:

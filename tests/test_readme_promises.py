@@ -17,7 +17,7 @@ import conch
 from conch.cache import RACY_NS
 from conch.cli import parser
 from conch.cli.console import quiet_tensorflow
-from conch.harness.probe import Copy, ProbeResult
+from conch.perf.probe import Copy, ProbeResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHILD_ENV = [sys.executable, "-c", "import os; print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"]

@@ -17,9 +17,9 @@ import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
 from conch.cli import main
 from conch.ensembles.samples import compare
-from conch.harness.local_replay import stage
-from conch.harness.mme import MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import stage
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
 
 EXAMPLES = Path(__file__).parent.parent / "ensembles"
 

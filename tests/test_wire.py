@@ -10,7 +10,7 @@ import pytest
 
 from conch.ensembles.payloads import check_json_request
 from conch.errors import ServeError
-from conch.harness.mme_contract import sequence_parameters
+from conch.triton.mme_contract import sequence_parameters
 from conch.wire import (
     binary_request,
     encode_request,

@@ -27,7 +27,7 @@ from conch.wire import BODIES
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
             ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.harness.load.bench_run import local_mme, local_triton
+    from conch.perf.load.bench_run import local_mme, local_triton
 
     if args.triton:
         return "kserve", None, local_triton(named)
@@ -60,11 +60,11 @@ def _endpoint_warnings() -> Iterator[None]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from conch.harness.load.bench_run import copy_names
-    from conch.harness.load.runner import locust_command
-    from conch.harness.load.spec import archive_targets
-    from conch.harness.load.stages import parse_stages, seed_ramp
-    from conch.harness.server import die_with_parent
+    from conch.perf.load.bench_run import copy_names
+    from conch.perf.load.runner import locust_command
+    from conch.perf.load.spec import archive_targets
+    from conch.perf.load.stages import parse_stages, seed_ramp
+    from conch.triton.server import die_with_parent
 
     if args.worker:  # in a process of its own: locust patches the interpreter it is imported in
         code = subprocess.call(locust_command("worker", "--master-host", args.master_host,
@@ -97,10 +97,10 @@ def targets_payloads(payload: Path | None) -> list[Any] | None:
 
 def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractContextManager[Any],
          targets: list[Any], stages: list[Any], names: list[str]) -> int:
-    from conch.harness.load.bench_run import endpoint_metrics, run_bench
-    from conch.harness.load.display import load_progress
-    from conch.harness.load.run_summary import table, write_json
-    from conch.harness.load.spec import LoadSpec
+    from conch.perf.load.bench_run import endpoint_metrics, run_bench
+    from conch.perf.load.display import load_progress
+    from conch.perf.load.run_summary import table, write_json
+    from conch.perf.load.spec import LoadSpec
 
     with server as own:
         own_url = own if isinstance(own, str) or own is None else own.url
@@ -160,9 +160,9 @@ def _check_load_figures(args: argparse.Namespace) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from conch.harness.endpoint.metrics import lenient
-    from conch.harness.load.run_summary import write_json
-    from conch.harness.probe import plot_probe, probe
+    from conch.endpoint.metrics import lenient
+    from conch.perf.load.run_summary import write_json
+    from conch.perf.probe import plot_probe, probe
 
     if not args.memory_budget:
         raise BenchError("the probe fills a memory budget: give --memory-budget, e.g. 8GiB")

@@ -24,7 +24,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         import psutil
 
         from conch.ensembles.payloads import read_payload_file
-        from conch.harness.probe import probe
+        from conch.perf.probe import probe
 
         say(f"measuring {archive.name}: {args.measure_copies} copies through the local MME")
         # copies with step names of their own: what `conch deploy --copies` uploads
@@ -47,7 +47,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     types = data.pick(args.instance_type, gpu=gpu)
     targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
     rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
-    from conch.harness.load.run_summary import write_json
+    from conch.perf.load.run_summary import write_json
 
     context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
                "targets": vars(targets), "threshold": args.threshold,

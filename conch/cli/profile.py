@@ -14,16 +14,16 @@ from conch.cli.profiling import load_of
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
-    from conch.harness.profile.profile_report import Profile
+    from conch.perf.profile.profile_report import Profile
 
 def _remote(args: argparse.Namespace) -> list[Profile]:
     """A server conch does not own: a KServe v2 server (``--url``), or a SageMaker runtime front such as `conch
     serve` (``--url`` + ``--stats-url``, its Triton's HTTP port from the ready line)."""
     from conch.archive.manifest import read_manifest
     from conch.errors import ServeError
-    from conch.harness.profile.load import Target
-    from conch.harness.profile.measure import measure
-    from conch.harness.profile.server_statistics import StatsEndpoint
+    from conch.perf.profile.load import Target
+    from conch.perf.profile.measure import measure
+    from conch.perf.profile.server_statistics import StatsEndpoint
 
     given: list[tuple[Path | None, Manifest | None]] = []
     for path in args.paths:
@@ -50,7 +50,7 @@ def _remote(args: argparse.Namespace) -> list[Profile]:
 def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
     """Write the DAG coloured by share (in ``--format``) and the waterfall PNG into ``--out``."""
     from conch.diagram import SUFFIX, picture
-    from conch.harness.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
+    from conch.perf.profile.pictures import MatplotlibMissing, profile_graph, waterfall_png
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def _pictures(profile: Profile, args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     from conch.errors import ServeError
-    from conch.harness.profile.local_servers import profile_archives
+    from conch.perf.profile.local_servers import profile_archives
     from conch.scratch import scratch_temp
 
     failed: list[str] = []

@@ -12,8 +12,8 @@ from conch.cli.console import result, say
 
 if TYPE_CHECKING:
     from conch.archive.manifest import Manifest
-    from conch.harness.profile.measure import Load
-    from conch.harness.profile.profile_report import Profile
+    from conch.perf.profile.measure import Load
+    from conch.perf.profile.profile_report import Profile
 
 
 def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
@@ -21,9 +21,9 @@ def load_of(args: argparse.Namespace, manifest: Manifest | None) -> Load:
     archive's samples."""
     from conch.ensembles.payloads import check_json_request
     from conch.errors import ServeError
-    from conch.harness.profile.load import Body
-    from conch.harness.profile.local_servers import sample_bodies
-    from conch.harness.profile.measure import Load
+    from conch.perf.profile.load import Body
+    from conch.perf.profile.local_servers import sample_bodies
+    from conch.perf.profile.measure import Load
 
     if args.payload is not None:
         try:
@@ -40,8 +40,8 @@ def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> A
     """For `conch bench --profile`: statistics taken before the load, on the server the bench runs against
     (conch's own, or ``--stats-url`` behind ``--endpoint-url``); None without ``--profile``."""
     from conch.errors import BenchError
-    from conch.harness.profile.around import AroundLoad
-    from conch.harness.profile.server_statistics import StatsEndpoint
+    from conch.perf.profile.around import AroundLoad
+    from conch.perf.profile.server_statistics import StatsEndpoint
 
     if not getattr(args, "profile", False):
         return None
@@ -55,7 +55,7 @@ def bench_profiler(args: argparse.Namespace, own: object, names: list[str]) -> A
 
 def bench_profiles(around: Any, summary: dict[str, Any], server: str) -> list[dict[str, Any]]:
     """The bench's profile section: one profile per TargetModel, from the statistics before and after its load."""
-    from conch.harness.profile.around import bench_run
+    from conch.perf.profile.around import bench_run
 
     profiles = around.finish(bench_run(summary, server))
     for p in profiles:
@@ -77,7 +77,7 @@ class ReplayProfiler:
 
     def __enter__(self) -> ReplayProfiler:
         if getattr(self.args, "profile", False) and self.archives:
-            from conch.harness.profile.local_servers import profiling_triton
+            from conch.perf.profile.local_servers import profiling_triton
 
             self._context = profiling_triton(self.archives)
             self.server, self._stats, self._trace_file = self._context.__enter__()
@@ -89,7 +89,7 @@ class ReplayProfiler:
 
     def done(self, archive: Path) -> None:
         from conch.errors import ConchError
-        from conch.harness.profile.local_servers import profile_loaded
+        from conch.perf.profile.local_servers import profile_loaded
 
         if self.server is None:
             return

@@ -18,15 +18,15 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from conch.archive.manifest import Manifest
-    from conch.harness.local_replay import ReplaySample, SampleChooser
-    from conch.harness.recording import Recorder
+    from conch.replays.local_replay import ReplaySample, SampleChooser
+    from conch.replays.recording import Recorder
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
     from conch.errors import ConchError
-    from conch.harness.local_replay import replay_archives
+    from conch.replays.local_replay import replay_archives
     from conch.verdicts import ReplayReport, ReplayRow, replay_document
 
     given = sort_paths(args.paths)
@@ -68,7 +68,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             say(f"conch: error: {one_line(row.detail)}")
     full = ReplayReport(rows)
     if args.junit_xml:
-        from conch.harness.junit_xml import write_junit
+        from conch.replays.junit_xml import write_junit
 
         write_junit(full, args.junit_xml)
     result(full.table())
@@ -108,7 +108,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
 
     recorder = None
     if args.record is not None:
-        from conch.harness.recording import Recorder
+        from conch.replays.recording import Recorder
 
         recorder = Recorder(args.record)
     return chooser, recorder

@@ -18,7 +18,7 @@ from conch.cli.flags import Subcommands, add_ensemble_flags, add_step_names, siz
 from conch.scratch import scratch_temp
 
 if TYPE_CHECKING:
-    from conch.harness.endpoint import LocalMME
+    from conch.endpoint import LocalMME
 
 
 def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
@@ -26,7 +26,7 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
     from conch.builder.discover import discover, sort_paths
     from conch.builder.repository_build import build_ensemble
     from conch.errors import ServeError
-    from conch.harness.profile.local_servers import gather
+    from conch.perf.profile.local_servers import gather
 
     given = sort_paths(args.paths, must_exist=True)
     archives, sources = given.archives, given.sources
@@ -43,8 +43,8 @@ def _source_folder(args: argparse.Namespace, tmp: Path) -> Path:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from conch.endpoint import LocalMME
     from conch.errors import ConchError, ServeError
-    from conch.harness.endpoint import LocalMME
 
     if bool(args.paths) == bool(args.mme):
         raise ServeError("give either --mme SOURCE (a folder of archives or s3://bucket/prefix, loaded on first "
@@ -87,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
     """When serve ends (Ctrl-C, or a server not restarted): one line counting what production would not have
     done (restarts, lookup retries, step name collisions) and the lookup race, never silent."""
-    from conch.harness.endpoint.metrics import lenient
+    from conch.endpoint.metrics import lenient
 
     try:
         yield

@@ -15,9 +15,9 @@ from conch.cli.discovery import local_builds
 from conch.cli.flags import Subcommands, add_ensemble_flags
 
 if TYPE_CHECKING:
-    from conch.harness.tune.search import Outcome
-    from conch.harness.tune.space import StepSpace
-    from conch.harness.tune.trial import TrialServer
+    from conch.perf.tune.search import Outcome
+    from conch.perf.tune.space import StepSpace
+    from conch.perf.tune.trial import TrialServer
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -60,7 +60,7 @@ def _patches(outcome: Outcome, server: TrialServer, sources: dict[str, Path], ou
              apply: bool) -> dict[str, Any]:
     """The chosen settings as a diff of each declaration that changes; written to ``out``, shown, and applied
     with ``--apply``. A step declared once and used by two ensembles gets the first ensemble's settings."""
-    from conch.harness.tune.declaration import patch_declaration
+    from conch.perf.tune.declaration import patch_declaration
 
     done: dict[str, Any] = {"files": [], "notes": []}
     diffs = []
@@ -100,11 +100,11 @@ def _patches(outcome: Outcome, server: TrialServer, sources: dict[str, Path], ou
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from conch.errors import BenchError
-    from conch.harness.tune.report import rounds_png, table, to_json
-    from conch.harness.tune.search import guided
-    from conch.harness.tune.servers import local_server, remote_server
-    from conch.harness.tune.space import Knobs, Levels, Settings
-    from conch.harness.tune.trial import latency_target
+    from conch.perf.tune.report import rounds_png, table, to_json
+    from conch.perf.tune.search import guided
+    from conch.perf.tune.servers import local_server, remote_server
+    from conch.perf.tune.space import Knobs, Levels, Settings
+    from conch.perf.tune.trial import latency_target
     from conch.scratch import scratch_temp
 
     if not args.paths:

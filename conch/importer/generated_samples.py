@@ -82,8 +82,8 @@ def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool =
     """The ensemble's outputs for ``inputs`` on the local tritonserver (its local build); ``sequence``: send
     the request as a sequence of one (a step with a sequence batcher needs a correlation ID)."""
     from conch.builder.repository_build import render_repository, write_repository
-    from conch.harness.mme import MultiModelClient
-    from conch.harness.server import LocalTriton
+    from conch.triton.mme import MultiModelClient
+    from conch.triton.server import LocalTriton
 
     repo = render_repository(ensemble, "local", DEFAULT_RELEASE)
     with scratch_temp("conch-import-") as tmp:  # swept by the next run if this one is killed

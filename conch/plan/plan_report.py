@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from conch.harness.load.plots import pyplot, save_png
+from conch.perf.load.plots import pyplot, save_png
 from conch.plan.capacity import Row
 
 

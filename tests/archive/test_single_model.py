@@ -1,7 +1,7 @@
 """`conch check` of single-model archives (one model folder at the root, or a config.pbtxt at the root), packed as
 SageMaker takes them, and of unpacked model repository folders checked as the archive they would become. What
 SageMaker's front end does with each shape (server src/sagemaker_server.cc's folder scan) was confirmed on the
-real tritonserver 2.51: tests/harness/test_single_model_replay.py loads and answers every shape passed here."""
+real tritonserver 2.51: tests/replays/test_single_model_replay.py loads and answers every shape passed here."""
 
 from __future__ import annotations
 

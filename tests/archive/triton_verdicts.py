@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from conch.harness.server import LocalTriton
+from conch.triton.server import LocalTriton
 
 LOAD_TIMEOUT_S = 120
 POLL_FAILED = re.compile(r"Poll failed for model directory '([^']*)': (.*?)\"?$")

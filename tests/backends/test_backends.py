@@ -17,7 +17,7 @@ from conch.builder.repository_build import build_ensemble, render_repository
 from conch.compiler.config_reader import read_config
 from conch.ensembles.config import StepSettings
 from conch.ensembles.step import Step
-from conch.harness.local_replay import replay_archives
+from conch.replays.local_replay import replay_archives
 
 IDS = [c.kind for c in CASES]
 

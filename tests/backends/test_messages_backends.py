@@ -15,9 +15,9 @@ import pytest
 import conch
 from conch import DaliStep, DeclarationError, Ensemble, PythonStep, RunError, Tensor, TorchScriptStep
 from conch.builder.repository_build import build_ensemble
-from conch.harness.local_replay import stage
-from conch.harness.mme import InvokeError, MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import stage
+from conch.triton.mme import InvokeError, MultiModelClient
+from conch.triton.server import LocalTriton
 
 
 def test_a_pytorch_step_refuses_bytes_tensors() -> None:

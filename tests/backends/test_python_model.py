@@ -13,9 +13,9 @@ import pytest
 
 from conch import DynamicBatching, Ensemble, PythonStep, Tensor
 from conch.builder.repository_build import build_ensemble
-from conch.harness.local_replay import stage
-from conch.harness.mme import InvokeError, MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import stage
+from conch.triton.mme import InvokeError, MultiModelClient
+from conch.triton.server import LocalTriton
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import torch_modules
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TorchScriptStep
 from conch.backends.pytorch import bind_inputs, bind_outputs, named_index, torchscript_bytes
 from conch.builder.repository_build import build_ensemble, render_repository
-from conch.harness.local_replay import replay_archives
+from conch.replays.local_replay import replay_archives
 
 RELEASE = Release.of("24.10")
 

@@ -37,8 +37,8 @@ from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.step import Step
 from conch.executor import run
-from conch.harness.mme import MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
 
 pytestmark = pytest.mark.integration
 

@@ -159,7 +159,7 @@ def test_no_build_machine_path_in_an_archive_with_an_environment(tmp_path: Path,
 @pytest.mark.integration
 def test_killed_replay_leaves_no_server_and_its_folder_is_removed_by_the_next_run(tmp_path: Path) -> None:
     env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cache")}
-    code = ("import time; from conch.harness.server import LocalTriton\n"
+    code = ("import time; from conch.triton.server import LocalTriton\n"
             "t = LocalTriton().start(); print(t.workdir, t.process.pid, flush=True); time.sleep(120)\n")
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None

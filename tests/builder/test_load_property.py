@@ -21,8 +21,8 @@ from conch import ConchError, Ensemble, PythonStep, Tensor, VersionPolicy
 from conch.archive.extract import safe_extract
 from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
-from conch.harness.mme import MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from conch import DeclarationError, Ensemble, PythonStep, Tensor
 from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.compiler.compiled import compile_ensemble
-from conch.harness.local_replay import replay_archives
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import replay_archives
+from conch.triton.server import LocalTriton
 
 
 def doubling(name: str, *, step_input: str = "x", max_batch_size: int = 4, **kw: object) -> Ensemble:

@@ -18,9 +18,9 @@ from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.envs import local_python
 from conch.builder.pack import LOCAL_HOME, pack, resolve
 from conch.builder.repository_build import build_ensemble, render_repository
-from conch.harness.local_replay import stage
-from conch.harness.mme import MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import stage
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
 
 pytestmark = pytest.mark.integration
 

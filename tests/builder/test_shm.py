@@ -16,8 +16,8 @@ from conch import Ensemble, PythonStep, Tensor
 from conch.builder.discover import discover
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.builder.shm_sizing import ENV_DEFAULT, ENV_GROWTH, MARGIN_BYTES, MIB, archives_settings
-from conch.harness.server import LocalTriton
 from conch.sagemaker.shm_environment import shm_environment
+from conch.triton.server import LocalTriton
 
 EXAMPLES = Path(__file__).parents[2] / "ensembles"
 IMAGE_BYTES = 3 * 224 * 224 * 4
@@ -83,7 +83,7 @@ def test_deploy_environment_and_local_server_get_what_the_archives_need(tmp_path
 
 @pytest.mark.integration
 def test_a_replay_starts_its_server_with_the_shm_the_archives_need(tmp_path: Path) -> None:
-    from conch.harness.local_replay import replay_archives
+    from conch.replays.local_replay import replay_archives
 
     ens = image_ensemble("shm_replay", batch=16)
     x = np.zeros((16, 3, 224, 224), np.float32)  # 9.2 MiB each way: 19.4 MiB with the margin

@@ -120,7 +120,7 @@ def test_the_library_exposes_the_stamp(built: Path, tmp_path: Path) -> None:
 def test_stamped_copies_load_beside_the_original_and_answer_as_it(built: Path, tmp_path: Path, triton: object) -> None:
     """On one real tritonserver without namespacing (where shared step names cannot load together at all):
     the original and two stamps load side by side, and every sample passes on every endpoint."""
-    from conch.harness.local_replay import replay_archives
+    from conch.replays.local_replay import replay_archives
 
     copies = [s.archive for s in stamp_archives(built, ["stamp-v1", "stamp-v2"], tmp_path)]
     report = replay_archives([built, *copies], server=triton)  # type: ignore[arg-type]

@@ -16,9 +16,9 @@ from conch import BuildError, DeclarationError
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.builder.warmup_inputs import WARMUP_NAME, raw_bytes
 from conch.compiler.pbtxt import check_config
-from conch.harness.local_replay import stage
-from conch.harness.mme import MultiModelClient
-from conch.harness.server import LocalTriton
+from conch.replays.local_replay import stage
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
 
 
 def configs(repo) -> dict[str, object]:  # type: ignore[no-untyped-def]

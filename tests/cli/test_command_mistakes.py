@@ -15,7 +15,7 @@ from test_cli_errors import assert_one_line_each
 from conch import Ensemble, PythonStep, Tensor
 from conch.builder.repository_build import build_ensemble
 from conch.errors import BenchError
-from conch.harness.load.spec import archive_targets
+from conch.perf.load.spec import archive_targets
 
 NOWHERE = REFUSED_URL  # nothing listens there: a command that got that far would fail differently
 AWS = ("--endpoint", "prod", "--region", "us-east-1", "--endpoint-url", NOWHERE)

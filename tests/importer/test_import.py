@@ -115,7 +115,7 @@ def test_a_hand_made_repository_with_unmodelled_fields_imports_builds_checks_and
         tmp_path: Path, triton: object, capsys: pytest.CaptureFixture[str]) -> None:
     """response_cache, ONNX Runtime's TensorRT accelerator, a sequence batcher and a rate limiter on a
     hand-written model.py: the replay sends each sample as a sequence of one, as a client must."""
-    from conch.harness.local_replay import replay_archives
+    from conch.replays.local_replay import replay_archives
 
     repo = handmade.write(tmp_path / "repo")
     (imported,) = import_sources([repo], tmp_path / "out")

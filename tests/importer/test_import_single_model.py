@@ -15,9 +15,9 @@ from conch.archive.fleet_check import check_archive_models
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.payloads import read_payload_file
 from conch.errors import BuildError
-from conch.harness.local_replay import replay_archives
-from conch.harness.server import LocalTriton
 from conch.importer.convert import import_sources
+from conch.replays.local_replay import replay_archives
+from conch.triton.server import LocalTriton
 
 
 def load_module(path: Path) -> object:

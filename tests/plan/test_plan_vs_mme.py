@@ -12,9 +12,9 @@ from conftest import linear_ensemble
 
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
-from conch.harness.endpoint import LocalMME
-from conch.harness.load.bench_run import copy_names, local_mme
-from conch.harness.load.spec import Target, archive_targets
+from conch.endpoint import LocalMME
+from conch.perf.load.bench_run import copy_names, local_mme
+from conch.perf.load.spec import Target, archive_targets
 from conch.plan.simulate import simulate, zipf_trace
 from conch.wire import TARGET_HEADER
 

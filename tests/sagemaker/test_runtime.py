@@ -19,10 +19,10 @@ from conch import DeployError, Ensemble, PythonStep, Tensor
 from conch.archive.extract import safe_extract
 from conch.aws import AwsTarget
 from conch.builder.repository_build import build_ensemble
-from conch.harness.mme import MultiModelClient
-from conch.harness.mme_contract import model_hash
-from conch.harness.server import LocalTriton
 from conch.sagemaker.runtime import invoke, invoke_raw, replay_endpoint, request_body
+from conch.triton.mme import MultiModelClient
+from conch.triton.mme_contract import model_hash
+from conch.triton.server import LocalTriton
 from conch.wire import MAX_BODY_BYTES, TARGET_HEADER
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from conftest import INSTANCE, ROLE, Moto, linear_ensemble
 
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
-from conch.harness.endpoint import LocalMME
-from conch.harness.endpoint.app import LOOKUP_MISSES
+from conch.endpoint import LocalMME
+from conch.endpoint.app import LOOKUP_MISSES
 from conch.wire import json_request
 
 pytestmark = pytest.mark.integration

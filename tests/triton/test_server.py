@@ -1,0 +1,103 @@
+"""The local tritonserver: starts on loopback, stops with everything it started, reports its log."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import conch.triton.server as server_module
+from conch import ServeError
+from conch.triton.server import LocalTriton, free_port, namespacing_for, python_backend_dir
+
+pytestmark = pytest.mark.integration
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_backend_folder_is_built_outside_the_wheel() -> None:
+    folder = python_backend_dir()
+    assert (folder / "python" / "libtriton_python.so").is_file()
+    assert (folder / "python" / "triton_python_backend_stub").is_file()
+    assert "site-packages" not in str(folder)
+
+
+def test_backend_folder_is_built_in_a_fresh_cache_without_the_system_temp_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first run on a machine: built beside its place in the cache and moved in whole, never through the
+    # system temp folder (another file system there made the move fail and the folder never appear)
+    import tempfile
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-temp-folder"))
+    folder = python_backend_dir()
+    assert folder.parent == tmp_path / "cache" / "triton-backends"
+    assert (folder / "python" / "triton_python_backend_stub").is_file()
+    assert (folder / "python" / "libtriton_python.so").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temp folder left beside it
+    assert python_backend_dir() == folder
+
+
+def test_start_answers_on_both_endpoints_then_stop_kills_the_group(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w")
+    with server:
+        assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+        assert httpx.get(f"{server.sagemaker_url}/ping", timeout=5).status_code == 200
+        assert httpx.get(f"{server.sagemaker_url}/models", timeout=5).json() == {"models": []}
+        assert server.http_url.startswith("http://127.0.0.1:")
+        assert server.process is not None
+        pid = server.process.pid
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
+    assert not server.running()
+
+
+def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w", extra_args=("--no-such-flag",), startup_timeout=20)
+    with pytest.raises(ServeError, match="tritonserver exited with code"):
+        server.start()
+    assert not server.running()
+
+
+def test_a_port_taken_between_choosing_and_binding_it_is_retried(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        calls = itertools.count()
+        monkeypatch.setattr(server_module, "free_port",
+                            lambda: taken.getsockname()[1] if next(calls) == 0 else free_port())
+        with LocalTriton(tmp_path / "w", startup_timeout=30) as server:
+            assert server.http_port != taken.getsockname()[1]
+            assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_namespacing_follows_the_sagemaker_image_of_the_release() -> None:
+    assert not namespacing_for("23.03")
+    assert namespacing_for("23.04") and namespacing_for("24.10")
+
+
+def test_a_python_without_a_stub_in_the_wheel_is_named() -> None:
+    with pytest.raises(ServeError, match=r"nvidia-pytriton has no Python-backend stub for Python 3.14"):
+        python_backend_dir("3.14")
+
+
+def test_a_server_not_ready_in_time_is_stopped_and_reported(tmp_path: Path) -> None:
+    server = LocalTriton(tmp_path / "w", startup_timeout=0)
+    with pytest.raises(ServeError, match=r"tritonserver was not ready within 0 s"):
+        server.start()
+    assert not server.running()
