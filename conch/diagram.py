@@ -11,13 +11,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from conch.errors import BuildError, ConchError
-
-if TYPE_CHECKING:
-    from conch.ensembles.ensemble import Ensemble, TensorHandle
-    from conch.ensembles.step import Step
 
 RENDERED = ("svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}  # each format's file ending
@@ -55,50 +50,6 @@ class Graph:
 
 def dims_text(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
-
-
-def step_lines(step: Step) -> tuple[str, ...]:
-    """A step's name, backend, instance groups and batching, one line each."""
-    settings = step.settings
-    groups = ", ".join(f"{g.count} × {g.kind}" + (f" gpus {list(g.gpus)}" if g.gpus else "")
-                       for g in settings.instance_groups) or "default"
-    if not settings.max_batch_size:
-        batching = "no batching"
-    else:
-        batching = f"max_batch_size {settings.max_batch_size}"
-        dynamic = settings.dynamic_batching
-        if dynamic is not None:
-            batching += ", dynamic"
-            if dynamic.preferred_batch_size:
-                batching += f" {dims_text(dynamic.preferred_batch_size)}"
-            if dynamic.max_queue_delay_microseconds:
-                batching += f" delay {dynamic.max_queue_delay_microseconds} us"
-    return (step.name, str(step.platform), f"instances: {groups}", batching)
-
-
-def _edge_label(handle: TensorHandle, into: str) -> str:
-    name = handle.output_name if handle.producer is not None and handle.output_name else handle.name
-    names = name if name == into else f"{name} → {into}"
-    return f"{names}: {handle.dtype.wire} {dims_text(handle.dims)}"
-
-
-def graph(ensemble: Ensemble) -> Graph:
-    """The nodes and edges of an ensemble's DAG, in declaration order."""
-    nodes: list[Node] = []
-    edges: list[Edge] = []
-    for name, handle in ensemble.inputs.items():
-        nodes.append(Node(f"in:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
-    for call in ensemble.calls:
-        nodes.append(Node(call.step.name, "step", step_lines(call.step)))
-        for key, handle in call.inputs.items():
-            source = f"in:{handle.name}" if handle.producer is None else handle.producer.step.name
-            edges.append(Edge(source, call.step.name, _edge_label(handle, key)))
-    for name, handle in ensemble.outputs.items():
-        assert handle.producer is not None  # declaration refuses an ensemble input as an output
-        nodes.append(Node(f"out:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
-        edges.append(Edge(handle.producer.step.name, f"out:{name}", _edge_label(handle, name)))
-    batching = f"max_batch_size {ensemble.max_batch_size}" if ensemble.max_batch_size else "no batching"
-    return Graph(ensemble.name, f"ensemble {ensemble.name} ({batching})", tuple(nodes), tuple(edges))
 
 
 def _dot_quote(text: str) -> str:
@@ -196,10 +147,9 @@ def _fontconfig_chatter_dropped() -> Iterator[None]:
                     print(line, file=sys.stderr)
 
 
-def mime_bundle(ensemble: Ensemble) -> dict[str, str]:
-    """How an ensemble displays in Jupyter: its DAG as SVG laid out by Graphviz; where Graphviz is missing, its
+def mime_bundle(g: Graph) -> dict[str, str]:
+    """How an ensemble's DAG displays in Jupyter: as SVG laid out by Graphviz; where Graphviz is missing, its
     Mermaid flowchart in a Markdown fence (JupyterLab 4.1+ draws it) and, as text, the steps and the edges."""
-    g = graph(ensemble)
     try:
         return {"image/svg+xml": render(to_dot(g), "svg").decode()}
     except GraphvizMissing:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conch.builder.discover import discover
-from conch.diagram import graph, to_dot, to_mermaid
+from conch.diagram import to_dot, to_mermaid
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PICTURED = FIXTURES / "graph_ensembles" / "pictured.py"
@@ -40,7 +40,7 @@ def pictured() -> object:
         (ensemble,) = discover([PICTURED])
     finally:
         sys.path.remove(str(FIXTURES))
-    return graph(ensemble)  # type: ignore[arg-type]
+    return ensemble.graph()
 
 
 def test_steps_show_backend_instances_and_batching_and_edges_their_tensors(pictured: object) -> None:
@@ -153,7 +153,7 @@ def test_the_docs_pictures_show_the_examples_as_they_are_declared() -> None:
     examples = discover([root / "ensembles"])
     assert sorted(p.stem for p in (root / "docs" / "img").glob("*.svg")) == sorted(e.name for e in examples)
     for ensemble in examples:
-        g = graph(ensemble)
+        g = ensemble.graph()
         picture = root / "docs" / "img" / f"{ensemble.name}.svg"
         assert f"]({picture.relative_to(root / 'docs').as_posix()})" in page
         texts = [t.text for t in ET.parse(picture).getroot().iter("{http://www.w3.org/2000/svg}text")]

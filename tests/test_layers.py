@@ -16,9 +16,9 @@ CONCH = Path(__file__).resolve().parent.parent / "conch"
 # Lowest first. A part is a subpackage of conch or a module at its root ("__init__" is the package root).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "version", "startup_lines", "templates"),
-    ("scratch", "aws", "triton_wheel"),
+    ("scratch", "aws", "triton_wheel", "diagram"),
     ("ensembles",),  # the declaration
-    ("backends", "compiler", "wire", "diagram", "verdicts"),
+    ("backends", "compiler", "wire", "verdicts"),
     ("executor",),  # the compiled plan run in this process
     ("archive",),  # reading archives
     ("builder",),  # writing them
@@ -38,8 +38,6 @@ RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 UPWARD = {
     ("conch.ensembles.ensemble", "conch.executor"):
         "Ensemble.run runs the declaration in this process; imported when called, so declaring never loads it",
-    ("conch.ensembles.ensemble", "conch.diagram"):
-        "an Ensemble's Jupyter display draws its DAG; imported when displayed, so declaring never loads it",
 }
 
 

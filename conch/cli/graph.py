@@ -12,7 +12,7 @@ from conch.cli.flags import Subcommands
 
 def cmd_graph(args: argparse.Namespace) -> int:
     from conch.builder.discover import discover
-    from conch.diagram import RENDERED, SUFFIX, GraphvizMissing, graph, picture
+    from conch.diagram import RENDERED, SUFFIX, GraphvizMissing, picture
 
     ensembles = [e for e in discover(args.paths) if not args.only or e.name in args.only]
     if not ensembles:
@@ -23,7 +23,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     shown: list[dict[str, Any]] = []
     missing: GraphvizMissing | None = None
     for ensemble in ensembles:
-        fmt, data, why = picture(graph(ensemble), args.format)
+        fmt, data, why = picture(ensemble.graph(), args.format)
         missing = missing or why
         entry: dict[str, Any] = {"ensemble": ensemble.name, "format": args.format}
         if args.format in RENDERED:

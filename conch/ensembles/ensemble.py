@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from conch.diagram import Edge, Graph, Node, dims_text, mime_bundle
 from conch.ensembles.config import StepSettings
 from conch.ensembles.config_fields import ConfigFields, ConfigFieldsArg
 from conch.ensembles.dtypes import DType
@@ -192,15 +193,30 @@ class Ensemble:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """Jupyter's display: the DAG as SVG (Graphviz), or as Mermaid and text where Graphviz is missing."""
-        # An import up a layer, at display time (tests/test_layers.py: UPWARD): declaring never loads it.
-        from conch.diagram import mime_bundle
-
-        bundle = dict(mime_bundle(self))
+        bundle = dict(mime_bundle(self.graph()))
         bundle.setdefault("text/plain", repr(self))
         return bundle
 
     def _repr_svg_(self) -> str | None:
         return self._repr_mimebundle_().get("image/svg+xml")
+
+    def graph(self) -> Graph:
+        """The nodes and edges of the DAG, in declaration order (`conch graph` and the Jupyter display draw it)."""
+        nodes: list[Node] = []
+        edges: list[Edge] = []
+        for name, handle in self.inputs.items():
+            nodes.append(Node(f"in:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
+        for call in self.calls:
+            nodes.append(Node(call.step.name, "step", _step_lines(call.step)))
+            for key, handle in call.inputs.items():
+                source = f"in:{handle.name}" if handle.producer is None else handle.producer.step.name
+                edges.append(Edge(source, call.step.name, _edge_label(handle, key)))
+        for name, handle in self.outputs.items():
+            assert handle.producer is not None  # declaration refuses an ensemble input as an output
+            nodes.append(Node(f"out:{name}", "tensor", (name, f"{handle.dtype.wire} {dims_text(handle.dims)}")))
+            edges.append(Edge(handle.producer.step.name, f"out:{name}", _edge_label(handle, name)))
+        batching = f"max_batch_size {self.max_batch_size}" if self.max_batch_size else "no batching"
+        return Graph(self.name, f"ensemble {self.name} ({batching})", tuple(nodes), tuple(edges))
 
     # -- declaring -------------------------------------------------------------------------------
 
@@ -538,3 +554,28 @@ class Ensemble:
             settings=StepSettings(max_batch_size=self.max_batch_size, config_fields=self.config_fields),
             ensemble_steps=tuple(steps),
         )
+
+
+def _step_lines(step: Step) -> tuple[str, ...]:
+    """A step's name, backend, instance groups and batching, one line each (a node of the DAG's picture)."""
+    settings = step.settings
+    groups = ", ".join(f"{g.count} × {g.kind}" + (f" gpus {list(g.gpus)}" if g.gpus else "")
+                       for g in settings.instance_groups) or "default"
+    if not settings.max_batch_size:
+        batching = "no batching"
+    else:
+        batching = f"max_batch_size {settings.max_batch_size}"
+        dynamic = settings.dynamic_batching
+        if dynamic is not None:
+            batching += ", dynamic"
+            if dynamic.preferred_batch_size:
+                batching += f" {dims_text(dynamic.preferred_batch_size)}"
+            if dynamic.max_queue_delay_microseconds:
+                batching += f" delay {dynamic.max_queue_delay_microseconds} us"
+    return (step.name, str(step.platform), f"instances: {groups}", batching)
+
+
+def _edge_label(handle: TensorHandle, into: str) -> str:
+    name = handle.output_name if handle.producer is not None and handle.output_name else handle.name
+    names = name if name == into else f"{name} → {into}"
+    return f"{names}: {handle.dtype.wire} {dims_text(handle.dims)}"
