@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from conch.builder.archive import atomic_output, write_tar
+from conch.atomic_write import atomic_output
+from conch.builder.archive import write_tar
 
 
 def main() -> None:

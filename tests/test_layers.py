@@ -17,7 +17,7 @@ CONCH = Path(__file__).resolve().parent.parent / "conch"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "version", "startup_lines", "templates"),
     ("scratch", "aws", "triton_wheel", "diagram"),
-    ("ensembles",),  # the declaration
+    ("ensembles", "atomic_write"),  # the declaration; the one atomic file writer
     ("backends", "compiler", "wire", "verdicts"),
     ("executor",),  # the compiled plan run in this process
     ("archive",),  # reading archives

@@ -6,9 +6,7 @@ import io
 import os
 import stat
 import tarfile
-import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,7 +14,6 @@ from isal import igzip
 
 from conch.ensembles.layout import FileSource
 from conch.errors import BuildError
-from conch.scratch import alive
 
 # 2000-01-01T00:00:00Z: a fixed mtime for every entry (0 upsets some extractors).
 FIXED_MTIME = 946684800
@@ -128,44 +125,3 @@ def add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: Path) -> None:
             if os.fstat(fh.fileno()).st_size < info.size:
                 raise BuildError(f"file {path} shrank while it was archived; build again") from None
             raise
-
-
-@contextmanager
-def atomic_output(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
-    """Yield a temp file beside ``path``; rename it over ``path``, with ``mode``, only if the block succeeds.
-
-    No fsync: the rename makes the new file visible whole or not at all to every reader; only a power
-    loss right after a build could leave it empty, and a rebuild repairs that (the build record no
-    longer matches the archive)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_parts(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            yield fh
-            fh.flush()
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def sweep_parts(path: Path) -> list[Path]:
-    """Remove ``path``'s temp files (``.<name>.<pid>.<random>.part``) left by writers that were killed (their
-    pid is gone)."""
-    removed = []
-    with os.scandir(path.parent) as entries:
-        parts = [e.name for e in entries if e.name.startswith(".") and e.name.endswith(".part")
-                 and e.name[1:].rsplit(".", 3)[0] == path.name]
-    for name in parts:
-        pid = name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
-            (path.parent / name).unlink(missing_ok=True)
-            removed.append(path.parent / name)
-    return removed
-
-
-def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    with atomic_output(path, mode) as fh:
-        fh.write(data)

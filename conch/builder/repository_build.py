@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema, StepRecord, dumps, sha256
-from conch.builder.archive import atomic_output, expand, write_tar
+from conch.atomic_write import atomic_output
+from conch.builder.archive import expand, write_tar
 from conch.builder.buildcache import BuildRecord, Digests, entry_mode
 from conch.builder.capture import CapturedOutput, captured, summary
 from conch.builder.envs import EnvLayout
@@ -309,7 +310,7 @@ def write_archive(repo: Repository, out_dir: Path) -> Path:
 
 def write_repository(repo: Repository, dest: Path) -> Path:
     """Lay the repository out as folders (for inspection or a plain `tritonserver --model-repository`)."""
-    from conch.builder.archive import write_bytes_atomic
+    from conch.atomic_write import write_bytes_atomic
 
     for name, source in sorted(repo.files.items()):
         target = dest / name

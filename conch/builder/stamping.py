@@ -27,7 +27,8 @@ from tritonclient.grpc import model_config_pb2
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, SHELL_SAFE, Manifest, StampRecord, dumps, parse_manifest, sha256
 from conch.archive.verify import ENV_PREFIX, check_folder
-from conch.builder.archive import atomic_output, write_tar
+from conch.atomic_write import atomic_output
+from conch.builder.archive import write_tar
 from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.layout import FileSource
 from conch.errors import ArchiveError

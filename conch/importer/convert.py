@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conch.builder.archive import write_bytes_atomic
+from conch.atomic_write import write_bytes_atomic
 from conch.builder.repository_build import render_repository
 from conch.cache import drop_racy_bytecode
 from conch.ensembles.dtypes import DType

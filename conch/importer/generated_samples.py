@@ -26,7 +26,7 @@ SAMPLE_NAME = "captured by conch import"
 def write_samples(path: Path, records: list[Any], note: str) -> None:
     """Samples (manifest ``SampleRecord``s) as the JSON file a generated module reads with
     ``conch.ensembles.samples.read_samples``."""
-    from conch.builder.archive import write_bytes_atomic
+    from conch.atomic_write import write_bytes_atomic
 
     body = {"note": note, "samples": [r.to_json() for r in records]}
     write_bytes_atomic(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())

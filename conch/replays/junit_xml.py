@@ -45,7 +45,7 @@ def junit_tree(report: ReplayReport, suite_prefix: str = "conch replay") -> ET.E
 
 def write_junit(report: ReplayReport, path: Path) -> None:
     """Write the report's JUnit XML to ``path`` atomically."""
-    from conch.builder.archive import write_bytes_atomic
+    from conch.atomic_write import write_bytes_atomic
 
     root = junit_tree(report)
     ET.indent(root)

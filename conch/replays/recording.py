@@ -65,7 +65,7 @@ def write_payload(folder: Path, stem: str, sample: str, inputs: Mapping[str, np.
                   outputs: Mapping[str, np.ndarray], checks: Mapping[str, OutputCheck]) -> None:
     """One sample as ``stem.request.json`` (``.bin`` when JSON cannot carry its inputs) and
     ``stem.expected.json``, each written atomically."""
-    from conch.builder.archive import write_bytes_atomic
+    from conch.atomic_write import write_bytes_atomic
 
     meta: dict[str, Any] = {"sample": sample, "recorded": True, "note": NOTE}
     meta["outputs"] = {k: _tensor(v) for k, v in sorted(outputs.items())}  # before any file: none is left half

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conch.builder.archive import atomic_output, expand, write_tar
+from conch.atomic_write import atomic_output
+from conch.builder.archive import expand, write_tar
 from conch.builder.pack import LOCAL_HOME, _write_skeleton
 from conch.scratch import scratch_dir, sweep
 
@@ -90,7 +91,7 @@ def test_scratch_folders_of_dead_processes_are_swept(tmp_path: Path, monkeypatch
 def test_killed_build_leaves_nothing_the_next_run_does_not_remove(tmp_path: Path) -> None:
     env = {**os.environ, "CONCH_CACHE_DIR": str(tmp_path / "cache")}
     code = ("import os, sys, time; from pathlib import Path\n"
-            "from conch.scratch import scratch_temp\nfrom conch.builder.archive import atomic_output\n"
+            "from conch.scratch import scratch_temp\nfrom conch.atomic_write import atomic_output\n"
             "t = scratch_temp('conch-resolve-'); Path(t.name, 'pip-target-x').mkdir()\n"
             "w = atomic_output(Path(sys.argv[1])); w.__enter__().write(b'x'); print('ready', flush=True)\n"
             "time.sleep(60)\n")

@@ -21,7 +21,7 @@ def pyplot() -> Any:
 def save_png(fig: Any, path: Path) -> Path:
     """Write ``fig`` to ``path`` as a PNG, atomically (a half-written picture never stands under its name), and
     free it: every picture conch draws ends here."""
-    from conch.builder.archive import atomic_output
+    from conch.atomic_write import atomic_output
 
     try:
         with atomic_output(path) as fh:

@@ -156,6 +156,6 @@ def _ms(value: float | None) -> str:
 
 
 def write_json(summary: dict[str, Any], path: Path) -> None:
-    from conch.builder.archive import write_bytes_atomic
+    from conch.atomic_write import write_bytes_atomic
 
     write_bytes_atomic(path, (json.dumps(summary, indent=1) + "\n").encode())

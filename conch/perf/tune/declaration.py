@@ -27,7 +27,7 @@ class Patch:
 
     def write(self) -> list[Path]:
         """Write every rewritten file atomically (a temporary file renamed into place)."""
-        from conch.builder.archive import write_bytes_atomic
+        from conch.atomic_write import write_bytes_atomic
 
         for path, text in self.files.items():
             # the user's file keeps its own mode (0600, 0755...), never readable by others in between
