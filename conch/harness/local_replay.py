@@ -138,14 +138,17 @@ def replay_archives(
     try:
         if own:
             triton.start()
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         for archive in archives:  # each loaded beside those ``held``, its samples replayed into ``report``
+            if not triton.running():  # it died since the last archive: named, restarted, counted
+                client = _restarted(triton, client, report, held, triton.lost("idle between archives"))
+            name = target_name(archive)
             loaded = load_archive(archive, triton, client, load_timeout, progress,
                                   manifest_needed=samples is None and payloads is None, held=held)
+            death = triton.lost(f"loading {name!r}")
             if isinstance(loaded, ReplayRow):
                 report.rows.append(loaded)
             else:
-                name = loaded.name
                 report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
                 chosen = (samples(archive, loaded.manifest) if samples else payloads if payloads is not None
                           else loaded.manifest.samples if loaded.manifest else ())
@@ -154,16 +157,34 @@ def replay_archives(
                 for sample in chosen:
                     first = FirstAnswer()
                     for endpoint in endpoints:
-                        row = replay_sample(client, loaded, sample, endpoint, heard, first)
+                        row = (ReplayRow(name, sample.name, endpoint, False, f"not sent: {death}") if death
+                               else replay_sample(client, loaded, sample, endpoint, heard, first))
                         report.rows.append(row)
+                        death = death or triton.lost(f"invoking {name!r}")
                         if progress:
                             progress(_short(row))
+            if death is not None:
+                client = _restarted(triton, client, report, held, death, progress)
             if done:
                 done(archive)
     finally:
         if own:
             triton.stop()
     return report
+
+
+def _restarted(triton: LocalTriton, client: MultiModelClient, report: ReplayReport, held: list[ArchiveModels],
+               death: ServeError | None, progress: Callable[[str], None] | None = None) -> MultiModelClient:
+    """Start the server that died again (every archive unloaded: ``held`` emptied), count the restart in
+    ``report``, and return a client of the new server; ServeError when it does not start."""
+    why = str(death).splitlines()[0] if death is not None else "tritonserver exited"
+    report.restarts.append(why)
+    if progress:
+        progress(f"{why}; restarting it (a SageMaker container would not come back this way: counted)")
+    client.close()
+    held.clear()
+    triton.restart()
+    return MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
 
 
 def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
