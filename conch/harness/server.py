@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -125,6 +127,23 @@ def keep_log(log: Path, name: str) -> Path | None:
     for stale in older[:max(0, len(older) + 1 - KEPT_LOGS)]:
         stale.unlink(missing_ok=True)
     return kept
+
+
+def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
+    """Wait for the server to exit (without reaping it), then kill what it started: its Python stubs inherit
+    the server's open connections, so a call in flight would otherwise wait out its whole timeout instead of
+    seeing the server gone."""
+    try:
+        handle = os.pidfd_open(process.pid)
+    except OSError:  # the process is gone already (reaped by stop())
+        return
+    try:
+        select.select([handle], [], [])
+    finally:
+        os.close(handle)
+    if process.returncode is None:  # not reaped yet: its id, the group's, cannot have been reused
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def bind_failed(log: str) -> bool:
@@ -245,6 +264,8 @@ class LocalTriton:
             try:
                 self._wait_ready()
                 self._served = True
+                threading.Thread(target=_stubs_follow, args=(self.process,), name="conch-triton-exit",
+                                 daemon=True).start()
                 return self
             except ServeError:
                 exited = self.exit_code() is not None
