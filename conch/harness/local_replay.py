@@ -157,8 +157,8 @@ def replay_archives(
                 for sample in chosen:
                     first = FirstAnswer()
                     for endpoint in endpoints:
-                        row = (ReplayRow(name, sample.name, endpoint, False, f"not sent: {death}") if death
-                               else replay_sample(client, loaded, sample, endpoint, heard, first))
+                        row = (ReplayRow(name, sample.name, endpoint, False, f"not sent: {_first_line(death)}")
+                               if death else replay_sample(client, loaded, sample, endpoint, heard, first))
                         report.rows.append(row)
                         death = death or triton.lost(f"invoking {name!r}")
                         if progress:
@@ -177,7 +177,7 @@ def _restarted(triton: LocalTriton, client: MultiModelClient, report: ReplayRepo
                death: ServeError | None, progress: Callable[[str], None] | None = None) -> MultiModelClient:
     """Start the server that died again (every archive unloaded: ``held`` emptied), count the restart in
     ``report``, and return a client of the new server; ServeError when it does not start."""
-    why = str(death).splitlines()[0] if death is not None else "tritonserver exited"
+    why = _first_line(death) if death is not None else "tritonserver exited"
     report.restarts.append(why)
     if progress:
         progress(f"{why}; restarting it (a SageMaker container would not come back this way: counted)")
@@ -347,6 +347,10 @@ def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
     batcher, in the order of their config files' paths."""
     return [name for name, config in sorted(configs.items(), key=lambda item: f"{item[0]}/")
             if config.carried.HasField("sequence_batching")]  # not modelled: carried
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0]
 
 
 def _short(row: ReplayRow) -> str:

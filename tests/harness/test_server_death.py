@@ -4,7 +4,6 @@ next archive and counts the restart (non-zero exit)."""
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
