@@ -21,7 +21,7 @@ from conch.ensembles.samples import OutputCheck, Tolerance
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.harness.mme import InvokeError, MultiModelClient
 from conch.harness.mme_contract import root_model_staged
-from conch.harness.server import LocalTriton
+from conch.harness.server import LocalTriton, ServerExited
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal
 
@@ -247,6 +247,8 @@ def load_archive(
         start = time.perf_counter()
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
+    except ServerExited as exc:  # it names the death and holds the log's end already
+        return ReplayRow(name, "-", "load", False, str(exc))
     except ConchError as exc:
         return ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}")
     if held is not None:
