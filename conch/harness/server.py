@@ -285,7 +285,7 @@ class LocalTriton:
             while time.monotonic() < deadline:
                 code = self.exit_code()
                 if code is not None:
-                    raise ServeError(f"tritonserver exited ({exit_words(code)}) at start\n{self.log_tail()}")
+                    raise ServeError(f"tritonserver exited with code {code} at start\n{self.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
                     live = http.get(f"{self.http_url}/v2/health/live").status_code == 200
                     ping = http.get(f"{self.sagemaker_url}/ping").status_code == 200

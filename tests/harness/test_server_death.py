@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import linear_ensemble
 
-from conch import Ensemble, PythonStep, Tensor
+from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.harness.local_replay import stage
@@ -71,3 +71,13 @@ def test_replay_of_three_archives_with_the_server_killed_during_the_second(
     assert "tritonserver restarted 1 time(s): tritonserver exited (signal 9) while invoking 'death_second.tar.gz'" \
         in out
     assert code == 1
+
+
+def test_an_unload_given_up_says_the_server_goes_on_unloading(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("unload_given_up"), tmp_path, "local")
+    with LocalTriton() as triton, MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton) as client:
+        client.load(archive.name, stage(archive, triton), 120)
+        with pytest.raises(ServeError, match=r"unloading 'unload_given_up.tar.gz' did not finish within 0 s; the "
+                           "server goes on unloading it"):
+            client.unload(archive.name, timeout=0.001)
+        assert triton.running()
