@@ -346,3 +346,24 @@ def examples(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     root = run_folder(request.config, tmp_path_factory) / "examples"
     root.mkdir(exist_ok=True)
     return ExampleArchives(root)
+
+
+SERVE_READY_S = 180.0  # a `conch serve` start on a loaded machine: tritonserver's start, the front's, loads up front
+
+
+def ready_line(proc: Any, timeout: float = SERVE_READY_S) -> dict[str, Any]:
+    """The ready JSON line a `conch serve` subprocess prints on its stdout pipe, waited for at most ``timeout``
+    seconds: a start that hangs, or a line left in a buffer, fails the test with the process's stderr instead of
+    waiting out pytest-timeout."""
+    import json
+    import select
+
+    readable, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if readable else ""
+    if not line:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"`conch serve` printed no ready line within {timeout:g} s (exit {proc.returncode}); its stderr "
+                    f"ends:\n{(err or '')[-4000:]}")
+    found: dict[str, Any] = json.loads(line)
+    return found
