@@ -331,12 +331,6 @@ class LocalTriton:
         return ServerExited(f"tritonserver exited ({exit_words(code)}) while {doing}"
                             f"{f' ({cause})' if cause else ''}; {where}\n{self.log_tail(25)}", code, kept)
 
-    def check_alive(self, doing: str) -> None:
-        """ServerExited naming the server's death if it has exited (see ``lost``)."""
-        gone = self.lost(doing)
-        if gone is not None:
-            raise gone
-
     def keep_log(self) -> Path | None:
         """Keep the log of a server that exited (once per server process) where its workdir's removal does not
         take it: ``<cache>/server-logs``. Where it was kept, or None."""
