@@ -139,9 +139,16 @@ def replay_archives(
         if own:
             triton.start()
         client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
-        for archive in archives:  # each loaded beside those ``held``, its samples replayed into ``report``
-            if not triton.running():  # it died since the last archive: named, restarted, counted
-                client = _restarted(triton, client, report, held, triton.lost("idle between archives"))
+        death: ServeError | None = None
+        for index, archive in enumerate(archives):  # each loaded beside those ``held``, replayed into ``report``
+            if not triton.running():  # it died in the last archive, or since: named, restarted, counted
+                try:
+                    client = _restarted(triton, client, report, held,
+                                        death or triton.lost("idle between archives"), progress)
+                except ServeError as exc:
+                    report.rows += [ReplayRow(target_name(a), "-", "load", False, "not replayed: tritonserver did "
+                                              f"not start again: {_first_line(exc)}") for a in archives[index:]]
+                    break
             name = target_name(archive)
             loaded = load_archive(archive, triton, client, load_timeout, progress,
                                   manifest_needed=samples is None and payloads is None, held=held)
@@ -163,8 +170,6 @@ def replay_archives(
                         death = death or triton.lost(f"invoking {name!r}")
                         if progress:
                             progress(_short(row))
-            if death is not None:
-                client = _restarted(triton, client, report, held, death, progress)
             if done:
                 done(archive)
     finally:
