@@ -37,7 +37,7 @@ def test_a_call_to_a_killed_server_names_the_signal_and_keeps_the_log(tmp_path: 
     with LocalTriton() as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         client.load(archive.name, stage(archive, triton), 120)
-        stub = triton.process.pid if triton.process else 0
+        first = triton.process.pid if triton.process else 0
         with pytest.raises(ServerExited, match=r"tritonserver exited \(signal 9\) while invoking "
                            r"'killed_in_call.tar.gz' \(SIGKILL: killed from outside") as caught:
             client.invoke_binary(archive.name, {"X": np.ones((1, 4), np.float32)})
@@ -48,7 +48,7 @@ def test_a_call_to_a_killed_server_names_the_signal_and_keeps_the_log(tmp_path: 
         with pytest.raises(ServerExited, match=r"tritonserver exited \(signal 9\) while describing"):
             client.describe(archive.name)
         triton.restart()
-        assert triton.running() and triton.process is not None and triton.process.pid != stub
+        assert triton.running() and triton.process is not None and triton.process.pid != first
     assert caught.value.log.is_file()  # kept after the server's workdir went
 
 
