@@ -66,7 +66,7 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
             # a manifest is needed (the default), so staging refused an archive without one
             named.append((name, cast(Manifest, manifest), Target.kserve(triton.http_url, name)))
         yield _trial_server(StatsEndpoint(triton.http_url), named, mix, "the local tritonserver", progress=say,
-                            load_timeout=load_timeout, **options)
+                            load_timeout=load_timeout, watched=triton, **options)
 
 
 @contextmanager
