@@ -12,6 +12,7 @@ Nothing heavy is imported until a conch item or fixture runs: with autoload on, 
 from __future__ import annotations
 
 import fnmatch
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class ConchSession:
         self.held: list[Any] = []  # what the fleet check read of each archive loaded (replay's shared-name check)
         self._scratch: Any = None
         self._triton: ConchTriton | None = None
+        self.restarts: list[str] = []  # each time the session's tritonserver died and was started again: why
         self._mme: LocalEndpoint | None = None
         self._aws: tuple[Any, Any] | None = None  # the deployed endpoint's AwsTarget and runtime client
 
@@ -148,7 +150,8 @@ class ConchSession:
             return ReplayRow(source.target_model, "-", "build", False, f"{type(exc).__name__}: {exc}")
 
     def triton(self) -> ConchTriton:
-        """The local Triton, started on first need with shared memory sized for every archive to run."""
+        """The local Triton, started on first need with shared memory sized for every archive to run; started
+        again (and counted) when it has died: each archive then loads again on its next item."""
         if self._triton is None:
             from conch.triton.mme import MultiModelClient
             from conch.triton.server import LocalTriton
@@ -156,8 +159,28 @@ class ConchSession:
             server = LocalTriton.sized_for([a for a in (self.archive(self.sources[n]) for n in self.selected
                                                         or self.sources) if isinstance(a, Path)])
             server.start()
-            self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url))
+            self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url, server=server))
+        elif not self._triton.triton.running():
+            self._restart(self._triton)
         return self._triton
+
+    def _restart(self, held: ConchTriton) -> None:
+        """Start the session's dead server again, on new ports (ConchTriton keeps its identity: the
+        ``conch_triton`` fixture's holders see the new one), with nothing loaded; the death is counted."""
+        from conch.replays.local_replay import LoadedArchive
+        from conch.triton.mme import MultiModelClient
+
+        death = held.triton.lost("the session's items ran")
+        self.restarts.append(str(death).splitlines()[0] if death else "tritonserver exited")
+        held.client.close()
+        server = held.triton
+        server.restart()
+        shutil.rmtree(server.workdir / "models", ignore_errors=True)  # staged again at their next load
+        held.client = MultiModelClient(server.sagemaker_url, server.http_url, server=server)
+        held.loaded.clear()
+        self.held.clear()
+        # the archives that loaded load again on their next item; a failed build or load keeps its row
+        self.loads = {name: done for name, done in self.loads.items() if not isinstance(done, LoadedArchive)}
 
     def load(self, source: Source) -> LoadedArchive | ReplayRow:
         """The source's archive loaded on the session's Triton (once), or the row saying why it did not."""
@@ -180,6 +203,8 @@ class ConchSession:
         """One sample through one local endpoint, judged."""
         from conch.replays.local_replay import LoadedArchive, replay_sample
 
+        if self._triton is not None:
+            self.triton()  # first: a server that died is started again, and its archives load again
         loaded = self.load(source)
         if not isinstance(loaded, LoadedArchive):
             return loaded
@@ -270,6 +295,22 @@ SESSION = pytest.StashKey[ConchSession]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = ConchSession(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The session's tritonserver restarts, never silent: production would not have restarted it."""
+    session = config.stash.get(SESSION, None)
+    if session is not None and session.restarts:
+        terminalreporter.write_line(f"conch: the session's tritonserver was restarted {len(session.restarts)} "
+                                    f"time(s): {'; '.join(session.restarts)}", red=True)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session whose tritonserver had to be restarted fails, as `conch replay` does."""
+    conch = session.config.stash.get(SESSION, None)
+    if conch is not None and conch.restarts and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

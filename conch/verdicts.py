@@ -32,10 +32,12 @@ class ReplayRow:
 @dataclass
 class ReplayReport:
     rows: list[ReplayRow] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)  # each time the server exited and was started again: why
 
     @property
     def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
+        """Every row passed, on a server that never had to be restarted (production would not restart it)."""
+        return bool(self.rows) and all(r.passed for r in self.rows) and not self.restarts
 
     @property
     def errors(self) -> list[ReplayRow]:
@@ -62,7 +64,9 @@ class ReplayReport:
             lines.append(f"{first}  {detail[0]}")
             lines.extend(" " * (len(first) + 2) + extra for extra in detail[1:])
         passed, failed, skipped = self.tally()
-        lines.append(f"{passed} passed, {failed} failed" + (f", {skipped} not applicable" if skipped else ""))
+        lines.append(f"{passed} passed, {failed} failed" + (f", {skipped} not applicable" if skipped else "")
+                     + (f"; tritonserver restarted {len(self.restarts)} time(s): {'; '.join(self.restarts)}"
+                        if self.restarts else ""))
         return "\n".join(lines)
 
 
@@ -103,6 +107,7 @@ def replay_document(report: ReplayReport) -> dict[str, Any]:
     """A replay's rows for scripts: each ensemble, sample, endpoint, verdict, time and detail."""
     passed, failed, skipped = report.tally()
     return {"passed": report.passed, "passed_rows": passed, "failed_rows": failed, "not_applicable_rows": skipped,
+            "restarts": list(report.restarts),
             "rows": [{"ensemble": r.ensemble, "sample": r.sample, "endpoint": r.endpoint, "passed": r.passed,
                       "applicable": r.applicable, "millis": round(r.millis, 3), "detail": r.detail}
                      for r in report.rows]}

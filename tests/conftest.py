@@ -216,15 +216,53 @@ def linear() -> Ensemble:
 
 @pytest.fixture(scope="session")
 def triton() -> Iterator[object]:
-    """One real tritonserver (SageMaker MME front end + KServe HTTP) for the integration tests."""
+    """One real tritonserver (SageMaker MME front end + KServe HTTP) for the integration tests. If it dies, the
+    test that was running fails naming how (signal, log) and it is restarted for the tests after it
+    (``pytest_runtest_makereport`` below)."""
     from conch.triton.server import LocalTriton
 
     server = LocalTriton()
     server.start()
+    _SESSION_SERVERS.append(server)
     try:
         yield server
     finally:
+        _SESSION_SERVERS.remove(server)
         server.stop()
+
+
+_SESSION_SERVERS: list[Any] = []  # the session's `triton`, once started
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that had the session's tritonserver (``triton``) and left it dead fails with its death (how it
+    exited, its log's last lines and where the log is kept), whatever the test itself said; the server is
+    started again for the tests after it, so one death fails one test, not every test after it on this worker."""
+    report: Any = yield
+    if "triton" not in getattr(item, "fixturenames", ()) or not _SESSION_SERVERS:
+        return report  # type: ignore[no-any-return]
+    server = _SESSION_SERVERS[0]
+    death = server.lost(f"{item.nodeid} ran ({call.when})")
+    if death is None:
+        return report  # type: ignore[no-any-return]
+    own = f"\n\nthe test's own outcome: {report.longreprtext}" if report.failed else ""
+    report.outcome, report.longrepr = "failed", f"the session's {death}{own}"
+    try:
+        server.restart()
+    except Exception as exc:  # the tests after it fail with the same death
+        report.longrepr += f"\n\nand it did not start again: {exc}"
+    return report  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def triton_alone() -> Iterator[object]:
+    """A tritonserver for one module's tests alone: a test that loads and unloads in a loop (the property tests)
+    does not share its server's churn, or its death, with the other tests of its worker."""
+    from conch.triton.server import LocalTriton
+
+    with LocalTriton() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
@@ -308,3 +346,24 @@ def examples(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     root = run_folder(request.config, tmp_path_factory) / "examples"
     root.mkdir(exist_ok=True)
     return ExampleArchives(root)
+
+
+SERVE_READY_S = 180.0  # a `conch serve` start on a loaded machine: tritonserver's start, the front's, loads up front
+
+
+def ready_line(proc: Any, timeout: float = SERVE_READY_S) -> dict[str, Any]:
+    """The ready JSON line a `conch serve` subprocess prints on its stdout pipe, waited for at most ``timeout``
+    seconds: a start that hangs, or a line left in a buffer, fails the test with the process's stderr instead of
+    waiting out pytest-timeout."""
+    import json
+    import select
+
+    readable, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if readable else ""
+    if not line:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"`conch serve` printed no ready line within {timeout:g} s (exit {proc.returncode}); its stderr "
+                    f"ends:\n{(err or '')[-4000:]}")
+    found: dict[str, Any] = json.loads(line)
+    return found

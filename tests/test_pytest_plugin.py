@@ -165,3 +165,43 @@ def test_the_declared_entry_point_is_autoloaded(pytester: pytest.Pytester, monke
                                                       os.environ.get("PYTHONPATH", "")]))
     result = pytester.runpytest_subprocess("--help", timeout=120)
     assert "--conch-endpoint=NAME" in result.stdout.str()
+
+
+KILLER_STEPS = '''
+import os
+import signal
+
+
+def kill_server(x):
+    os.kill(os.getppid(), signal.SIGKILL)  # the stub's parent: tritonserver
+    return {"y": x}
+'''
+
+KILLER = '''
+import numpy as np
+from _killer_steps import kill_server
+
+from conch import Ensemble, PythonStep, Tensor
+
+killer = Ensemble("plugin_killer", max_batch_size=4)
+step = PythonStep("kill_server", kill_server, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+killer.output("Y", step(killer.input("X", "FP32", [4])))
+killer.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
+'''
+
+
+def test_a_session_server_killed_by_an_item_fails_that_item_and_is_restarted_for_the_next(
+        project: pytest.Pytester) -> None:
+    (project.path / "ensembles" / "_killer_steps.py").write_text(KILLER_STEPS)
+    (project.path / "ensembles" / "b_killer.py").write_text(KILLER)
+    (project.path / "ensembles" / "c_linear.py").write_text(DECLARATION.replace("plugin_linear", "plugin_after"))
+    result = _run(project, "--conch", "ensembles", "-v", "-k", "ones")
+    result.assert_outcomes(passed=6, failed=3)
+    text = result.stdout.str()
+    for endpoint in ("kserve", "sagemaker-json", "sagemaker-binary"):
+        assert f"plugin_linear[ones @ {endpoint}] PASSED" in text
+        assert f"plugin_after[ones @ {endpoint}] PASSED" in text
+    assert "plugin_killer[ones @ kserve] failed:\n  tritonserver exited (signal 9) while invoking " \
+           "'plugin_killer.tar.gz' (SIGKILL" in text
+    assert "conch: the session's tritonserver was restarted 3 time(s): tritonserver exited (signal 9) while the " \
+           "session's items ran" in text

@@ -66,7 +66,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for row in rows:
         if row.endpoint == "check" and not row.passed:
             say(f"conch: error: {one_line(row.detail)}")
-    full = ReplayReport(rows)
+    full = ReplayReport(rows, report.restarts if report else [])
     if args.junit_xml:
         from conch.replays.junit_xml import write_junit
 

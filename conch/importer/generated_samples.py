@@ -89,7 +89,7 @@ def capture(ensemble: Any, inputs: Mapping[str, np.ndarray], *, sequence: bool =
     with scratch_temp("conch-import-") as tmp:  # swept by the next run if this one is killed
         folder = write_repository(repo, Path(tmp) / ensemble.name)
         with LocalTriton() as server:
-            client = MultiModelClient(server.sagemaker_url, server.http_url)
+            client = MultiModelClient(server.sagemaker_url, server.http_url, server=server)
             client.load(ensemble.name, folder, timeout=300)
             try:
                 if not sequence:

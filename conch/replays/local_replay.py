@@ -21,7 +21,7 @@ from conch.ensembles.samples import OutputCheck, Tolerance
 from conch.errors import ArchiveError, ConchError, ServeError
 from conch.triton.mme import InvokeError, MultiModelClient
 from conch.triton.mme_contract import root_model_staged
-from conch.triton.server import LocalTriton
+from conch.triton.server import LocalTriton, ServerExited
 from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal
 
@@ -138,14 +138,24 @@ def replay_archives(
     try:
         if own:
             triton.start()
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-        for archive in archives:  # each loaded beside those ``held``, its samples replayed into ``report``
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
+        death: ServeError | None = None
+        for index, archive in enumerate(archives):  # each loaded beside those ``held``, replayed into ``report``
+            if not triton.running():  # it died in the last archive, or since: named, restarted, counted
+                try:
+                    client = _restarted(triton, client, report, held,
+                                        death or triton.lost("idle between archives"), progress)
+                except ServeError as exc:
+                    report.rows += [ReplayRow(target_name(a), "-", "load", False, "not replayed: tritonserver did "
+                                              f"not start again: {_first_line(exc)}") for a in archives[index:]]
+                    break
+            name = target_name(archive)
             loaded = load_archive(archive, triton, client, load_timeout, progress,
                                   manifest_needed=samples is None and payloads is None, held=held)
+            death = triton.lost(f"loading {name!r}")
             if isinstance(loaded, ReplayRow):
                 report.rows.append(loaded)
             else:
-                name = loaded.name
                 report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
                 chosen = (samples(archive, loaded.manifest) if samples else payloads if payloads is not None
                           else loaded.manifest.samples if loaded.manifest else ())
@@ -154,8 +164,10 @@ def replay_archives(
                 for sample in chosen:
                     first = FirstAnswer()
                     for endpoint in endpoints:
-                        row = replay_sample(client, loaded, sample, endpoint, heard, first)
+                        row = (ReplayRow(name, sample.name, endpoint, False, f"not sent: {_first_line(death)}")
+                               if death else replay_sample(client, loaded, sample, endpoint, heard, first))
                         report.rows.append(row)
+                        death = death or triton.lost(f"invoking {name!r}")
                         if progress:
                             progress(_short(row))
             if done:
@@ -164,6 +176,20 @@ def replay_archives(
         if own:
             triton.stop()
     return report
+
+
+def _restarted(triton: LocalTriton, client: MultiModelClient, report: ReplayReport, held: list[ArchiveModels],
+               death: ServeError | None, progress: Callable[[str], None] | None = None) -> MultiModelClient:
+    """Start the server that died again (every archive unloaded: ``held`` emptied), count the restart in
+    ``report``, and return a client of the new server; ServeError when it does not start."""
+    why = _first_line(death) if death is not None else "tritonserver exited"
+    report.restarts.append(why)
+    if progress:
+        progress(f"{why}; restarting it (a SageMaker container would not come back this way: counted)")
+    client.close()
+    held.clear()
+    triton.restart()
+    return MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
 
 
 def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
@@ -226,6 +252,8 @@ def load_archive(
         start = time.perf_counter()
         client.load(name, folder, load_timeout)
         load_ms = (time.perf_counter() - start) * 1000
+    except ServerExited as exc:  # it names the death and holds the log's end already
+        return ReplayRow(name, "-", "load", False, str(exc))
     except ConchError as exc:
         return ReplayRow(name, "-", "load", False, f"{exc}\n{triton.log_tail(25)}")
     if held is not None:
@@ -326,6 +354,10 @@ def _sequence_batched(configs: Mapping[str, ReadConfig]) -> list[str]:
     batcher, in the order of their config files' paths."""
     return [name for name, config in sorted(configs.items(), key=lambda item: f"{item[0]}/")
             if config.carried.HasField("sequence_batching")]  # not modelled: carried
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0]
 
 
 def _short(row: ReplayRow) -> str:

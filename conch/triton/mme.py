@@ -6,10 +6,10 @@ or binary+json bodies (encoded by conch.wire). Over one httpx.Client: its calls 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import numpy as np
@@ -33,6 +33,16 @@ from conch.wire import (
     parse_json_response,
 )
 
+UNLOAD_TIMEOUT_S = 360.0  # SageMaker's limit for an unload; Triton's front end waits up to 350 s for one to end
+DYING_S = 2.0  # after a dropped or refused connection, how long a dying server may take to be seen exited
+
+
+class Watched(Protocol):
+    """The server a client talks to, when the client's owner started it (conch.triton.server.LocalTriton):
+    asked, when a call finds no server, whether it has exited."""
+
+    def lost(self, doing: str, wait: float = 0.0) -> ServeError | None: ...
+
 
 class InvokeError(ServeError):
     """The server answered an inference request with an error."""
@@ -46,10 +56,15 @@ class MultiModelClient:
     """Talks to Triton's SageMaker front end the way the SageMaker MME platform does, over one kept-alive
     connection pool (``close`` or a ``with`` block ends it; so does dropping the client)."""
 
-    def __init__(self, sagemaker_url: str, http_url: str, *, request_timeout: float = 120.0) -> None:
+    def __init__(self, sagemaker_url: str, http_url: str, *, request_timeout: float = 120.0,
+                 server: Watched | None = None) -> None:
+        """``server``: the server behind the URLs, when the caller holds it: a call that finds it gone raises the
+        error naming its death (``tritonserver exited (signal 11) while unloading ...``), not a connection
+        error."""
         self.sagemaker_url = sagemaker_url.rstrip("/")
         self.http_url = http_url.rstrip("/")
         self.request_timeout = request_timeout
+        self.server = server
         self.http = sync_client(self.sagemaker_url, self.http_url, timeout=request_timeout)
         # the pool closes with the client, whoever holds it (replay, profile and tune keep one per server)
         self._closed = weakref.finalize(self, self.http.close)
@@ -67,12 +82,12 @@ class MultiModelClient:
     def load(self, target_model: str, folder: Path, timeout: float) -> None:
         """``POST /models``: register the unpacked archive and load its ensemble as ``target_model``."""
         try:
-            response = self.http.post(
+            response = self._call(f"loading {target_model!r}", lambda: self.http.post(
                 f"{self.sagemaker_url}{MODELS}",
                 json=load_body(target_model, folder),
                 headers=target_headers(target_model),
                 timeout=timeout,
-            )
+            ))
         except httpx.TimeoutException:
             raise ServeError(
                 f"loading {target_model!r} did not finish within {timeout:.0f} s (a Python-backend load can hang, "
@@ -83,12 +98,19 @@ class MultiModelClient:
                 f"loading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}"
             )
 
-    def unload(self, target_model: str, timeout: float = 60.0) -> None:
-        response = self.http.delete(
-            f"{self.sagemaker_url}{model_path(target_model)}",
-            headers=target_headers(target_model),
-            timeout=timeout,
-        )
+    def unload(self, target_model: str, timeout: float = UNLOAD_TIMEOUT_S) -> None:
+        """``DELETE /models/<hash>``: unload the archive's models and wait until Triton has, as SageMaker waits
+        (360 s). A caller that gives up sooner leaves the unload running in the server: in Triton 2.51 a load
+        sent meanwhile races it (docs/testing.md)."""
+        try:
+            response = self._call(f"unloading {target_model!r}", lambda: self.http.delete(
+                f"{self.sagemaker_url}{model_path(target_model)}",
+                headers=target_headers(target_model),
+                timeout=timeout,
+            ))
+        except httpx.TimeoutException:
+            raise ServeError(f"unloading {target_model!r} did not finish within {timeout:.0f} s; the server goes on "
+                             "unloading it") from None
         if response.status_code != 200:
             raise ServeError(
                 f"unloading {target_model!r} failed (HTTP {response.status_code}): {_error_text(response)}"
@@ -96,7 +118,8 @@ class MultiModelClient:
 
     def describe(self, target_model: str) -> dict[str, Any] | None:
         """``GET /models/<hash>``: the loaded archive's name and folder, or None if it is not loaded."""
-        response = self.http.get(f"{self.sagemaker_url}{model_path(target_model)}")
+        response = self._call(f"describing {target_model!r}",
+                              lambda: self.http.get(f"{self.sagemaker_url}{model_path(target_model)}"))
         if response.status_code == 404:
             return None
         response.raise_for_status()
@@ -133,12 +156,25 @@ class MultiModelClient:
     def _post(self, model: str, url: str, body: bytes, headers: Mapping[str, str]) -> httpx.Response:
         """One inference request; InvokeError with Triton's message (and status) when it is not answered 200."""
         try:
-            response = self.http.post(url, content=body, headers=headers)
+            response = self._call(f"invoking {model!r}", lambda: self.http.post(url, content=body, headers=headers))
         except httpx.TimeoutException:
             raise InvokeError(f"{model!r} did not answer within {self.request_timeout:.0f} s") from None
         if response.status_code != 200:
             raise InvokeError(_error_text(response), response.status_code)
         return response
+
+    def _call(self, doing: str, send: Callable[[], httpx.Response]) -> httpx.Response:
+        """``send()``; when it fails for want of a server (refused, dropped, timed out) and the server behind the
+        URLs has exited, the error naming that instead (the caller handles every other failure)."""
+        try:
+            return send()
+        except httpx.TransportError as exc:
+            if self.server is not None:
+                timed_out = isinstance(exc, httpx.TimeoutException)
+                gone = self.server.lost(doing, wait=0.0 if timed_out else DYING_S)
+                if gone is not None:
+                    raise gone from None
+            raise
 
 
 def _sequence(sequence_id: int) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +36,8 @@ from conch.triton.http_client import sync_client
 from conch.triton_wheel import pytriton_paths
 
 STARTUP_TIMEOUT_S = 60.0
+KEPT_LOGS = 20  # the logs of servers that died, kept in <cache>/server-logs: the newest this many
+KEPT_LOG_BYTES = 1024 * 1024  # the end of each such log (a --log-verbose log grows without bound)
 START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
 NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacing=true from this release on
 
@@ -76,6 +80,72 @@ def namespacing_for(release: str) -> bool:
     return not Release.of(release) < Release.of(NAMESPACING_FROM)
 
 
+def exit_words(code: int) -> str:
+    """A Popen exit code in a message's words: ``signal 11`` (negative: the signal that ended it) or ``code 1``."""
+    return f"signal {-code}" if code < 0 else f"code {code}"
+
+
+def signal_cause(code: int) -> str:
+    """What a signal that ended tritonserver usually means, for the message that names it."""
+    causes = {signal.SIGKILL: "SIGKILL: killed from outside, e.g. by the kernel's out-of-memory killer",
+              signal.SIGSEGV: "SIGSEGV: a crash in Triton or a backend (Triton 2.51 crashes in some load/unload races, "
+                              "docs/testing.md)",
+              signal.SIGABRT: "SIGABRT: Triton or a backend aborted"}
+    with contextlib.suppress(ValueError):
+        sig = signal.Signals(-code)
+        return causes.get(sig, sig.name)
+    return ""
+
+
+class ServerExited(ServeError):
+    """tritonserver exited while conch held it: how (``code``, as Popen gives it), while doing what, and where
+    its log was kept."""
+
+    def __init__(self, message: str, code: int, log: Path | None) -> None:
+        super().__init__(message)
+        self.code, self.log = code, log
+
+
+def keep_log(log: Path, name: str) -> Path | None:
+    """Copy the end of a dead server's log to ``<cache>/server-logs/<name>`` (its workdir is removed when conch
+    stops it), keeping the newest ``KEPT_LOGS`` there; None when there is no log to keep."""
+    from conch.cache import cache_dir
+
+    try:
+        with log.open("rb") as source:
+            source.seek(max(0, log.stat().st_size - KEPT_LOG_BYTES))
+            text = source.read()
+    except OSError:
+        return None
+    folder = cache_dir() / "server-logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / name
+    tmp = kept.with_name(f".{name}.{os.getpid()}")
+    tmp.write_bytes(text)
+    tmp.replace(kept)
+    older = sorted((p for p in folder.glob("*.log") if p != kept), key=lambda p: p.stat().st_mtime)
+    for stale in older[:max(0, len(older) + 1 - KEPT_LOGS)]:
+        stale.unlink(missing_ok=True)
+    return kept
+
+
+def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
+    """Wait for the server to exit (without reaping it), then kill what it started: its Python stubs inherit
+    the server's open connections, so a call in flight would otherwise wait out its whole timeout instead of
+    seeing the server gone."""
+    try:
+        handle = os.pidfd_open(process.pid)
+    except OSError:  # the process is gone already (reaped by stop())
+        return
+    try:
+        select.select([handle], [], [])
+    finally:
+        os.close(handle)
+    if process.returncode is None:  # not reaped yet: its id, the group's, cannot have been reused
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def bind_failed(log: str) -> bool:
     """Whether a server that exited at start did so because one of its ports was taken."""
     return any(s in log for s in ("already in use", "failed to start", "same address and port"))
@@ -110,6 +180,8 @@ class LocalTriton:
         self.log_path = self.workdir / "tritonserver.log"
         self.shm_prefix = shm_regions.new_prefix()
         self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
+        self._served = False  # the server answered once: a death from now on is kept (not a failed start)
+        self._kept: dict[int, Path | None] = {}  # pid of a server that died -> where its log was kept
 
     @classmethod
     def sized_for(cls, archives: Iterable[Path]) -> LocalTriton:
@@ -191,9 +263,12 @@ class LocalTriton:
                 )
             try:
                 self._wait_ready()
+                self._served = True
+                threading.Thread(target=_stubs_follow, args=(self.process,), name="conch-triton-exit",
+                                 daemon=True).start()
                 return self
             except ServeError:
-                exited = self.process is not None and self.process.poll() is not None
+                exited = self.exit_code() is not None
                 log_text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
                 self._kill()
                 if not (exited and bind_failed(log_text)) or attempt == START_ATTEMPTS:
@@ -208,10 +283,9 @@ class LocalTriton:
         deadline = time.monotonic() + self.startup_timeout
         with sync_client(self.http_url, self.sagemaker_url, timeout=1) as http:
             while time.monotonic() < deadline:
-                assert self.process is not None
-                if self.process.poll() is not None:
-                    raise ServeError(f"tritonserver exited with code {self.process.returncode} at start\n"
-                                     f"{self.log_tail()}")
+                code = self.exit_code()
+                if code is not None:
+                    raise ServeError(f"tritonserver exited with code {code} at start\n{self.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
                     live = http.get(f"{self.http_url}/v2/health/live").status_code == 200
                     ping = http.get(f"{self.sagemaker_url}/ping").status_code == 200
@@ -220,18 +294,53 @@ class LocalTriton:
                 time.sleep(0.05)
         raise ServeError(f"tritonserver was not ready within {self.startup_timeout:.0f} s\n{self.log_tail()}")
 
+    def exit_code(self) -> int | None:
+        """The server's exit code as Popen gives it (negative: the signal that ended it); None while it runs or
+        before it started. Every check of the server's life reads it here, so a launcher started in its place
+        reports the server's own status through this one method."""
+        return self.process.poll() if self.process is not None else None
+
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and self.exit_code() is None
 
     def exit_status(self) -> str:
         """How the server ended, e.g. ``was killed by SIGSEGV`` (empty while it runs)."""
-        code = self.process.poll() if self.process is not None else None
+        code = self.exit_code()
         if code is None:
             return ""
         if code < 0:
             with contextlib.suppress(ValueError):
                 return f"was killed by {signal.Signals(-code).name}"
         return f"exited with code {code}"
+
+    def lost(self, doing: str, wait: float = 0.0) -> ServerExited | None:
+        """The error that names the server's death while ``doing`` (e.g. ``unloading 'a.tar.gz'``): how it
+        exited, the cause a signal usually has, where its log is kept, and the log's last lines; None while it
+        runs. ``wait``: seconds a server that is dying (a connection was just dropped) may take to be seen
+        exited."""
+        if self.process is None:
+            return None
+        deadline = time.monotonic() + wait
+        while (code := self.exit_code()) is None:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        kept = self.keep_log()
+        cause = signal_cause(code)
+        where = f"its log is kept in {kept}" if kept is not None else "it left no log"
+        return ServerExited(f"tritonserver exited ({exit_words(code)}) while {doing}"
+                            f"{f' ({cause})' if cause else ''}; {where}\n{self.log_tail(25)}", code, kept)
+
+    def keep_log(self) -> Path | None:
+        """Keep the log of a server that exited (once per server process) where its workdir's removal does not
+        take it: ``<cache>/server-logs``. Where it was kept, or None."""
+        process = self.process
+        if process is None or self.exit_code() is None:
+            return None
+        if process.pid not in self._kept:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self._kept[process.pid] = keep_log(self.log_path, f"tritonserver-{stamp}-{process.pid}.log")
+        return self._kept[process.pid]
 
     def restart(self) -> LocalTriton:
         """Start again after the server exited, on new ports; what the old one left (stubs, shared-memory
@@ -253,7 +362,9 @@ class LocalTriton:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _kill(self) -> None:
-        process, self.process = self.process, None
+        if self._served:
+            self.keep_log()  # one that died on its own after it served: its log outlives the workdir
+        process, self.process, self._served = self.process, None, False
         if process is None:
             return
         with contextlib.suppress(ProcessLookupError):

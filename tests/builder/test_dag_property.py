@@ -189,7 +189,7 @@ def holds(nodes: tuple[Node, ...], index: int, tmp: Path, triton: LocalTriton, o
     target = f"{name}.tar.gz"
     unpacked = triton.workdir / "models" / f"dagprop-{name}"
     safe_extract(archive, unpacked)
-    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
     client.load(target, unpacked, timeout=300)  # a refusal here is the bug this test hunts
     try:
         x = np.random.default_rng(index).normal(size=(3, 4)).astype(np.float32)
@@ -230,9 +230,9 @@ def check_dags(examples: int, derandomize: bool, tmp: Path, triton: LocalTriton)
 
 
 def test_random_dags_over_every_backend_serve_what_conch_run_computes(
-    tmp_path_factory: pytest.TempPathFactory, triton: LocalTriton
+    tmp_path_factory: pytest.TempPathFactory, triton_alone: LocalTriton
 ) -> None:
-    outcome = check_dags(2, True, tmp_path_factory.mktemp("dags"), triton)
+    outcome = check_dags(2, True, tmp_path_factory.mktemp("dags"), triton_alone)
     total = outcome.accepted + sum(outcome.refused.values())
     assert outcome.accepted >= 0.25 * total, outcome
     assert outcome.kinds_answered == set(KINDS), outcome
@@ -240,7 +240,7 @@ def test_random_dags_over_every_backend_serve_what_conch_run_computes(
 
 
 @pytest.mark.slow
-def test_many_more_random_dags(tmp_path_factory: pytest.TempPathFactory, triton: LocalTriton) -> None:
-    outcome = check_dags(60, False, tmp_path_factory.mktemp("dags"), triton)
+def test_many_more_random_dags(tmp_path_factory: pytest.TempPathFactory, triton_alone: LocalTriton) -> None:
+    outcome = check_dags(60, False, tmp_path_factory.mktemp("dags"), triton_alone)
     total = outcome.accepted + sum(outcome.refused.values())
     assert outcome.accepted >= 0.5 * total, outcome

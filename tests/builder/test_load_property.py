@@ -115,9 +115,9 @@ def holds(d: Declaration, tmp_path: Path, triton: LocalTriton) -> None:
     target = f"prop{next(_counter)}"
     folder = triton.workdir / "models" / target
     safe_extract(archive, folder)
-    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
-    client.load(target, folder, timeout=60)  # a refusal here is the bug this test hunts
-    client.unload(target)
+    with MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton) as client:
+        client.load(target, folder, timeout=300)  # a refusal here is the bug this test hunts
+        client.unload(target)  # waited for as SageMaker waits: a load sent before it ends races it (docs/testing.md)
 
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -127,13 +127,13 @@ SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_sco
 @settings(max_examples=60, **SETTINGS)  # about 1 in 6 is accepted: about 10 server loads
 @given(d=declarations())
 def test_accepted_declarations_load_and_rejected_ones_name_their_cause(
-    d: Declaration, tmp_path: Path, triton: LocalTriton
+    d: Declaration, tmp_path: Path, triton_alone: LocalTriton
 ) -> None:
-    holds(d, tmp_path, triton)
+    holds(d, tmp_path, triton_alone)
 
 
 @pytest.mark.slow
 @settings(max_examples=300, **{**SETTINGS, "derandomize": False})
 @given(d=declarations())
-def test_many_more_declarations(d: Declaration, tmp_path: Path, triton: LocalTriton) -> None:
-    holds(d, tmp_path, triton)
+def test_many_more_declarations(d: Declaration, tmp_path: Path, triton_alone: LocalTriton) -> None:
+    holds(d, tmp_path, triton_alone)

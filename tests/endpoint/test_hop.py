@@ -130,7 +130,8 @@ def test_each_calls_timeout_fires_at_its_own_deadline() -> None:
                                                  "no answer within 0.45 s"]
         for (_, took), limit in zip(results, (0.6, None, 0.3, 0.45), strict=True):
             if limit is not None:
-                assert limit - 0.002 <= took < limit + 0.15, (limit, took)
+                # at its own limit, not at the answer (2 s): a loaded machine may run the loop late by a second
+                assert limit - 0.002 <= took < limit + 1.0, (limit, took)
         assert (await hop.invoke("m.tar.gz", b"fast", "application/json")).content == b"fast"
 
     async def handler(body: bytes, number: int) -> bytes:

@@ -3,7 +3,6 @@ AWS credentials, and no tritonserver left behind when conch is killed with SIGKI
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import linear_ensemble
+from conftest import linear_ensemble, ready_line
 from mme_archives import EXPECTED, invoke_linear, runtime
 
 from conch.builder.repository_build import build_ensemble
@@ -68,7 +67,7 @@ def test_serve_mme_prints_one_ready_line_answers_conch_invoke_and_dies_with_conc
     )
     try:
         assert proc.stdout is not None
-        ready = json.loads(proc.stdout.readline())
+        ready = ready_line(proc)
         assert ready["endpoint_name"] == "local" and ready["url"].startswith("http://127.0.0.1:")
         # SageMaker's defaults: the archive's own step names, its 60 s limits, Triton's answers passed on
         assert ready["step_names"] == "shared" and ready["retry_lookup"] is False
@@ -118,7 +117,7 @@ def serve_mme(archive: Path, *options: str) -> tuple[subprocess.Popen[str], dict
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=without_aws(dict(os.environ)),
     )
     assert proc.stdout is not None
-    return proc, json.loads(proc.stdout.readline())
+    return proc, ready_line(proc)
 
 
 def test_serve_mme_restarts_a_killed_server_which_still_dies_with_conch(tmp_path: Path) -> None:

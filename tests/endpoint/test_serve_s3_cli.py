@@ -5,7 +5,6 @@ bound to 127.0.0.1, but Triton 2.51's own SageMaker port, which cannot be (READM
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import boto3
 import numpy as np
 import psutil
 import pytest
-from conftest import linear_ensemble
+from conftest import linear_ensemble, ready_line
 from mme_archives import EXPECTED, invoke_linear, runtime
 
 from conch.builder.repository_build import build_ensemble
@@ -48,9 +47,7 @@ def test_serve_mme_from_s3_answers_and_listens_on_loopback_only(tmp_path: Path, 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, proc.communicate(timeout=60)[1]
-        ready = json.loads(line)
+        ready = ready_line(proc)
         np.testing.assert_array_equal(invoke_linear(runtime(ready["url"]), archive.name), EXPECTED)
         ports = listening(proc.pid)
         front = int(ready["url"].rsplit(":", 1)[1])

@@ -32,7 +32,7 @@ def _root_conftest() -> Any:
 
 _ROOT = _root_conftest()
 linear_ensemble, half_ensemble, REFUSED_URL = _ROOT.linear_ensemble, _ROOT.half_ensemble, _ROOT.REFUSED_URL
-EXAMPLE_FILES, ExampleArchives = _ROOT.EXAMPLE_FILES, _ROOT.ExampleArchives
+EXAMPLE_FILES, ExampleArchives, ready_line = _ROOT.EXAMPLE_FILES, _ROOT.ExampleArchives, _ROOT.ready_line
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

@@ -27,7 +27,7 @@ def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0)
     from conch.triton.server import LocalTriton
 
     with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named)) as triton:
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         for archive, name in named:
             client.load(name, stage(archive, triton, name), load_timeout)
         yield triton.http_url

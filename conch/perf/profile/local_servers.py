@@ -26,7 +26,7 @@ from conch.replays.local_replay import (
 )
 from conch.scratch import scratch_temp
 from conch.triton.mme import MultiModelClient
-from conch.triton.server import LocalTriton, free_port
+from conch.triton.server import LocalTriton, ServerExited, free_port
 
 if TYPE_CHECKING:
     from conch.endpoint.local import LocalMME
@@ -73,6 +73,8 @@ def load_staged(archive: Path, triton: LocalTriton, client: MultiModelClient, lo
     progress(f"loading {name} on the local tritonserver")
     try:
         client.load(name, folder, load_timeout)
+    except ServerExited:
+        raise
     except ServeError as exc:
         raise ServeError(f"{exc}\n{triton.log_tail(25)}") from None
     return name, manifest, check
@@ -106,8 +108,13 @@ Outcomes = Iterator[tuple[Path, "Profile | ConchError"]]
 def _on_triton(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
                progress: Callable[[str], None], manifest_needed: bool = True) -> Outcomes:
     with profiling_triton(archives) as (triton, stats, trace_file):
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         for archive in archives:
+            if not triton.running():  # it died profiling the last archive (that one's error names it)
+                progress("restarting the local tritonserver for the next archive")
+                client.close()
+                triton.restart()
+                client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
             try:
                 name, manifest, check = load_staged(archive, triton, client, load_timeout, progress,
                                                     manifest_needed)

@@ -59,14 +59,14 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
             yield _trial_server(stats, on_mme, mix, server, progress=say, load_timeout=load_timeout, **options)
         return
     with LocalTriton.sized_for(archives) as triton:
-        client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         named: list[tuple[str, Manifest, Target]] = []
         for archive in archives:
             name, manifest, _ = load_staged(archive, triton, client, load_timeout, say)
             # a manifest is needed (the default), so staging refused an archive without one
             named.append((name, cast(Manifest, manifest), Target.kserve(triton.http_url, name)))
         yield _trial_server(StatsEndpoint(triton.http_url), named, mix, "the local tritonserver", progress=say,
-                            load_timeout=load_timeout, **options)
+                            load_timeout=load_timeout, watched=triton, **options)
 
 
 @contextmanager

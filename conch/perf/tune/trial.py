@@ -23,6 +23,7 @@ from conch.perf.profile.profile_report import Profile, RunInfo
 from conch.perf.profile.server_statistics import StatsEndpoint
 from conch.perf.tune.space import Settings, StepSpace, apply_knobs, knobs_of
 from conch.triton.kserve_routes import model_path
+from conch.triton.mme import DYING_S, Watched
 from conch.triton.mme_contract import error_text
 
 LOAD_TIMEOUT_S = 300.0
@@ -114,8 +115,12 @@ class TrialServer:
 
     def __init__(self, stats: StatsEndpoint, workloads: Sequence[Workload], steps: Sequence[StepSpace],
                  server: str, *, p99_ms: float, max_concurrency: int = 16, seconds_per_level: float = 2.0,
-                 load_timeout: float = LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None) -> None:
+                 load_timeout: float = LOAD_TIMEOUT_S, progress: Callable[[str], None] | None = None,
+                 watched: Watched | None = None) -> None:
+        """``watched``: the local tritonserver behind ``stats``, when the tune started it: a reload that finds it
+        gone names its death."""
         latency_target(p99_ms)
+        self.watched = watched
         self.stats, self.workloads, self.steps, self.server = stats, tuple(workloads), tuple(steps), server
         self.p99_ms, self.max_concurrency, self.seconds_per_level = p99_ms, max_concurrency, seconds_per_level
         self.load_timeout = load_timeout
@@ -153,6 +158,9 @@ class TrialServer:
                 answer = httpx.post(url, json={"parameters": {"config": json.dumps(config)}},
                                     timeout=self.load_timeout)
             except httpx.HTTPError as exc:
+                gone = self.watched.lost(f"reloading step {step.step!r}", DYING_S) if self.watched else None
+                if gone is not None:
+                    raise gone from None
                 raise BenchError(f"{self.server} did not answer the reload of step {step.step!r} ({exc})") from None
             if answer.status_code != 200:
                 why = error_text(answer.content, answer.reason_phrase or "")
