@@ -12,6 +12,7 @@ Nothing heavy is imported until a conch item or fixture runs: with autoload on, 
 from __future__ import annotations
 
 import fnmatch
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "the session's archives)")
     group.addoption("--conch-s3-endpoint-url", metavar="URL", default=None,
                     help="an S3-compatible server for an s3:// --conch-mme-source (e.g. moto)")
+    group.addoption("--conch-allow-exposed-triton", action="store_true", default=False,
+                    help="where this machine refuses tritonserver a network namespace of its own, run it with its "
+                    "SageMaker port open on every interface without warning (CONCH_ALLOW_EXPOSED_TRITON=1)")
     parser.addini("conch_paths", "paths whose ensembles (declarations, archives) are collected as conch samples "
                   "whenever pytest collects them", type="paths", default=[])
 
@@ -270,6 +274,8 @@ SESSION = pytest.StashKey[ConchSession]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = ConchSession(config)
+    if config.getoption("conch_allow_exposed_triton"):  # read where a tritonserver starts (the session's, conch_mme's)
+        os.environ["CONCH_ALLOW_EXPOSED_TRITON"] = "1"  # conch.harness.network_namespace.ALLOW_EXPOSED_ENV
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
