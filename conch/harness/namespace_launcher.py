@@ -10,7 +10,6 @@ killed by the same signal, so its parent reads tritonserver's status from it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import fcntl
 import os
@@ -20,12 +19,13 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 
 from conch.scratch import die_with_parent
 
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # linux/sockios.h, linux/if.h
 IFREQ = "16sh22x"  # struct ifreq: the interface name, then ifr_flags in a 24-byte union
-CHUNK = 256 * 1024  # one read takes what a large tensor body has ready, in few wake-ups
+CHUNK = 1024 * 1024  # one splice moves what a large tensor body has ready, in few wake-ups
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # asked of the launcher: meant for tritonserver
 LAUNCH_FAILED = 125  # the launcher itself failed before tritonserver ran (as env(1) and unshare(1) say it)
 
@@ -38,31 +38,48 @@ def loopback_up() -> None:
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack(IFREQ, name, flags | IFF_UP))
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction until its end, which is passed on as a half close."""
-    while data := await reader.read(CHUNK):
-        writer.write(data)
-        await writer.drain()
-    if writer.can_write_eof():
-        writer.write_eof()
-
-
-async def _relay(port: int, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-    """One host connection to the namespace's ``127.0.0.1:port`` and back; a failure on either side resets
-    the other, as a caller without the hop would see it."""
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy one direction until its end, passed on as a half close; bytes go socket -> pipe -> socket inside
+    the kernel (splice(2)), never through Python."""
+    pipe_r, pipe_w = os.pipe()
     try:
-        inner_r, inner_w = await asyncio.open_connection("127.0.0.1", port, limit=CHUNK)
-    except OSError:  # nothing listens there (yet): the caller sees its connection reset
-        client_w.transport.abort()
-        return
-    try:
-        await asyncio.gather(_pipe(client_r, inner_w), _pipe(inner_r, client_w))
-    except OSError:
-        inner_w.transport.abort()
-        client_w.transport.abort()
+        with contextlib.suppress(OSError):  # a larger pipe: fewer wake-ups per large body (the default is 64 KiB)
+            fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, CHUNK)
+        while size := os.splice(source.fileno(), pipe_w, CHUNK):
+            while size:
+                size -= os.splice(pipe_r, sink.fileno(), size)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:  # a reset on one side resets the other, as a caller without the hop would see it
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                end.shutdown(socket.SHUT_RDWR)
     finally:
-        inner_w.close()
-        client_w.close()
+        os.close(pipe_r)
+        os.close(pipe_w)
+
+
+def _relay(client: socket.socket, port: int) -> None:
+    """One host connection to the namespace's ``127.0.0.1:port`` and back, a thread per direction."""
+    with client:
+        try:
+            inner = socket.create_connection(("127.0.0.1", port))
+        except OSError:  # nothing listens there (yet): the caller sees its connection reset
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
+        with inner:
+            for end in (client, inner):
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            back = threading.Thread(target=_pump, args=(inner, client), daemon=True)
+            back.start()
+            _pump(client, inner)
+            back.join()
+
+
+def _accept(listener: socket.socket, port: int) -> None:
+    while True:
+        client, _ = listener.accept()
+        threading.Thread(target=_relay, args=(client, port), daemon=True).start()
 
 
 def _exit_as(returncode: int) -> None:
@@ -76,24 +93,16 @@ def _exit_as(returncode: int) -> None:
     sys.exit(returncode)
 
 
-async def _launch(forwards: list[tuple[int, int]], command: list[str]) -> int:
-    loop = asyncio.get_running_loop()
-    servers = []
+def _launch(forwards: list[tuple[int, int]], command: list[str]) -> int:
     for fd, port in forwards:
-        sock = socket.socket(fileno=fd)
-
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter, port: int = port) -> None:
-            await _relay(port, r, w)
-
-        servers.append(await asyncio.start_server(handle, sock=sock, limit=CHUNK, backlog=socket.SOMAXCONN))
-    # started from this (the loop's) thread: tritonserver dies with it, as with conch (PR_SET_PDEATHSIG)
-    server = await asyncio.create_subprocess_exec(*command, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        listener = socket.socket(fileno=fd)
+        threading.Thread(target=_accept, args=(listener, port), daemon=True).start()
+    # started from the main thread, which lives as long as this process: tritonserver dies with it, as with
+    # conch (PR_SET_PDEATHSIG fires when the thread that started a process ends)
+    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     for signum in PASSED_ON:
-        loop.add_signal_handler(signum, server.send_signal, signum)
-    returncode = await server.wait()
-    for listening in servers:
-        listening.close()
-    return returncode
+        signal.signal(signum, lambda signum, frame: server.send_signal(signum))
+    return server.wait()
 
 
 def parse_forward(text: str) -> tuple[int, int]:
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         print(f"conch: could not bring the network namespace's loopback up: {exc}", file=sys.stderr, flush=True)
         sys.exit(LAUNCH_FAILED)
-    _exit_as(asyncio.run(_launch(args.forward, command)))
+    _exit_as(_launch(args.forward, command))
 
 
 if __name__ == "__main__":

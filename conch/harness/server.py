@@ -1,10 +1,17 @@
-"""The local tritonserver from the nvidia-pytriton wheel, started as a subprocess on 127.0.0.1.
+"""The local tritonserver from the nvidia-pytriton wheel, started as a subprocess reached on 127.0.0.1.
 
 It runs the way SageMaker's serve script runs Triton for a multi-model endpoint (SageMaker front end,
 explicit model control, an empty dummy repository, ``SAGEMAKER_MULTI_MODEL=true``, ``--model-namespacing``
 from 23.04), plus the KServe HTTP endpoint for direct checks. Its process group is killed on exit, also on
-Ctrl-C or failure, and the kernel kills the server when the thread that started it dies, even by SIGKILL:
-Triton 2.51's SageMaker port listens on every interface and must never outlive conch.
+Ctrl-C or failure, and the kernel kills the server when the thread that started it dies, even by SIGKILL.
+
+What listens where: Triton 2.51's SageMaker port listens on every interface (it has no address flag), so the
+server runs in a user and network namespace of its own (conch.harness.network_namespace), whose only
+interface is its loopback; conch binds its HTTP, gRPC and SageMaker ports on the host's 127.0.0.1 (ports the
+kernel picks, no race) and the launcher in the namespace passes each connection on to the same port there.
+Mount and IPC namespaces stay the host's: the Python stubs share /dev/shm with the server and conch. Where the
+platform refuses user namespaces the server runs on the host, its SageMaker port open to the network: conch
+says so once and counts it (``exposed_starts``), unless ``--allow-exposed-triton`` says the user accepts it.
 """
 
 from __future__ import annotations
