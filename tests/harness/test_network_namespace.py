@@ -120,10 +120,12 @@ def test_serve_without_namespaces_says_so_once_names_the_port_and_counts_it(tmp_
     assert "1 tritonserver starts with its SageMaker port open on every interface" in quiet_err
 
 
-def test_replay_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
-    archive = build_ensemble(linear_ensemble("netns_replay"), tmp_path / "dist", "local")
-    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "replay", str(archive)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=conch_env())
+def watched(args: list[str], cwd: Path) -> str:
+    """Run ``python -m ARGS`` to its end, reading every 50 ms what its process tree exposes; its output. Asserts
+    that it passed, that one tritonserver was seen with conch's three host listeners at least, and that no
+    reading found a listener outside loopback, nor a namespace with an interface besides ``lo``."""
+    proc = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=conch_env(), cwd=cwd)
     seen: list[tuple[dict[int, str], dict[str, list[str]]]] = []
     servers = listened = 0
     while proc.poll() is None:
@@ -134,7 +136,25 @@ def test_replay_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
         except psutil.Error:
             pass  # a process ended while it was read
         time.sleep(0.05)
-    out, err = proc.communicate()
-    assert proc.returncode == 0, out + err
-    assert servers == 1 and listened >= 3  # tritonserver was seen running, its HTTP, gRPC and SageMaker ports
+    out, _ = proc.communicate()
+    assert proc.returncode == 0, out
+    assert servers == 1 and listened >= 3, out  # tritonserver was seen running, its HTTP, gRPC and SageMaker ports
     assert all(sample == ({}, {}) for sample in seen), [s for s in seen if s != ({}, {})]
+    return out
+
+
+def test_replay_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("netns_replay"), tmp_path / "dist", "local")
+    watched(["conch.cli", "replay", str(archive)], tmp_path)
+
+
+def test_bench_on_the_local_mme_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("netns_bench"), tmp_path / "dist", "local")
+    watched(["conch.cli", "bench", str(archive), "--mme", "--stages", "test", "--workers", "1", "--out",
+             str(tmp_path / "out")], tmp_path)
+
+
+def test_pytest_conch_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("netns_pytest"), tmp_path / "dist", "local")
+    out = watched(["pytest", "--conch", str(archive), "-p", "no:cacheprovider", "-q"], tmp_path)
+    assert " passed" in out and "failed" not in out, out
