@@ -196,7 +196,11 @@ class LocalTriton:
         for attempt in range(1, START_ATTEMPTS + 1):
             self.workdir.mkdir(parents=True, exist_ok=True)
             with contextlib.ExitStack() as listeners, self.log_path.open(self._log_mode) as log:
-                sockets = self._listeners(listeners)
+                try:
+                    sockets = self._listeners(listeners)
+                except ServeError:
+                    self._cleanup()
+                    raise
                 if refused or unshare is None:  # on the host: its ports must be free again when it binds them
                     listeners.close()
                     self.exposed_starts += 1

@@ -20,6 +20,7 @@ from conftest import linear_ensemble
 from listeners import exposed, host_listeners, interfaces, namespace_listeners, netns, tree, tritonserver_pids
 
 from conch.builder.repository_build import build_ensemble
+from conch.errors import ServeError
 from conch.harness import network_namespace
 from conch.harness.local_replay import replay_archives
 from conch.harness.server import LocalTriton
@@ -158,3 +159,13 @@ def test_pytest_conch_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> 
     archive = build_ensemble(linear_ensemble("netns_pytest"), tmp_path / "dist", "local")
     out = watched(["pytest", "--conch", str(archive), "-p", "no:cacheprovider", "-q"], tmp_path)
     assert " passed" in out and "failed" not in out, out
+
+
+def test_a_port_extra_args_need_that_is_taken_is_named(tmp_path: Path) -> None:
+    with network_namespace.loopback_listener() as taken:
+        port = taken.getsockname()[1]
+        server = LocalTriton(tmp_path / "w")
+        server.extra_ports = (port,)  # as `conch profile` asks for its --metrics-port
+        with pytest.raises(ServeError, match=rf"could not listen on 127.0.0.1 for tritonserver's ports \({port},\): "):
+            server.start()
+        assert not server.running()
