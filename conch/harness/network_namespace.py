@@ -15,11 +15,16 @@ import socket
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 UNSHARE_ENV = "CONCH_UNSHARE"  # the unshare(1) command to run (default: `unshare` on PATH); tests name a missing one
 ALLOW_EXPOSED_ENV = "CONCH_ALLOW_EXPOSED_TRITON"  # "1": run exposed where namespaces are refused, without a warning
 UNSHARE_ARGS = ("--user", "--map-root-user", "--net")  # no mount or IPC namespace: stubs share /dev/shm with Triton
 PROBE_TIMEOUT_S = 10.0
+# The launcher imports this very conch, wherever it was imported from (an install, a checkout on sys.path or the
+# working folder): the server's working folder is another one, and its environment is the user's.
+CONCH_ROOT = str(Path(__file__).resolve().parents[2])
+LAUNCH = "import sys; sys.path.insert(0, sys.argv.pop(1)); from conch.harness.namespace_launcher import main; main()"
 
 log = logging.getLogger("conch.server")
 _refusals: dict[str, str] = {}  # unshare command -> why it cannot be used ('' when it can)
@@ -66,8 +71,7 @@ def launcher_command(unshare: str, listeners: Sequence[socket.socket], server: S
     """``server`` run in a new user and network namespace, each listener's connections passed on to the same
     port of that namespace's loopback (Popen it with ``pass_fds`` of the listeners)."""
     forwards = [f"--forward={s.fileno()}:{s.getsockname()[1]}" for s in listeners]
-    return [unshare, *UNSHARE_ARGS, "--", sys.executable, "-m", "conch.harness.namespace_launcher", *forwards,
-            "--", *server]
+    return [unshare, *UNSHARE_ARGS, "--", sys.executable, "-c", LAUNCH, CONCH_ROOT, *forwards, "--", *server]
 
 
 def exposed_allowed() -> bool:

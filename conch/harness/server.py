@@ -184,7 +184,8 @@ class LocalTriton:
         return env
 
     def start(self) -> LocalTriton:
-        """Start and wait until both endpoints answer; retry with new ports when a port was taken meanwhile.
+        """Start and wait until both endpoints answer; without a network namespace, retry with new ports when a
+        port was taken meanwhile.
 
         The server is killed when the calling thread ends (PR_SET_PDEATHSIG): start it from a thread that
         lives as long as the server should."""
