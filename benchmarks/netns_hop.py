@@ -6,6 +6,7 @@ its namespace, reached through the launcher's forwarder on the host's 127.0.0.1)
 - warm call through the local MME's front (httpx, KServe JSON body, the sample of the tests' two-Python-step
   ensemble), and the same call straight to Triton's SageMaker port (the forwarder's hop alone), and a call with
   a 4 MiB JSON body straight to the port (bytes through the hop);
+- the launcher's CPU time over those calls (what the hop costs whatever the machine's load);
 - a replay: `replay_archives` of that archive, with its own server (start, load, every endpoint, stop).
 
 Prints a table of medians and the ratio netns / host, writes benchmarks/results/netns_hop.json.
@@ -61,17 +62,28 @@ def build(out: Path) -> Path:
     return build_ensemble(ensemble, out, "local")
 
 
-def median_ms(call: Callable[[], Any], calls: int) -> float:
+counted: dict[str, int] = {}  # calls made per kind of the netns side, after the warm-up
+hop_cpu: dict[str, float] = {}  # the launcher's CPU time (user + system, ms) over them
+launchers: list[Any] = []  # the netns side's launcher (psutil.Process), once the warm-up is done
+
+
+def median_ms(call: Callable[[], Any], calls: int, kind: str = "") -> float:
+    watched = launchers[0] if launchers and kind.endswith("netns") else None
+    before = sum(watched.cpu_times()[:2]) if watched else 0.0
     times = []
     for _ in range(calls):
         start = time.perf_counter()
         call()
         times.append((time.perf_counter() - start) * 1000)
+    if watched:
+        counted[kind] = counted.get(kind, 0) + calls
+        hop_cpu[kind] = hop_cpu.get(kind, 0.0) + (sum(watched.cpu_times()[:2]) - before) * 1000
     return statistics.median(times)
 
 
 def main() -> int:
     import httpx
+    import psutil
 
     from conch.harness.endpoint import LocalMME
     from conch.harness.local_replay import replay_archives
@@ -108,23 +120,24 @@ def main() -> int:
                 clients += [front, straight]
                 invoke = f"/models/{model_hash(target)}/invoke"
 
-                def via_front(c: httpx.Client = front) -> float:
+                def via_front(c: httpx.Client = front, name: str = name) -> float:
                     return median_ms(lambda: c.post("/endpoints/local/invocations", content=body,
-                                                    headers=headers).raise_for_status(), args.calls)
+                                                    headers=headers).raise_for_status(), args.calls, f"small {name}")
 
-                def to_triton(c: httpx.Client = straight, path: str = invoke) -> float:
+                def to_triton(c: httpx.Client = straight, path: str = invoke, name: str = name) -> float:
                     return median_ms(lambda: c.post(path, content=body, headers=headers).raise_for_status(),
-                                     args.calls)
+                                     args.calls, f"small {name}")
 
-                def big_body(c: httpx.Client = straight, path: str = invoke) -> float:
+                def big_body(c: httpx.Client = straight, path: str = invoke, name: str = name) -> float:
                     return median_ms(lambda: c.post(path, content=big, headers=headers).raise_for_status(),
-                                     max(args.calls // 10, 3))
+                                     max(args.calls // 10, 3), f"big {name}")
 
                 cases[f"warm call via the MME front ({name})"] = via_front
                 cases[f"warm call straight to Triton's SageMaker port ({name})"] = to_triton
                 cases[f"4 MiB JSON body straight to Triton's SageMaker port ({name})"] = big_body
             for case in cases.values():
                 case()  # warm-up: connections made, the first calls' costs paid
+            launchers.append(psutil.Process(mmes["netns"].triton.process.pid))  # type: ignore[union-attr]
             warm = alternate(cases, args.rounds)
         finally:
             for c in clients:
@@ -145,15 +158,18 @@ def main() -> int:
         replays = alternate({f"replay, its own server ({name})": replay(name) for name in SIDES}, args.replays)
 
     samples = {**warm, **replays}
+    for kind, calls in counted.items():
+        print(f"the launcher's CPU (user + system) per {kind.split()[0]} call through it: "
+              f"{hop_cpu[kind] / calls:.3f} ms ({calls} calls)")
     rows = []
-    for what in dict.fromkeys(k.rsplit(" (", 1)[0] for k in samples):
+    for what in dict.fromkeys(k.rsplit(" (", 1)[0] for k, v in samples.items() if v):
         host, netns = (statistics.median(samples[f"{what} ({s})"]) for s in SIDES)
         rows.append([what, host, netns, netns - host, netns / host])
     return finish("netns_hop", ["case (median ms)", "host", "netns", "netns - host", "netns / host"], rows,
                   {"samples_ms": samples, "rows": [dict(zip(["case", "host_ms", "netns_ms", "added_ms", "ratio"], r,
                                                             strict=True)) for r in rows],
                    "rounds": args.rounds, "calls": args.calls, "replays": args.replays,
-                   "load_average": os.getloadavg()})
+                   "load_average": os.getloadavg(), "launcher_cpu_ms": hop_cpu, "launcher_calls": counted})
 
 
 if __name__ == "__main__":
