@@ -17,7 +17,16 @@ import httpx
 import psutil
 import pytest
 from conftest import linear_ensemble
-from listeners import exposed, host_listeners, interfaces, namespace_listeners, netns, tree, tritonserver_pids
+from listeners import (
+    exposed,
+    host_listeners,
+    interfaces,
+    namespace_listeners,
+    needs_namespaces,
+    netns,
+    tree,
+    tritonserver_pids,
+)
 
 from conch.builder.repository_build import build_ensemble
 from conch.errors import ServeError
@@ -36,6 +45,7 @@ def conch_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+@needs_namespaces
 def test_the_server_listens_on_the_hosts_loopback_and_its_sagemaker_port_in_a_namespace_with_only_lo(
         tmp_path: Path, triton: LocalTriton) -> None:
     assert triton.process is not None
@@ -52,6 +62,7 @@ def test_the_server_listens_on_the_hosts_loopback_and_its_sagemaker_port_in_a_na
     assert exposed(triton.process.pid) == ({}, {})  # stubs too
 
 
+@needs_namespaces
 def test_a_crash_of_tritonserver_reads_as_its_signal_and_its_namespace_ends_with_it(tmp_path: Path) -> None:
     with LocalTriton(tmp_path / "w") as server:
         assert server.process is not None
@@ -64,6 +75,7 @@ def test_a_crash_of_tritonserver_reads_as_its_signal_and_its_namespace_ends_with
             httpx.get(f"{server.sagemaker_url}/ping", timeout=5)
 
 
+@needs_namespaces
 def test_a_killed_conch_takes_the_launcher_and_tritonserver_down(tmp_path: Path) -> None:
     code = ("import time; from conch.harness.server import LocalTriton\n"
             "t = LocalTriton().start(); print(t.process.pid, flush=True); time.sleep(120)\n")
@@ -144,17 +156,20 @@ def watched(args: list[str], cwd: Path) -> str:
     return out
 
 
+@needs_namespaces
 def test_replay_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("netns_replay"), tmp_path / "dist", "local")
     watched(["conch.cli", "replay", str(archive)], tmp_path)
 
 
+@needs_namespaces
 def test_bench_on_the_local_mme_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("netns_bench"), tmp_path / "dist", "local")
     watched(["conch.cli", "bench", str(archive), "--mme", "--stages", "test", "--workers", "1", "--out",
              str(tmp_path / "out")], tmp_path)
 
 
+@needs_namespaces
 def test_pytest_conch_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("netns_pytest"), tmp_path / "dist", "local")
     out = watched(["pytest", "--conch", str(archive), "-p", "no:cacheprovider", "-q"], tmp_path)
