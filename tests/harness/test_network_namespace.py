@@ -76,6 +76,16 @@ def test_a_crash_of_tritonserver_reads_as_its_signal_and_its_namespace_ends_with
 
 
 @needs_namespaces
+def test_a_sigterm_to_the_launcher_reaches_tritonserver_which_ends_cleanly(tmp_path: Path) -> None:
+    with LocalTriton(tmp_path / "w") as server:
+        assert server.process is not None
+        (inner,) = tritonserver_pids(server.process.pid)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0, server.log_tail()  # Triton's own clean exit
+        assert not psutil.pid_exists(inner) or psutil.Process(inner).status() == psutil.STATUS_ZOMBIE
+
+
+@needs_namespaces
 def test_a_killed_conch_takes_the_launcher_and_tritonserver_down(tmp_path: Path) -> None:
     code = ("import time; from conch.harness.server import LocalTriton\n"
             "t = LocalTriton().start(); print(t.process.pid, flush=True); time.sleep(120)\n")
