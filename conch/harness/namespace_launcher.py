@@ -76,10 +76,13 @@ def _relay(client: socket.socket, port: int) -> None:
             back.join()
 
 
-def _accept(listener: socket.socket, port: int) -> None:
-    while True:
-        client, _ = listener.accept()
-        threading.Thread(target=_relay, args=(client, port), daemon=True).start()
+def forward(listener: socket.socket, port: int) -> None:
+    """Pass every connection accepted on ``listener`` on to ``127.0.0.1:port``, each in a thread of its own,
+    until the listener is shut down."""
+    with contextlib.suppress(OSError):
+        while True:
+            client, _ = listener.accept()
+            threading.Thread(target=_relay, args=(client, port), daemon=True).start()
 
 
 def _exit_as(returncode: int) -> None:
@@ -96,7 +99,7 @@ def _exit_as(returncode: int) -> None:
 def _launch(forwards: list[tuple[int, int]], command: list[str]) -> int:
     for fd, port in forwards:
         listener = socket.socket(fileno=fd)
-        threading.Thread(target=_accept, args=(listener, port), daemon=True).start()
+        threading.Thread(target=forward, args=(listener, port), daemon=True).start()
     # started from the main thread, which lives as long as this process: tritonserver dies with it, as with
     # conch (PR_SET_PDEATHSIG fires when the thread that started a process ends)
     server = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
