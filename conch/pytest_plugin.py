@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,12 @@ class ConchSession:
             server = LocalTriton.sized_for([a for a in (self.archive(self.sources[n]) for n in self.selected
                                                         or self.sources) if isinstance(a, Path)])
             server.start()
+            if server.exposed_starts:  # conch's log line would only show beside a failed test: the summary too
+                from conch.harness import network_namespace as netns
+
+                if not netns.exposed_allowed():
+                    warnings.warn(pytest.PytestWarning(netns.exposure_warning(server.sagemaker_port, netns.refused())),
+                                  stacklevel=1)
             self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url))
         return self._triton
 

@@ -194,3 +194,16 @@ def test_a_port_extra_args_need_that_is_taken_is_named(tmp_path: Path) -> None:
         with pytest.raises(ServeError, match=rf"could not listen on 127.0.0.1 for tritonserver's ports \({port},\): "):
             server.start()
         assert not server.running()
+
+
+def test_pytest_conch_without_namespaces_warns_in_its_summary_unless_allowed(tmp_path: Path) -> None:
+    archive = build_ensemble(linear_ensemble("netns_plugin"), tmp_path / "dist", "local")
+    env = conch_env(**{network_namespace.UNSHARE_ENV: "/nonexistent/unshare"})
+    command = [sys.executable, "-m", "pytest", "--conch", str(archive), "-p", "no:cacheprovider", "-q"]
+    warned = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    assert "listens on every interface of this machine while conch runs" in warned.stdout, warned.stdout
+    allowed = subprocess.run([*command, "--conch-allow-exposed-triton"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=300)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "listens on every interface" not in allowed.stdout + allowed.stderr, allowed.stdout
