@@ -12,8 +12,10 @@ Nothing heavy is imported until a conch item or fixture runs: with autoload on, 
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "the session's archives)")
     group.addoption("--conch-s3-endpoint-url", metavar="URL", default=None,
                     help="an S3-compatible server for an s3:// --conch-mme-source (e.g. moto)")
+    group.addoption("--conch-allow-exposed-triton", action="store_true", default=False,
+                    help="where this machine refuses tritonserver a network namespace of its own, run it with its "
+                    "SageMaker port open on every interface without warning (CONCH_ALLOW_EXPOSED_TRITON=1)")
     parser.addini("conch_paths", "paths whose ensembles (declarations, archives) are collected as conch samples "
                   "whenever pytest collects them", type="paths", default=[])
 
@@ -159,6 +164,12 @@ class ConchSession:
             server = LocalTriton.sized_for([a for a in (self.archive(self.sources[n]) for n in self.selected
                                                         or self.sources) if isinstance(a, Path)])
             server.start()
+            if server.exposed_starts:  # conch's log line would only show beside a failed test: the summary too
+                from conch.triton import network_namespace as netns
+
+                if not netns.exposed_allowed():
+                    warnings.warn(pytest.PytestWarning(netns.exposure_warning(server.sagemaker_port, netns.refused())),
+                                  stacklevel=1)
             self._triton = ConchTriton(server, MultiModelClient(server.sagemaker_url, server.http_url, server=server))
         elif not self._triton.triton.running():
             self._restart(self._triton)
@@ -295,6 +306,8 @@ SESSION = pytest.StashKey[ConchSession]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = ConchSession(config)
+    if config.getoption("conch_allow_exposed_triton"):  # read where a tritonserver starts (the session's, conch_mme's)
+        os.environ["CONCH_ALLOW_EXPOSED_TRITON"] = "1"  # conch.triton.network_namespace.ALLOW_EXPOSED_ENV
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

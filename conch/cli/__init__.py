@@ -16,6 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import add_output_flags, error, quiet_tensorflow, say, session, startup_lines_filtered
+from conch.cli.flags import add_exposure_flag
 
 if TYPE_CHECKING:
     from conch.cli.flags import Subcommands
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 # them. A command line imports the module of its own command only (`conch build` none of the others).
 COMMANDS = ("build", "replay", "inspect", "graph", "serve", "check", "stamp", "run", "deploy", "invoke", "undeploy",
             "bench", "plan", "profile", "tune", "import")
+# Commands that start a local tritonserver: they take --allow-exposed-triton (conch.triton.network_namespace).
+STARTS_TRITON = ("replay", "serve", "bench", "profile", "tune", "import")
 # Commands whose output flags are their own (`conch inspect --json` prints the manifest itself).
 OWN_OUTPUT = ("inspect",)
 
@@ -73,6 +76,8 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, command in sub.choices.items():
         if name not in OWN_OUTPUT:
             add_output_flags(command)
+        if name in STARTS_TRITON:
+            add_exposure_flag(command)
         if name in EXAMPLES:
             command.epilog = f"example:\n  {EXAMPLES[name]}"
             command.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -101,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     line = list(sys.argv[1:] if argv is None else argv)
     args = parser(line[0] if line else None).parse_args(line)
     signal.signal(signal.SIGTERM, _terminate)
+    if getattr(args, "allow_exposed_triton", False):  # read where tritonserver starts, also in conch's subprocesses
+        from conch.triton.network_namespace import ALLOW_EXPOSED_ENV
+
+        os.environ[ALLOW_EXPOSED_ENV] = "1"
     try:
         with quiet_tensorflow(), startup_lines_filtered(), session(args):  # before anything imports TensorFlow
             return _run(args)

@@ -57,6 +57,14 @@ def add_step_names(parser: Arguments) -> None:
                         "`conch deploy` uploads (it stamps copies)")
 
 
+def add_exposure_flag(parser: Arguments) -> None:
+    """``--allow-exposed-triton``, the same for every command that starts a local tritonserver."""
+    parser.add_argument("--allow-exposed-triton", action="store_true", help="where this machine refuses "
+                        "tritonserver a network namespace of its own (no unprivileged user namespaces), run it with "
+                        "its SageMaker port open on every interface without warning about it "
+                        "(CONCH_ALLOW_EXPOSED_TRITON=1 does the same)")
+
+
 def add_aws_flags(sp: argparse.ArgumentParser) -> None:
     """Which endpoint, and where: the same for deploy, invoke and undeploy."""
     sp.add_argument("--endpoint", required=True, help="SageMaker endpoint name")

@@ -86,7 +86,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
     """When serve ends (Ctrl-C, or a server not restarted): one line counting what production would not have
-    done (restarts, lookup retries, step name collisions) and the lookup race, never silent."""
+    done (restarts, lookup retries, step name collisions), the lookup race, and the servers started where the
+    machine refused them a network namespace, never silent."""
     from conch.endpoint.metrics import lenient
 
     try:
@@ -96,8 +97,9 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
         line = (f"served with --step-names {counts['step_names']}: {counts['restarts']} tritonserver restarts, "
                 f"{counts['collisions']} step name collisions, {counts['lookup_misses']} 'unknown model' answers "
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
-                f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
-        (error if lenient(counts) else say)(line)  # stderr: stdout holds the ready line only
+                f"ModelNotReadyException, {counts['timeouts']} invocation timeouts, {counts.get('exposed_starts', 0)} "
+                "tritonserver starts with its SageMaker port open on every interface")
+        (error if lenient(counts) or counts.get("exposed_starts") else say)(line)  # stdout holds the ready line only
 
 
 def register(sub: Subcommands) -> None:

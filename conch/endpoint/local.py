@@ -282,8 +282,10 @@ class LocalMME:
 
     def counts(self) -> dict[str, Any]:
         """Since start: restarts, lookup misses and retries, step name collisions, 429s and timeouts, and the
-        step-name mode (``metrics.run_counts``)."""
-        return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
+        step-name mode (``metrics.run_counts``); and the tritonserver starts without a network namespace of their
+        own (their SageMaker port open on every interface)."""
+        counts = run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
+        return {**counts, "exposed_starts": self.triton.exposed_starts}
 
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""

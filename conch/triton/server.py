@@ -1,10 +1,17 @@
-"""The local tritonserver from the nvidia-pytriton wheel, started as a subprocess on 127.0.0.1.
+"""The local tritonserver from the nvidia-pytriton wheel, started as a subprocess reached on 127.0.0.1.
 
 It runs the way SageMaker's serve script runs Triton for a multi-model endpoint (SageMaker front end,
 explicit model control, an empty dummy repository, ``SAGEMAKER_MULTI_MODEL=true``, ``--model-namespacing``
 from 23.04), plus the KServe HTTP endpoint for direct checks. Its process group is killed on exit, also on
-Ctrl-C or failure, and the kernel kills the server when the thread that started it dies, even by SIGKILL:
-Triton 2.51's SageMaker port listens on every interface and must never outlive conch.
+Ctrl-C or failure, and the kernel kills the server when the thread that started it dies, even by SIGKILL.
+
+What listens where: Triton 2.51's SageMaker port listens on every interface (it has no address flag), so the
+server runs in a user and network namespace of its own (conch.triton.network_namespace), whose only
+interface is its loopback; conch binds its HTTP, gRPC and SageMaker ports on the host's 127.0.0.1 (ports the
+kernel picks, no race) and the launcher in the namespace passes each connection on to the same port there.
+Mount and IPC namespaces stay the host's: the Python stubs share /dev/shm with the server and conch. Where the
+platform refuses user namespaces the server runs on the host, its SageMaker port open to the network: conch
+says so once and counts it (``exposed_starts``), unless ``--allow-exposed-triton`` says the user accepts it.
 """
 
 from __future__ import annotations
@@ -31,14 +38,14 @@ import httpx
 from conch.cache import cached_file
 from conch.errors import ServeError
 from conch.scratch import die_with_parent, scratch_dir
-from conch.triton import shm_regions
+from conch.triton import network_namespace, shm_regions
 from conch.triton.http_client import sync_client
 from conch.triton_wheel import pytriton_paths
 
 STARTUP_TIMEOUT_S = 60.0
 KEPT_LOGS = 20  # the logs of servers that died, kept in <cache>/server-logs: the newest this many
 KEPT_LOG_BYTES = 1024 * 1024  # the end of each such log (a --log-verbose log grows without bound)
-START_ATTEMPTS = 3  # free_port() hands out a port that another process may take before the server binds it
+START_ATTEMPTS = 3  # without a namespace, a port conch picked and let go may be taken before the server binds it
 NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacing=true from this release on
 
 
@@ -177,6 +184,9 @@ class LocalTriton:
         self.shm = (shm_default_byte_size, shm_growth_byte_size)
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.sagemaker_port = 0
+        # ports of listeners that extra_args opens (e.g. --metrics-port), reached on the host's 127.0.0.1 too
+        self.extra_ports: tuple[int, ...] = ()
+        self.exposed_starts = 0  # starts without a network namespace: the SageMaker port open to the network
         self.log_path = self.workdir / "tritonserver.log"
         self.shm_prefix = shm_regions.new_prefix()
         self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
@@ -246,21 +256,36 @@ class LocalTriton:
         return env
 
     def start(self) -> LocalTriton:
-        """Start and wait until both endpoints answer; retry with new ports when a port was taken meanwhile.
+        """Start and wait until both endpoints answer; without a network namespace, retry with new ports when a
+        port was taken meanwhile.
 
         The server is killed when the calling thread ends (PR_SET_PDEATHSIG): start it from a thread that
         lives as long as the server should."""
         if self.process is not None:
             return self
         shm_regions.sweep_orphans()  # what servers of killed conch processes left in /dev/shm
+        refused = network_namespace.refused()
+        unshare = network_namespace.unshare_command()
         for attempt in range(1, START_ATTEMPTS + 1):
-            self.http_port, self.grpc_port, self.sagemaker_port = free_port(), free_port(), free_port()
             self.workdir.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open(self._log_mode) as log:
+            with contextlib.ExitStack() as listeners, self.log_path.open(self._log_mode) as log:
+                try:
+                    sockets = self._listeners(listeners)
+                except ServeError:
+                    self._cleanup()
+                    raise
+                if refused or unshare is None:  # on the host: its ports must be free again when it binds them
+                    listeners.close()
+                    self.exposed_starts += 1
+                    network_namespace.warn_exposed(self.sagemaker_port, refused)
+                    command, fds = self.command(), tuple[int, ...]()
+                else:  # its namespace's ports are all free: it binds the same numbers there
+                    command = network_namespace.launcher_command(unshare, sockets, self.command())
+                    fds = tuple(s.fileno() for s in sockets)
                 self.process = subprocess.Popen(
-                    self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, pass_fds=fds,
                     env=self.environment(), cwd=self.workdir, start_new_session=True, preexec_fn=die_with_parent,
-                )
+                )  # the listeners close here: the launcher holds them, so they close when it ends
             try:
                 self._wait_ready()
                 self._served = True
@@ -278,6 +303,18 @@ class LocalTriton:
                 self.stop()
                 raise
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _listeners(self, stack: contextlib.ExitStack) -> list[socket.socket]:
+        """Listening sockets on the host's 127.0.0.1 for the HTTP, gRPC and SageMaker ports (new ones each
+        start) and ``extra_ports``; their numbers become the server's ports."""
+        try:
+            sockets = [stack.enter_context(network_namespace.loopback_listener(port))
+                       for port in (0, 0, 0, *self.extra_ports)]
+        except OSError as exc:
+            raise ServeError(f"could not listen on 127.0.0.1 for tritonserver's ports {self.extra_ports}: {exc}"
+                             ) from None
+        self.http_port, self.grpc_port, self.sagemaker_port = (int(s.getsockname()[1]) for s in sockets[:3])
+        return sockets
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout

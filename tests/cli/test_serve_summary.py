@@ -13,7 +13,7 @@ class _Counted:
 
     def counts(self) -> dict[str, Any]:
         return {"step_names": "shared", "restarts": 0, "collisions": 0, "lookup_misses": 2, "lookup_retries": 0,
-                "not_ready": 5, "timeouts": 3}
+                "not_ready": 5, "timeouts": 3, "exposed_starts": 1}
 
 
 def test_the_exit_summary_prints_every_count(capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,4 +21,5 @@ def test_the_exit_summary_prints_every_count(capsys: pytest.CaptureFixture[str])
         pass
     err = capsys.readouterr().err
     assert ("served with --step-names shared: 0 tritonserver restarts, 0 step name collisions, 2 'unknown model' "
-            "answers (Triton's lookup race), 0 retried, 5 ModelNotReadyException, 3 invocation timeouts") in err
+            "answers (Triton's lookup race), 0 retried, 5 ModelNotReadyException, 3 invocation timeouts, "
+            "1 tritonserver starts with its SageMaker port open on every interface") in err

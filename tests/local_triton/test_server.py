@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import conch.triton.server as server_module
 from conch import ServeError
-from conch.triton.server import LocalTriton, free_port, namespacing_for, python_backend_dir
+from conch.triton import network_namespace
+from conch.triton.server import LocalTriton, namespacing_for, python_backend_dir
 
 pytestmark = pytest.mark.integration
 
@@ -75,15 +75,20 @@ def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
 
 def test_a_port_taken_between_choosing_and_binding_it_is_retried(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # only where tritonserver runs on the host (no network namespace): it binds ports conch chose and let go
+    monkeypatch.setenv(network_namespace.UNSHARE_ENV, "/nonexistent/unshare")
+    monkeypatch.setenv(network_namespace.ALLOW_EXPOSED_ENV, "1")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         calls = itertools.count()
-        monkeypatch.setattr(server_module, "free_port",
-                            lambda: taken.getsockname()[1] if next(calls) == 0 else free_port())
+        listener = network_namespace.loopback_listener
+        monkeypatch.setattr(network_namespace, "loopback_listener",  # its first pick: a port another process holds
+                            lambda port=0: taken.dup() if next(calls) == 0 else listener(port))
         with LocalTriton(tmp_path / "w", startup_timeout=30) as server:
             assert server.http_port != taken.getsockname()[1]
             assert httpx.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+        assert next(calls) > 3  # a second start
 
 
 def test_namespacing_follows_the_sagemaker_image_of_the_release() -> None:

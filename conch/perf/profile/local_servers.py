@@ -46,6 +46,7 @@ def _instrumented(triton: LocalTriton) -> tuple[Path, str]:
     trace_file = triton.workdir / "traces" / "trace.json"
     trace_file.parent.mkdir(parents=True, exist_ok=True)
     triton.extra_args = (*triton.extra_args, *METRICS_ARGS, f"--metrics-port={port}", *trace_args(trace_file))
+    triton.extra_ports = (*triton.extra_ports, port)  # reached on the host's 127.0.0.1 from its network namespace
     return trace_file, f"http://127.0.0.1:{port}"
 
 
