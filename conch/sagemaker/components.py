@@ -10,7 +10,6 @@ shapes of botocore's sagemaker service model). Names are hashes of what they hol
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,17 +18,13 @@ from conch.archive.verify import ROOT_MODEL
 from conch.errors import DeployError
 from conch.sagemaker.component_resources import Resources
 from conch.sagemaker.endpoint import _NAME, _ROLE, DEFAULT_VARIANT, TAG_KEY, _named
+from conch.wire import component_name
+
+__all__ = ["Component", "ComponentEndpoint", "component_name", "differs", "served_model", "tags"]
 
 DEFAULT_MODEL_NAME_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 ROUTING = "LEAST_OUTSTANDING_REQUESTS"
 DEFAULT_COMPONENT_INSTANCE_TYPE = "ml.g5.xlarge"
-
-
-def component_name(endpoint: str, archive: str) -> str:
-    """``<endpoint>-<archive stem>``, in the letters SageMaker takes (63 at most)."""
-    stem = archive[: -len(".tar.gz")] if archive.endswith(".tar.gz") else archive
-    stem = re.sub(r"[^a-zA-Z0-9-]+", "-", stem).strip("-")
-    return f"{endpoint}-{stem}"[:63].rstrip("-")
 
 
 @dataclass(frozen=True)
