@@ -420,3 +420,25 @@ def test_user_mistakes_are_refused_with_the_fix(
         assert message in capsys.readouterr().err
     with pytest.raises(DeployError, match="autoscaling needs the components InService: drop --no-wait"):
         deploy_components(endpoint(component()), DryRunAws(REGION), scaling=CopyScaling(2, 5.0), wait=False)
+
+
+def test_waiting_for_a_component_names_its_failure_and_its_timeout() -> None:
+    from conch.sagemaker.component_rollout import wait_component
+
+    aws = StubbedAws(REGION)
+    described = {"InferenceComponentName": "text-ic-a", "InferenceComponentArn": arn("inference-component", "a"),
+                 "EndpointName": "text-ic", "EndpointArn": arn("endpoint", "text-ic"), "CreationTime": "2026-01-01",
+                 "LastModifiedTime": "2026-01-01"}
+    aws.answer("sagemaker", "describe_inference_component", {**described, "InferenceComponentStatus": "Failed",
+                                                             "FailureReason": "the copy does not fit"})
+    sm = aws.client("sagemaker")
+    with pytest.raises(DeployError, match="inference component 'text-ic-a' failed: the copy does not fit \\(container "
+                                          "logs: CloudWatch log group /aws/sagemaker/Endpoints/text-ic\\)"):
+        wait_component(sm, "text-ic-a", poll=0)
+    aws.answer("sagemaker", "describe_inference_component", {**described, "InferenceComponentStatus": "Creating"})
+    with pytest.raises(DeployError, match="inference component 'text-ic-a' is still Creating after 0 s; SageMaker "
+                                          "carries on"):
+        wait_component(sm, "text-ic-a", timeout=0, poll=0)
+    aws.missing("sagemaker", "describe_inference_component")
+    with pytest.raises(DeployError, match="inference component 'text-ic-a' disappeared while waiting for it"):
+        wait_component(sm, "text-ic-a", poll=0)

@@ -100,3 +100,31 @@ def test_components_that_do_not_fit_are_refused_at_create(archives: list[Path]) 
         LocalComponents([])
     with pytest.raises(ServeError, match="endpoint name 'a_b': SageMaker takes 1 to 63"):
         LocalComponents(archives, endpoint_name="a_b")
+
+
+def test_another_endpoint_name_is_refused(endpoint: LocalComponents) -> None:
+    body, content_type = json_request({"X": X})
+    with pytest.raises(ClientError, match="Endpoint other of account local not found. This local endpoint is "
+                                          "'text-ic'"):
+        runtime(endpoint.url).invoke_endpoint(EndpointName="other", InferenceComponentName="text-ic-ic-a",
+                                              ContentType=content_type, Body=body)
+
+
+def test_scaling_mistakes_are_refused_before_any_copy_starts(archives: list[Path], tmp_path: Path) -> None:
+    local = LocalComponents(archives)
+    with pytest.raises(ServeError, match="no inference component 'nope' \\(the components are local-ic-a, "
+                                         "local-ic-b\\)"):
+        local.scale("nope", 1)
+    with pytest.raises(ServeError, match="inference component 'local-ic-a': -1 copies; give 0 or more"):
+        local.scale("local-ic-a", -1)
+    twins = [tmp_path / "a_b.tar.gz", tmp_path / "a-b.tar.gz"]
+    with pytest.raises(ServeError, match="two archives make the component 'local-a-b': rename one"):
+        LocalComponents(twins)
+
+
+def test_serve_components_takes_archives_not_an_mme_source(capsys: pytest.CaptureFixture[str]) -> None:
+    from conch.cli import main
+
+    assert main(["serve", "--components", "--mme", "dist/"]) == 2
+    assert "--components serves the archives (or ensembles) given, each an inference component" in (
+        capsys.readouterr().err)
