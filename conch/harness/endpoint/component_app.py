@@ -9,7 +9,6 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -170,7 +169,3 @@ def runtime_config_body(copies: int) -> bytes:
     """The admin route's body: UpdateInferenceComponentRuntimeConfig's shape."""
     return json.dumps({"DesiredRuntimeConfig": {"CopyCount": copies}}).encode()
 
-
-def describe(components: dict[str, Component]) -> dict[str, Any]:
-    return {n: {"archive": c.archive.name, "memory_mb": c.memory_mb, "desired": c.desired,
-                "serving": len(c.serving())} for n, c in components.items()}
