@@ -128,3 +128,28 @@ def test_serve_components_takes_archives_not_an_mme_source(capsys: pytest.Captur
     assert main(["serve", "--components", "--mme", "dist/"]) == 2
     assert "--components serves the archives (or ensembles) given, each an inference component" in (
         capsys.readouterr().err)
+
+
+def test_conch_serve_components_prints_its_ready_line_and_serves_until_sigterm(archives: list[Path]) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-m", "conch", "serve", "--components", *map(str, archives), "--port",
+                               "0", "--endpoint-name", "text-ic", "--zero", "ic_b.tar.gz", "--memory", "4GiB",
+                               "--component-memory", "300MiB"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        assert server.stdout is not None
+        ready = json.loads(server.stdout.readline())
+        assert ready["components"]["text-ic-ic-b"] == {"archive": "ic_b.tar.gz", "copies": 0, "memory_mb": 300}
+        assert ready["instance_memory_mb"] == 4096
+        np.testing.assert_array_equal(invoke(ready["url"], "text-ic-ic-a"), EXPECTED)
+        with pytest.raises(ClientError, match="no capacity"):
+            invoke(ready["url"], "text-ic-ic-b")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 143
