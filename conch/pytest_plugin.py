@@ -52,6 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conch-endpoint", metavar="NAME", default=None,
                     help="send the samples to this deployed SageMaker MME instead (TargetModel: the archive's "
                     "name), with JSON and binary+json bodies")
+    group.addoption("--conch-components", action="store_true", default=False,
+                    help="--conch-endpoint hosts inference components: each archive's is <endpoint>-<archive stem> "
+                    "(`conch deploy --components`, `conch serve --components`), called by InferenceComponentName")
     group.addoption("--conch-region", metavar="REGION", default=None, help="the deployed endpoint's AWS region")
     group.addoption("--conch-endpoint-url", metavar="URL", default=None,
                     help="a SageMaker-compatible runtime URL for --conch-endpoint (e.g. `conch serve`'s)")
@@ -229,7 +232,7 @@ class ConchSession:
         from conch.replays.local_replay import target_name
         from conch.sagemaker.runtime import READ_TIMEOUT_S, invoke
         from conch.verdicts import ReplayRow, judge, not_applicable
-        from conch.wire import json_refusal
+        from conch.wire import component_name, json_refusal
 
         archive = self.archive(source)
         if not isinstance(archive, Path):
@@ -249,8 +252,10 @@ class ConchSession:
                 self._aws = (aws, aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S))
             aws, runtime = self._aws
             start = time.perf_counter()
-            got = invoke(aws, self.config.getoption("conch_endpoint"), target, chosen.input_arrays(), body=body,
-                         runtime=runtime)
+            endpoint = self.config.getoption("conch_endpoint")
+            component = component_name(endpoint, archive.name) if self.config.getoption("conch_components") else None
+            got = invoke(aws, endpoint, target, chosen.input_arrays(), body=body, runtime=runtime,
+                         component=component)
         except ConchError as exc:
             return ReplayRow(target, sample, label, False, str(exc))
         return judge(target, sample, label, got, chosen.expected_arrays(), chosen.checks,

@@ -5,6 +5,7 @@ the parsing of responses into numpy arrays."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ from conch.errors import ServeError
 
 BINARY_CONTENT_TYPE = f"application/vnd.sagemaker-triton.binary+json;{HEADER_SIZE}"
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+# InvokeEndpoint's InferenceComponentName travels in this header (botocore's sagemaker-runtime service model)
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint takes request bodies up to 6 MB (6,291,456 bytes)
 BODIES = ("json", "binary")  # KServe v2 JSON, or binary+json (a JSON header, then the raw tensors)
 # Where a replay sends each sample: Triton's KServe v2 endpoint, or its SageMaker front end with either body.
@@ -25,6 +28,14 @@ ENDPOINTS = ("kserve", "sagemaker-json", "sagemaker-binary")
 # data via JSON is not supported", likewise BF16) for outputs; the SageMaker front end parses bodies with the same
 # code. Such tensors travel only in binary+json bodies.
 JSON_REFUSED = ("FP16", "BF16")
+
+
+def component_name(endpoint: str, archive: str) -> str:
+    """An archive's inference component on ``endpoint``: ``<endpoint>-<archive stem>``, in the letters SageMaker
+    takes (63 at most); `conch deploy --components` and `conch serve --components` name them alike."""
+    stem = archive[: -len(".tar.gz")] if archive.endswith(".tar.gz") else archive
+    stem = re.sub(r"[^a-zA-Z0-9-]+", "-", stem).strip("-")
+    return f"{endpoint}-{stem}"[:63].rstrip("-")
 
 
 def json_refusal(tensors: Iterable[tuple[str, str, str]]) -> str | None:

@@ -27,8 +27,16 @@ from conch.wire import BODIES
 def _target(args: argparse.Namespace, named: list[tuple[Path, str]]
             ) -> tuple[str, str | None, AbstractContextManager[Any]]:
     """(kind, url, context that runs a server conch owns) for the chosen target."""
-    from conch.perf.load.bench_run import local_mme, local_triton
+    from conch.perf.load.bench_run import local_components, local_mme, local_triton
 
+    if args.components and (args.triton or args.mme or args.copies > 1):
+        raise BenchError("--components sends each archive's requests to its inference component: leave out --triton, "
+                         "--mme and --copies (a component's copies are tritonservers: conch serve --components "
+                         "--copy-count N)")
+    if args.components and not (args.endpoint_url or args.endpoint):
+        local = local_components([a for a, _ in named], args.endpoint or "local",
+                                 instance_memory_mb=None if args.memory_budget is None else args.memory_budget // 2**20)
+        return ("boto3" if args.client == "boto3" else "sagemaker"), None, local
     if args.triton:
         return "kserve", None, local_triton(named)
     if args.mme:
@@ -107,7 +115,7 @@ def _run(args: argparse.Namespace, kind: str, url: str | None, server: AbstractC
         mme = None if isinstance(own, str) or own is None else own
         spec = LoadSpec(kind, own_url or url, targets, stages, endpoint=args.endpoint or "local",
                         region=args.region or "us-east-1", zipf=args.zipf, seed=args.seed, check=not args.no_check,
-                        wait=args.wait, timeout=args.timeout)
+                        wait=args.wait, timeout=args.timeout, components=args.components)
         say(f"load test: {len(stages)} stages, {spec.duration():.0f} s, up to {max(s.users for s in stages)} users, "
             f"{len(targets)} TargetModels via {kind} at {spec.url or 'AWS'}")
         # The server's CPUs, when it runs on this machine: `conch plan` scales CPU instance types by them.
@@ -204,6 +212,9 @@ def register(sub: Subcommands) -> None:
     where.add_argument("--client", choices=("http", "boto3"), default="http",
                        help="with --endpoint-url: plain HTTP (default) or boto3's sagemaker-runtime client")
     where.add_argument("--region", help="AWS region for boto3 (default us-east-1)")
+    where.add_argument("--components", action="store_true", help="each archive is an inference component "
+                       "(<endpoint>-<archive stem>): of --endpoint-url / --endpoint, or alone of a local endpoint with "
+                       "inference components conch starts over the archives (--memory-budget: its instance memory)")
     mme = b.add_argument_group("the local MME (--mme) and the probe (--probe)")
     mme.add_argument("--max-loaded", type=int, help="at most this many TargetModels loaded (LRU unloads the rest)")
     mme.add_argument("--memory-budget", type=size, help="memory budget of the MME, e.g. 8GiB")

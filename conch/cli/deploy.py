@@ -4,13 +4,13 @@ them from one SageMaker MME, with autoscaling if asked."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
-from conch.cli.flags import Subcommands, add_aws_flags
+from conch.cli.flags import Subcommands, add_aws_flags, size
 from conch.sagemaker.autoscaling import METRICS
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
     checked = check_archives(archives)
+    if args.components:
+        return _deploy_components(args, archives, checked)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     if args.dry_run:
@@ -88,6 +90,111 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             "metric": scaling.metric, "target_value": scaling.target_value, "policy_arn": done.policy_arn},
     })
     return 0
+
+
+def _deploy_components(args: argparse.Namespace, archives: Sequence[Path], checked: Mapping[Path, Any]) -> int:
+    """`conch deploy --components`: one model and one inference component per archive, on one endpoint."""
+    from conch.aws import AwsTarget
+    from conch.sagemaker.component_rollout import deploy_components, upload_for_components
+    from conch.sagemaker.components import ComponentEndpoint
+    from conch.sagemaker.images import triton_image
+    from conch.sagemaker.rollout import archives_release
+    from conch.sagemaker.s3 import ModelLocation
+    from conch.sagemaker.shm_environment import shm_environment
+
+    if args.names or args.copies:
+        raise _usage("--as and --copies stamp copies for an MME; with --components each archive is one component: "
+                     "scale its copies with --copy-count, --min-copies and --max-copies")
+    release = archives_release(archives, args.release)
+    aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    if args.dry_run:
+        from conch.sagemaker.dry_run import DryRunAws
+
+        aws = DryRunAws(aws.region, aws.endpoint_url)
+    location = ModelLocation(args.bucket, args.prefix)
+    environment, said = shm_environment(archives, _pairs(args.env or []))
+    components = _components(args, archives, checked, location)
+    spec = ComponentEndpoint(
+        args.endpoint, args.role, triton_image(release, aws.region, args.image), tuple(components),
+        args.instance_type, args.instance_count, 1 if args.min_instances is None else args.min_instances,
+        args.max_instances, args.variant, environment)
+    scaling = _copy_scaling(args)
+    uploads = upload_for_components(archives, location, aws, progress=None if args.dry_run else say)
+    done = deploy_components(spec, aws, uploads=uploads, scaling=scaling, wait=not args.no_wait,
+                             timeout=args.wait_timeout, progress=None if args.dry_run else say)
+    lines = [f"component {c.name}: {c.archive} serving {c.served_model}, {c.copies} copies of "
+             f"{c.resources.memory_mb} MiB ({c.resources.source}), {c.resources.cpus:g} CPU, "
+             f"{c.resources.accelerators} accelerators" for c in components]
+    lines += [f"shared memory: {line}" for line in said]
+    if args.dry_run:
+        result("\n".join([*lines, aws.report()]))  # type: ignore[attr-defined]
+        document({"dry_run": True, "components": True, "region": aws.region, "shared_memory": said,
+                  "calls": [asdict(call) for call in aws.calls]})  # type: ignore[attr-defined]
+        return 0
+    lines.insert(0, f"endpoint {spec.name} {done.endpoint_action} in {aws.region}: {spec.instance_count} x "
+                 f"{spec.instance_type}, {spec.image}")
+    lines += [f"  {action:9} inference component {name}" for name, action in done.components.items()]
+    lines += [f"  removed   {removed}" for removed in done.removed]
+    lines.append(f"  try: conch invoke --endpoint {spec.name} --inference-component {components[0].name} "
+                 f"--archive {archives[0]} --region {aws.region}")
+    result("\n".join(lines))
+    document({"endpoint": spec.name, "action": done.endpoint_action, "region": aws.region, "image": spec.image,
+              "components": done.components, "removed": done.removed, "policy_arns": done.policy_arns,
+              "uploads": [_upload_json(u) for u in done.uploads], "shared_memory": said})
+    return 0
+
+
+def _components(args: argparse.Namespace, archives: Sequence[Path], checked: Mapping[Path, Any],
+                location: Any) -> list[Any]:
+    """One Component per archive, its reservation from --resources, --component-memory/--component-cpus, a probe,
+    or assumed; refused when one copy does not fit the instance type's memory."""
+    from conch.plan.instance_data import load_instances
+    from conch.sagemaker.component_resources import read_overrides, read_probes, resources_for
+    from conch.sagemaker.components import Component, component_name, served_model
+    from conch.sagemaker.instances import gpus
+
+    probes, overrides = read_probes(args.probe or []), read_overrides(args.resources)
+    known = {t.name: t for t in load_instances(None).types}
+    components = []
+    for archive in archives:
+        models = checked[archive]
+        served = served_model(archive.name, models.ensembles, models.single)
+        memory = None if args.component_memory is None else -(-args.component_memory // 2**20)
+        resources = resources_for(archive.name, served, accelerators=min(gpus(args.instance_type), 1),
+                                  probes=probes, overrides=overrides, memory_mb=memory, cpus=args.component_cpus)
+        itype = known.get(args.instance_type)
+        if itype is not None and resources.memory_mb * 2**20 > itype.memory_bytes:
+            from conch.errors import DeployError
+
+            raise DeployError(f"{archive.name}: one copy reserves {resources.memory_mb} MiB ({resources.source}) but "
+                              f"{itype.name} has {itype.memory_bytes // 2**20} MiB; pick a larger --instance-type or "
+                              "lower the reservation (--resources, --component-memory)")
+        if resources.source.startswith("assumed"):
+            say(f"conch: warning: {archive.name}: no probe measured it; each copy reserves {resources.memory_mb} MiB "
+                f"(assumed): measure it with `conch bench --probe {archive}` and pass --probe PROBE.json")
+        components.append(Component(component_name(args.endpoint, archive.name), archive.name,
+                                    f"s3://{location.bucket}/{location.key(archive.name)}", served, resources,
+                                    args.copy_count))
+    return components
+
+
+def _copy_scaling(args: argparse.Namespace) -> Any:
+    from conch.sagemaker.component_scaling import CopyScaling
+
+    if args.max_copies is None:
+        if args.min_copies is not None or args.invocations_per_copy is not None:
+            raise _usage("copy autoscaling needs --max-copies (with --min-copies, --invocations-per-copy)")
+        return None
+    if args.invocations_per_copy is None:
+        raise _usage("copy autoscaling needs --invocations-per-copy: the invocations per minute one copy should "
+                     "serve (measure it with `conch bench`)")
+    return CopyScaling(args.max_copies, args.invocations_per_copy, 0 if args.min_copies is None else args.min_copies)
+
+
+def _usage(message: str) -> Exception:
+    from conch.errors import DeployError
+
+    return DeployError(message)
 
 
 def _stamp_lines(uploads: Sequence[Upload], verb: str) -> list[str]:
@@ -162,4 +269,18 @@ def register(sub: Subcommands) -> None:
                    help="print every AWS call the deploy would make, with its arguments, and make none")
     d.add_argument("--wait-timeout", type=float, default=DEFAULT_WAIT_TIMEOUT_S,
                    help=f"seconds to wait for InService (default {DEFAULT_WAIT_TIMEOUT_S:.0f})")
+    ic = d.add_argument_group("inference components (--components)")
+    ic.add_argument("--components", action="store_true",
+                    help="serve each archive as an inference component of its own on the endpoint, not from an MME")
+    ic.add_argument("--probe", type=Path, action="append", metavar="PROBE.json",
+                    help="what `conch bench --probe` measured of an archive: its copy's memory (repeatable)")
+    ic.add_argument("--resources", type=Path, metavar="FILE", help='per ensemble: {"<ensemble>": {"memory_mb": N, '
+                    '"cpus": N, "accelerators": N}} (wins over everything else)')
+    ic.add_argument("--component-memory", type=size, help="memory one copy reserves, for every component")
+    ic.add_argument("--component-cpus", type=float, help="CPU cores one copy reserves (default 1)")
+    ic.add_argument("--copy-count", type=int, default=1, help="copies each component starts with (default 1)")
+    ic.add_argument("--min-copies", type=int, help="copy autoscaling minimum (default 0: scale to zero)")
+    ic.add_argument("--max-copies", type=int, help="copy autoscaling maximum; turns copy autoscaling on")
+    ic.add_argument("--invocations-per-copy", type=float,
+                    help="target of SageMakerInferenceComponentInvocationsPerCopy (per minute)")
     d.set_defaults(func=cmd_deploy)

@@ -25,11 +25,20 @@ def cmd_invoke(args: argparse.Namespace) -> int:
         request = Path(args.stray[0])
         say(f"conch: warning: `invoke --json {request}` is spelt `invoke --request {request} --json` now")
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
+    component = args.inference_component
+    if args.components and component is None:
+        from conch.wire import component_name
+
+        if args.archive is None:
+            raise DeployError("--components names each archive's inference component after it: give --archive, "
+                              "or name the component with --inference-component")
+        component = component_name(args.endpoint, args.archive.name)
     if request is not None:
-        if not args.target_model:
+        if not args.target_model and component is None:
             raise DeployError("--request needs --target-model (the archive's name under the prefix, e.g. x.tar.gz)")
         body = read_json_body(request)
-        content, content_type = invoke_raw(aws, args.endpoint, args.target_model, body, "application/json")
+        content, content_type = invoke_raw(aws, args.endpoint, args.target_model or "", body, "application/json",
+                                           component=component)
         try:
             answer = json.loads(content)
         except ValueError:
@@ -44,7 +53,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     with progress_bar(f"invoking {args.endpoint}", None) as bar:
         report = replay_endpoint(aws, args.endpoint, args.archive, bodies=args.body or BODIES,
                                  samples=args.sample or (), target_model=args.target_model,
-                                 progress=bar.line)
+                                 progress=bar.line, component=component)
     result(report.table())
     document(replay_document(report))
     return 0 if report.passed else 1
@@ -61,4 +70,8 @@ def register(sub: Subcommands) -> None:
     v.add_argument("stray", nargs="*", help=argparse.SUPPRESS)  # `--json FILE`, as --request was once spelt
     v.add_argument("--body", action="append", choices=BODIES,
                    help="request body kinds for samples (default both)")
+    v.add_argument("--inference-component", metavar="NAME", help="send to this inference component (an endpoint "
+                   "deployed with `conch deploy --components`, or `conch serve --components`) instead of a TargetModel")
+    v.add_argument("--components", action="store_true", help="the endpoint hosts inference components: send to the "
+                   "archive's, <endpoint>-<archive stem>")
     v.set_defaults(func=cmd_invoke)

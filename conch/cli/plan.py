@@ -4,7 +4,9 @@ type, hit rate and monthly cost, from a probe's figures (or ones measured here) 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from conch.cli.console import document, say
 from conch.cli.console import result as shown
@@ -12,6 +14,10 @@ from conch.cli.discovery import bench_archives
 from conch.cli.flags import Subcommands, size
 from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BenchError
+
+if TYPE_CHECKING:
+    from conch.plan.capacity import Row
+    from conch.plan.components import ComponentRow
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -47,20 +53,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     types = data.pick(args.instance_type, gpu=gpu)
     targets = Targets(args.miss_rate, args.p99_ms, args.utilisation)
     rows = plan(profiles, args.ensembles, traffic, targets, types, threshold=args.threshold)
+    from conch.plan.components import assumptions, components_table, plan_components
+
+    component_rows = [plan_components(profiles, args.ensembles, traffic, targets, t, threshold=args.threshold,
+                                      cpus_per_copy=args.cpus_per_copy) for t in types]
     from conch.perf.load.run_summary import write_json
 
     context = {"ensembles": args.ensembles, "profiles": [vars(p) for p in profiles], "traffic": vars(traffic),
                "targets": vars(targets), "threshold": args.threshold,
                "instance_data": {"date": data.date, "region": data.region, "source": data.source}}
     planned = to_json(rows, **context)
+    planned["components"] = [vars(r) for r in component_rows]
+    planned["components_assumptions"] = assumptions(args.cpus_per_copy)
     write_json(planned, args.out / "plan.json")
     plot_plan(rows, args.out / "plan.png", f"{args.ensembles} ensembles, {args.rps:g} req/s, Zipf {args.zipf:g}")
     shown(table(rows))
+    shown("\nthe same fleet as inference components (one component per ensemble):\n"
+          + components_table(component_rows, {r.instance_type: r.monthly for r in rows}))
+    shown(_verdict(rows, component_rows))
+    for line in assumptions(args.cpus_per_copy):
+        say(f"assumption: {line}")
     say(churn_line(rows, args.rps, args.release))
     say(f"prices: {data.region}, {data.date} (conch's instance data; --instances FILE for your own)")
     say(f"wrote {args.out / 'plan.json'} and {args.out / 'plan.png'}")
     document({**planned, "json_path": str(args.out / "plan.json"), "png_path": str(args.out / "plan.png")})
     return 0
+
+
+def _verdict(rows: Sequence[Row], component_rows: Sequence[ComponentRow]) -> str:
+    """One line: the cheapest MME plan against the cheapest inference-component plan."""
+    mme = min((r for r in rows if r.monthly is not None), key=lambda r: r.monthly or 0.0, default=None)
+    ic = min((r for r in component_rows if r.monthly is not None), key=lambda r: r.monthly or 0.0, default=None)
+    left = (f"MME {mme.instances} x {mme.instance_type} ${mme.monthly:,.0f}/month, hit rate {mme.hit_rate:.2%}, "
+            f"{mme.wait_per_miss_s:.1f} s per miss" if mme is not None else "MME: no plan meets the targets")
+    right = (f"inference components {ic.instances} x {ic.instance_type} ${ic.monthly:,.0f}/month, {ic.copies} "
+             "copies, no cold start" if ic is not None else "inference components: no instance type fits a copy")
+    return f"cheapest: {left} | {right}"
 
 
 def register(sub: Subcommands) -> None:
@@ -99,5 +127,7 @@ def register(sub: Subcommands) -> None:
     kinds.add_argument("--instances", type=Path, help="your own instance data file (format of conch's)")
     p.add_argument("--release", default=DEFAULT_RELEASE, help=f"Triton release YY.MM of the SageMaker image (default "
                    f"{DEFAULT_RELEASE}): which of Triton's load/unload races apply")
+    p.add_argument("--cpus-per-copy", type=float, default=1.0,
+                   help="CPU cores one inference-component copy reserves (default 1)")
     p.add_argument("--out", type=Path, default=Path("plan-results"), help="folder for plan.json and plan.png")
     p.set_defaults(func=cmd_plan)

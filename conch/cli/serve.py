@@ -46,6 +46,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from conch.endpoint import LocalMME
     from conch.errors import ConchError, ServeError
 
+    if args.components:
+        return _serve_components(args)
     if bool(args.paths) == bool(args.mme):
         raise ServeError("give either --mme SOURCE (a folder of archives or s3://bucket/prefix, loaded on first "
                          "call) or ensemble files/archives to load up front, not both")
@@ -81,6 +83,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
             document({"event": "exited", "error": "tritonserver exited and was not restarted again",
                       "log": str(mme.triton.log_path)})
             return 1
+
+
+def _serve_components(args: argparse.Namespace) -> int:
+    """`conch serve --components`: each archive an inference component with copies of its own tritonserver."""
+    from conch.endpoint.component_app import RUNTIME_CONFIG
+    from conch.endpoint.local_components import LocalComponents
+    from conch.errors import ServeError
+    from conch.sagemaker.component_resources import read_overrides, read_probes, resources_for
+    from conch.wire import component_name
+
+    if args.mme or not args.paths:
+        raise ServeError("--components serves the archives (or ensembles) given, each an inference component; "
+                         "--mme is for a multi-model endpoint")
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="conch serve: %(message)s")
+    logging.getLogger("conch.endpoint").setLevel(logging.ERROR if args.quiet else logging.INFO)
+    with scratch_temp("conch-serve-") as tmp:
+        archives = sorted(_source_folder(args, Path(tmp)).glob("*.tar.gz"))
+        probes, overrides = read_probes(args.probe or []), read_overrides(args.resources)
+        memory = None if args.component_memory is None else -(-args.component_memory // 2**20)
+        reserved = {a.name: resources_for(a.name, a.name.removesuffix(".tar.gz"), accelerators=0, probes=probes,
+                                          overrides=overrides, memory_mb=memory).memory_mb for a in archives}
+        names = {component_name(args.endpoint_name, a.name) for a in archives}
+        zero = {component_name(args.endpoint_name, z) if z not in names else z for z in args.zero or []}
+        local = LocalComponents(archives, endpoint_name=args.endpoint_name, memory_mb=reserved,
+                                copies={n: 0 if n in zero else args.copy_count for n in names},
+                                instance_memory_mb=None if args.memory is None else args.memory // 2**20,
+                                host=args.host, port=args.port, invocation_timeout=args.invocation_timeout)
+        with local:
+            ready = {"event": "ready", "url": local.url, "endpoint": local.endpoint_name,
+                     "components": {n: {"archive": c.archive.name, "copies": c.desired, "memory_mb": c.memory_mb}
+                                    for n, c in local.components.items()},
+                     "instance_memory_mb": local.instance_memory_mb}
+            result(json.dumps(ready))
+            document(ready)
+            say(f"local endpoint {local.endpoint_name!r} with inference components at {local.url}: "
+                f"{', '.join(local.components)}; boto3: invoke_endpoint(EndpointName={local.endpoint_name!r}, "
+                f"InferenceComponentName=...); copies: POST {RUNTIME_CONFIG} "
+                '{"DesiredRuntimeConfig": {"CopyCount": N}}; metrics at /metrics; Ctrl-C stops')
+            while True:
+                time.sleep(0.5)
 
 
 @contextlib.contextmanager
@@ -129,4 +171,16 @@ def register(sub: Subcommands) -> None:
                    "(default 60, SageMaker's); past them ModelNotReadyException (429) while the load goes on")
     s.add_argument("--retry-lookup", action="store_true", help="ask Triton once more when it answers 'unknown model' "
                    "for a loaded TargetModel (a race in Triton; SageMaker passes the answer on); retries are counted")
+    ic = s.add_argument_group("inference components (--components)")
+    ic.add_argument("--components", action="store_true", help="serve each archive as an inference component "
+                    "(<endpoint-name>-<archive stem>), one tritonserver per copy, routed by InferenceComponentName")
+    ic.add_argument("--copy-count", type=int, default=1, help="copies each component starts with (default 1)")
+    ic.add_argument("--zero", action="append", metavar="COMPONENT", help="start this component (or archive) at zero "
+                    "copies: calls are refused as SageMaker refuses them until a scale-out (repeatable)")
+    ic.add_argument("--memory", type=size, help="the instance's memory that the copies' reservations must fit "
+                    "(default: this machine's), e.g. 16GiB")
+    ic.add_argument("--component-memory", type=size, help="memory one copy reserves (default: --probe, else 1 GiB)")
+    ic.add_argument("--probe", type=Path, action="append", metavar="PROBE.json",
+                    help="what `conch bench --probe` measured of an archive (repeatable)")
+    ic.add_argument("--resources", type=Path, metavar="FILE", help="per ensemble reservations, as conch deploy takes")
     s.set_defaults(func=cmd_serve)

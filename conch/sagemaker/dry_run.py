@@ -17,11 +17,13 @@ _ABSENT = {  # reads that find nothing on a fresh account: (error code, message)
     "describe_model": ("ValidationException", "Could not find model"),
     "describe_endpoint_config": ("ValidationException", "Could not find endpoint configuration"),
     "describe_endpoint": ("ValidationException", "Could not find endpoint"),
+    "describe_inference_component": ("ValidationException", "Could not find inference component"),
 }
 _EMPTY = {
     "list_models": "Models", "list_endpoint_configs": "EndpointConfigs", "list_tags": "Tags",
     "list_objects_v2": "Contents",  # the archives under the prefix the fleet check reads: none on a fresh account
     "describe_scalable_targets": "ScalableTargets", "describe_scaling_policies": "ScalingPolicies",
+    "list_inference_components": "InferenceComponents", "describe_alarms": "MetricAlarms",
 }
 
 
@@ -99,6 +101,11 @@ class PlannedClient:
         if method == "describe_endpoint" and created:
             return {"EndpointName": params["EndpointName"], "EndpointStatus": "InService",
                     "EndpointConfigName": created[-1].params["EndpointConfigName"]}
+        planned = [c for c in self.aws.calls if c.operation == "CreateInferenceComponent"
+                   and c.params["InferenceComponentName"] == params.get("InferenceComponentName")]
+        if method == "describe_inference_component" and planned:
+            return {"InferenceComponentName": params["InferenceComponentName"], "InferenceComponentStatus": "InService",
+                    "EndpointName": planned[-1].params["EndpointName"]}
         if method in _ABSENT:
             code, message = _ABSENT[method]
             error = {"Error": {"Code": code, "Message": f"{message} (dry run)"},

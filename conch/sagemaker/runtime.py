@@ -39,8 +39,10 @@ def read_json_body(path: Path) -> bytes:
 
 def invoke_raw(
     aws: AwsTarget, endpoint: str, target_model: str, body: bytes, content_type: str, *, runtime: Any = None,
+    component: str | None = None,
 ) -> tuple[bytes, str]:
-    """``invoke_endpoint`` with a ready body; returns the response body and its ContentType."""
+    """``invoke_endpoint`` with a ready body; returns the response body and its ContentType. With ``component``
+    the call goes to that inference component (``InferenceComponentName``) instead of a TargetModel."""
     from botocore.exceptions import ClientError
 
     if len(body) > MAX_BODY_BYTES:
@@ -49,11 +51,12 @@ def invoke_raw(
             f"most {MAX_BODY_BYTES / 1e6:.1f} MB: send fewer rows per request"
         )
     runtime = runtime or aws.client("sagemaker-runtime", read_timeout=READ_TIMEOUT_S)
-    with aws_errors(f"invoking {target_model!r} on endpoint {endpoint!r}",
+    route = {"InferenceComponentName": component} if component else {"TargetModel": target_model}
+    what = f"inference component {component!r}" if component else repr(target_model)
+    with aws_errors(f"invoking {what} on endpoint {endpoint!r}",
                     f"the credentials need sagemaker:InvokeEndpoint on endpoint {endpoint}"):
         try:
-            response = runtime.invoke_endpoint(EndpointName=endpoint, TargetModel=target_model,
-                                               ContentType=content_type, Body=body)
+            response = runtime.invoke_endpoint(EndpointName=endpoint, ContentType=content_type, Body=body, **route)
         except ClientError as exc:
             if error_code(exc) != "ModelError":
                 raise
@@ -63,10 +66,12 @@ def invoke_raw(
 
 def invoke(
     aws: AwsTarget, endpoint: str, target_model: str, inputs: Mapping[str, np.ndarray], *, body: str = "json",
-    runtime: Any = None,
+    runtime: Any = None, component: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """Send ``inputs`` to ``target_model`` on the endpoint and return its output tensors."""
-    content, content_type = invoke_raw(aws, endpoint, target_model, *request_body(inputs, body), runtime=runtime)
+    """Send ``inputs`` to ``target_model`` (or the inference component ``component``) on the endpoint and return
+    its output tensors."""
+    content, content_type = invoke_raw(aws, endpoint, target_model, *request_body(inputs, body), runtime=runtime,
+                                       component=component)
     try:
         return parse_response(content, content_type, body)
     except ServeError as exc:
@@ -107,6 +112,7 @@ def replay_endpoint(
     target_model: str | None = None,
     progress: Callable[[str], None] | None = None,
     runtime: Any = None,
+    component: str | None = None,
 ) -> ReplayReport:
     """Send the archive's samples (all, or those named) to the deployed endpoint and compare the answers
     with the expected outputs, as ``conch replay`` does locally. ``runtime`` is anything with boto3's
@@ -134,7 +140,7 @@ def replay_endpoint(
                 continue
             start = time.perf_counter()
             try:
-                got = invoke(aws, endpoint, target, inputs, body=body, runtime=runtime)
+                got = invoke(aws, endpoint, target, inputs, body=body, runtime=runtime, component=component)
             except ConchError as exc:
                 report.rows.append(ReplayRow(target, sample.name, label, False, str(exc)))
             else:

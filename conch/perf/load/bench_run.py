@@ -54,6 +54,16 @@ def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any
             yield mme
 
 
+@contextmanager
+def local_components(archives: Sequence[Path], endpoint_name: str, **options: Any) -> Iterator[Any]:
+    """conch's local endpoint with one inference component per archive (``options`` go to ``LocalComponents``);
+    yields it running."""
+    from conch.endpoint.local_components import LocalComponents
+
+    with LocalComponents(archives, endpoint_name=endpoint_name, **options) as local:
+        yield local
+
+
 def endpoint_metrics(url: str) -> dict[str, Any] | None:
     """``GET <url>/metrics.json`` of an endpoint conch serves (its counts of restarts, retries, collisions), or
     None when the endpoint publishes none (a SageMaker endpoint, another server, or none answering)."""

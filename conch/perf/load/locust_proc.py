@@ -27,10 +27,10 @@ from locust.env import Environment
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from conch.ensembles.samples import check_from_json, check_of, compare, decode_array
-from conch.perf.load.spec import LoadSpec, Request
+from conch.perf.load.spec import LoadSpec, Request, route_header
 from conch.perf.load.stages import Stage, stage_index
 from conch.triton.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
-from conch.wire import TARGET_HEADER, parse_binary_response, parse_json_response
+from conch.wire import component_name, parse_binary_response, parse_json_response
 
 WAIT_FOR_WORKERS_S = 60.0
 FLUSH_TIMEOUT_S = 30.0
@@ -65,6 +65,7 @@ def http_transport(spec: LoadSpec) -> Send:
     client = HTTPClient.from_url(spec.url, concurrency=1, network_timeout=spec.timeout, connection_timeout=10)
     # Each target's route made (and its name checked) once per user, not once per request.
     paths = {t.name: infer_path(t.name) for t in spec.targets} if spec.kind == "kserve" else {}
+    routes = {t.name: route_header(spec, t.name) for t in spec.targets}
 
     def send(target: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
         if spec.kind == "kserve":
@@ -72,7 +73,7 @@ def http_transport(spec: LoadSpec) -> Send:
             content, length = response.read(), response.get(HEADER_LENGTH.lower())
             return response.status_code, content, response_content_type(str(length) if length else None)
         response = client.post(f"/endpoints/{spec.endpoint}/invocations", body=body,
-                               headers={"Content-Type": content_type, TARGET_HEADER: target})
+                               headers={"Content-Type": content_type, **routes[target]})
         return response.status_code, response.read(), str(response.get("content-type") or "")
 
     return send
@@ -87,11 +88,13 @@ def boto3_transport(spec: LoadSpec) -> Send:
     config = Config(region_name=spec.region, retries={"max_attempts": 1}, read_timeout=spec.timeout,
                     connect_timeout=10)
     runtime = boto3.session.Session().client("sagemaker-runtime", endpoint_url=spec.url, config=config)
+    routes = {t.name: ({"InferenceComponentName": component_name(spec.endpoint, t.name)} if spec.components
+                       else {"TargetModel": t.name}) for t in spec.targets}
 
     def send(target: str, body: bytes, content_type: str) -> tuple[int, bytes, str]:
         try:
-            response = runtime.invoke_endpoint(EndpointName=spec.endpoint, TargetModel=target,
-                                               ContentType=content_type, Body=body)
+            response = runtime.invoke_endpoint(EndpointName=spec.endpoint, ContentType=content_type, Body=body,
+                                               **routes[target])
         except ClientError as exc:
             error = exc.response
             status = error.get("OriginalStatusCode") or error.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)

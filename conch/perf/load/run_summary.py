@@ -125,7 +125,12 @@ def table(summary: dict[str, Any]) -> str:
     for name, why in (summary.get("not_applicable") or {}).items():
         lines.append(f"JSON bodies not applicable to {name}, sent binary+json: {why}")
     counts = summary.get("endpoint")
-    if counts:
+    components = (summary.get("mme_metrics_after") or {}).get("components")
+    if components:  # a local endpoint with inference components: its own counts per component
+        lines += [f"component {name}: {int(c.get('Invocations', 0))} invocations, "
+                  f"{int(c.get('NoCapacityInvocationFailures', 0))} NoCapacityInvocationFailures, "
+                  f"{int(c.get('CopyCount', 0))} copies" for name, c in sorted(components.items())]
+    elif counts:
         lines.append(f"endpoint (--step-names {counts['step_names']}): {_n(counts['restarts'])} tritonserver restarts, "
                      f"{_n(counts['collisions'])} step name collisions, {_n(counts['lookup_misses'])} 'unknown model' "
                      f"answers (Triton's lookup race), {_n(counts['lookup_retries'])} retried, "

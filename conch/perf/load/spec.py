@@ -15,7 +15,7 @@ from conch.ensembles.payloads import Payload
 from conch.ensembles.samples import OutputCheck, check_to_json, encode_array
 from conch.errors import ArchiveError, BenchError, ServeError
 from conch.perf.load.stages import Stage
-from conch.wire import encode_request, json_refusal
+from conch.wire import COMPONENT_HEADER, TARGET_HEADER, component_name, encode_request, json_refusal
 
 # How requests reach the ensembles: the SageMaker runtime API over plain HTTP (the local MME, or anything
 # speaking it), the same API through boto3's sagemaker-runtime client (a deployed endpoint), or KServe v2.
@@ -53,6 +53,7 @@ class LoadSpec:
     wait: float = 0.0
     timeout: float = 120.0
     extra: dict[str, Any] = field(default_factory=dict)
+    components: bool = False  # the endpoint hosts inference components: a target's is <endpoint>-<archive stem>
 
     def duration(self) -> float:
         return self.stages[-1].duration
@@ -119,3 +120,10 @@ def archive_targets(archives: Sequence[Path], names: Sequence[str] | None = None
     # copies share one read
     requests = {a: archive_requests(a, body_kind, payloads) for a in dict.fromkeys(archives)}
     return [Target(name, requests[archive]) for name, archive in zip(names, archives, strict=True)]
+
+
+def route_header(spec: LoadSpec, target: str) -> dict[str, str]:
+    """The header that routes a call of ``target``: its inference component's, or its TargetModel."""
+    if spec.components:
+        return {COMPONENT_HEADER: component_name(spec.endpoint, target)}
+    return {TARGET_HEADER: target}
