@@ -76,7 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})  # a name loaded is in both: listed once
 
 
 __all__ = [

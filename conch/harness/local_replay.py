@@ -117,7 +117,7 @@ class FirstAnswer:
 def replay_archives(
     archives: Sequence[Path],
     *,
-    endpoints: Iterable[str] = ENDPOINTS,
+    endpoints: str | Iterable[str] = ENDPOINTS,
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
@@ -166,9 +166,9 @@ def replay_archives(
     return report
 
 
-def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
-    """The endpoints as a tuple; ServeError for a name replay does not know."""
-    endpoints = tuple(endpoints)
+def check_endpoints(endpoints: str | Iterable[str]) -> tuple[str, ...]:
+    """The endpoints as a tuple (one name alone is one endpoint); ServeError for a name replay does not know."""
+    endpoints = (endpoints,) if isinstance(endpoints, str) else tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
             raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")
