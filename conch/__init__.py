@@ -26,15 +26,23 @@ if TYPE_CHECKING:
     from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
     from conch.ensembles.tensors import Tensor
     from conch.errors import (
+        ArchiveError,
+        BenchError,
         BuildError,
         ConchError,
+        ConfigParseError,
         DeclarationError,
+        DependencyError,
         DeployError,
+        GraphvizMissing,
+        InvokeError,
+        MatplotlibMissing,
         PackError,
         RunError,
         ServeError,
     )
     from conch.executor import Executor, RunResult, run
+    from conch.harness.endpoint.protocol import EndpointError, ModelError, ModelNotReady, ValidationError
 
 
 def _public() -> dict[str, Any]:
@@ -53,7 +61,22 @@ def _public() -> dict[str, Any]:
     from conch.ensembles.samples import Exact, Tolerance, TopK
     from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
     from conch.ensembles.tensors import Tensor
-    from conch.errors import BuildError, ConchError, DeclarationError, DeployError, PackError, RunError, ServeError
+    from conch.errors import (
+        ArchiveError,
+        BenchError,
+        BuildError,
+        ConchError,
+        ConfigParseError,
+        DeclarationError,
+        DependencyError,
+        DeployError,
+        GraphvizMissing,
+        InvokeError,
+        MatplotlibMissing,
+        PackError,
+        RunError,
+        ServeError,
+    )
     from conch.executor import Executor, RunResult, run
 
     return dict(locals())  # the names just imported
@@ -66,11 +89,23 @@ def _stamping() -> dict[str, Any]:
     return dict(locals())
 
 
+def _endpoint_errors() -> dict[str, Any]:
+    """The local MME's errors (each carries the HTTP answer SageMaker gives, through Starlette): only when asked
+    for."""
+    from conch.harness.endpoint.protocol import EndpointError, ModelError, ModelNotReady, ValidationError
+
+    return dict(locals())
+
+
+_ENDPOINT_ERRORS = ("EndpointError", "ModelError", "ModelNotReady", "ValidationError")
+
+
 def __getattr__(name: str) -> Any:
     """A public name, its modules imported on first use (then kept as ordinary attributes of the package)."""
     if name not in __all__:
         raise AttributeError(f"module 'conch' has no attribute {name!r}")
-    names = _stamping() if name in ("Stamped", "stamp_archive") else _public()
+    names = (_stamping() if name in ("Stamped", "stamp_archive") else _endpoint_errors()
+             if name in _ENDPOINT_ERRORS else _public())
     globals().update(names)
     return names[name]
 
@@ -81,20 +116,30 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_RELEASE",
+    "ArchiveError",
+    "BenchError",
     "BuildError",
     "BuildReport",
     "ConchError",
+    "ConfigParseError",
     "DType",
     "DaliStep",
     "DeclarationError",
+    "DependencyError",
     "DeployError",
     "DynamicBatching",
+    "EndpointError",
     "Ensemble",
     "Exact",
     "Executor",
+    "GraphvizMissing",
     "InstanceGroup",
     "InstanceKind",
+    "InvokeError",
     "LocalEndpoint",
+    "MatplotlibMissing",
+    "ModelError",
+    "ModelNotReady",
     "OnnxStep",
     "PackError",
     "PythonEnv",
@@ -114,6 +159,7 @@ __all__ = [
     "Tolerance",
     "TopK",
     "TorchScriptStep",
+    "ValidationError",
     "VersionPolicy",
     "Warmup",
     "build",

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from conch.errors import BuildError, ConchError
+from conch.errors import BuildError, GraphvizMissing
 
 if TYPE_CHECKING:
     from conch.ensembles.ensemble import Ensemble, TensorHandle
@@ -23,10 +23,6 @@ RENDERED = ("svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}  # each format's file ending
 FORMATS = tuple(SUFFIX)
 INSTALL_HINT = "pip install 'conch[graph]' (the pygraphviz wheel, which bundles Graphviz; no system package)"
-
-
-class GraphvizMissing(ConchError):
-    """SVG or PNG was asked for, and no Graphviz is installed to lay the graph out."""
 
 
 @dataclass(frozen=True)

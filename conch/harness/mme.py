@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from conch.errors import ServeError
+from conch.errors import InvokeError, ServeError
 from conch.harness.http_client import sync_client
 from conch.harness.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
 from conch.harness.mme_contract import (
@@ -32,14 +32,6 @@ from conch.wire import (
     parse_binary_response,
     parse_json_response,
 )
-
-
-class InvokeError(ServeError):
-    """The server answered an inference request with an error."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class MultiModelClient:
