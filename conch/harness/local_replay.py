@@ -125,8 +125,10 @@ def replay_archives(
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
     payloads: Sequence[ReplaySample] | None = None,
+    live: Callable[[str], None] | None = None,
 ) -> ReplayReport:
     """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
+    ``progress`` hears what is being done (an archive loading); ``live`` hears each row as a line when it is in;
     ``done`` hears of each archive once its rows are in (for a progress bar); ``samples`` chooses each
     archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
     ``heard`` hears every answer judged."""
@@ -156,8 +158,8 @@ def replay_archives(
                     for endpoint in endpoints:
                         row = replay_sample(client, loaded, sample, endpoint, heard, first)
                         report.rows.append(row)
-                        if progress:
-                            progress(_short(row))
+                        if live:
+                            live(_short(row))
             if done:
                 done(archive)
     finally:
