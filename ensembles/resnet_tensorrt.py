@@ -11,7 +11,7 @@ MAX_BATCH = 128
 
 resnet = TensorRTStep(
     "resnet",
-    onnx=export_onnx,  # exported from fixed weights when a build needs the file
+    export_onnx,  # exported from fixed weights when a build needs the file
     inputs=[Tensor("input", "FP32", [CHANNELS, SIZE, SIZE])],
     outputs=[Tensor("output", "FP32", [CLASSES])],
     max_batch_size=MAX_BATCH,

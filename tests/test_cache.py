@@ -90,10 +90,11 @@ def test_cache_must_be_true_or_false_on_a_sample_and_a_python_step() -> None:
     from conch import DeclarationError, Ensemble, PythonStep, Tensor
 
     with pytest.raises(DeclarationError, match="python step 'double': cache must be True or False, got 1"):
-        PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+        PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                    cache=1)  # type: ignore[arg-type]
     ens = Ensemble("pure", max_batch_size=2)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=2)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     with pytest.raises(DeclarationError, match="ensemble 'pure' sample 'one': cache must be True or False, got 'no'"):

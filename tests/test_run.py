@@ -26,7 +26,8 @@ EXAMPLES = Path(__file__).parent.parent / "ensembles"
 
 def one_step(name: str, code, out_dims: list[int], out_dtype: str = "FP32") -> Ensemble:  # type: ignore[no-untyped-def]
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep(code.__name__, code, [Tensor("x", "FP32", [4])], [Tensor("y", out_dtype, out_dims)],
+    step = PythonStep(code.__name__, code, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", out_dtype, out_dims)],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     return ens
@@ -89,7 +90,8 @@ def test_a_failing_step_and_a_bad_payload_are_named() -> None:
 
 def test_a_step_failing_at_load_is_named() -> None:
     ens = Ensemble("run_setup", max_batch_size=4)
-    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+    step = PythonStep("prefix", basic_steps.Prefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])],
                       max_batch_size=4)  # its setup() reads a file the step does not ship
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     with pytest.raises(RunError, match=r"ensemble 'run_setup', step 'prefix' \(python\): loading it failed: "
@@ -104,8 +106,8 @@ def test_cli_prints_every_step_and_names_the_disagreeing_one(
     source.write_text(
         "import numpy as np\nfrom run_steps import three_wide\nfrom conch import Ensemble, PythonStep, Tensor\n"
         "ens = Ensemble('run_cli_dims', max_batch_size=4)\n"
-        "step = PythonStep('three_wide', three_wide, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])], "
-        "max_batch_size=4)\n"
+        "step = PythonStep('three_wide', three_wide, inputs=[Tensor('x', 'FP32', [4])], "
+        "outputs=[Tensor('y', 'FP32', [4])], max_batch_size=4)\n"
         "ens.output('Y', step(ens.input('X', 'FP32', [4])))\n"
         "ens.sample('ones', {'X': np.ones((2, 4), np.float32)}, {'Y': np.ones((2, 4), np.float32)})\n"
     )

@@ -31,7 +31,7 @@ from conch.cache import cached_file, key_of, own_code, pure_key, refreshed_key, 
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.step import BackendFiles, Step, positional_io, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible, whole
 from conch.errors import BuildError, ConchError, DeclarationError
@@ -141,6 +141,7 @@ def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: in
 class DaliStep(Step):
     """A DALI pipeline run by Triton's DALI backend.
 
+    ``DaliStep(name, pipeline, inputs=[...], outputs=[...], max_batch_size=N)``:
     ``pipeline`` is the pipeline's graph-defining function (decorated with ``@pipeline_def`` or plain,
     taking no arguments), or an already serialized pipeline (bytes or a ``.dali`` file). Input names
     must equal the pipeline's ``external_source`` names; outputs are matched to the pipeline's outputs
@@ -161,18 +162,24 @@ class DaliStep(Step):
     def __init__(
         self,
         name: str,
-        pipeline: Callable[..., Any] | bytes | str | Path,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        *,
-        max_batch_size: int,
+        source: Callable[..., Any] | bytes | str | Path | None = None,
+        *legacy: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
+        max_batch_size: int = 0,
         num_threads: int | None = None,
         autoserialize: bool = False,
         probe: bool = True,
         as_is: bool = False,
         cache: bool = False,
+        pipeline: Callable[..., Any] | bytes | str | Path | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("DaliStep", legacy, inputs, outputs)
+        pipeline = renamed_source("DaliStep", "pipeline", pipeline, source)
+        if pipeline is None:
+            raise DeclarationError(f"dali step {name!r}: give its pipeline (a pipeline function, or a serialized "
+                                   "pipeline: bytes or a .dali file) as the second argument")
         max_batch_size = whole(max_batch_size, f"dali step {name!r}: max_batch_size")
         if max_batch_size < 1:
             raise DeclarationError(

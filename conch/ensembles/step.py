@@ -5,6 +5,7 @@ backend supplies only what is its own. Calling a step wires it into an ensemble 
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -204,6 +205,35 @@ class Step(abc.ABC):
             else:
                 files[t.label_filename] = ("\n".join(t.labels) + "\n").encode()
         return files
+
+
+def positional_io(
+    cls: str, legacy: Sequence[Any], inputs: Sequence[Tensor] | None, outputs: Sequence[Tensor] | None
+) -> tuple[Sequence[Tensor] | None, Sequence[Tensor] | None]:
+    """``inputs`` and ``outputs``, also when given the old way (positionally after the source: deprecated, kept
+    one release with a DeprecationWarning naming the new spelling)."""
+    if not legacy:
+        return inputs, outputs
+    if len(legacy) > 2 or (inputs is not None and legacy) or (outputs is not None and len(legacy) > 1):
+        raise DeclarationError(f"{cls}(name, source, *, inputs=..., outputs=...): inputs and outputs are keyword "
+                               f"arguments; got {len(legacy)} more positional argument(s) after the source")
+    warnings.warn(f"{cls}(name, source, inputs, outputs) is deprecated: pass them by keyword, {cls}(name, source, "
+                  "inputs=[...], outputs=[...]); the positional form goes in the next release",
+                  DeprecationWarning, stacklevel=3)
+    return legacy[0], legacy[1] if len(legacy) > 1 else outputs
+
+
+def renamed_source(cls: str, old: str, value: Any, source: Any) -> Any:
+    """The model source, also when given by its old keyword (``code=``, ``folder=``, ``pipeline=``, ``model=``,
+    ``graph=``, ``onnx=``: deprecated, kept one release with a DeprecationWarning naming the new spelling)."""
+    if value is None:
+        return source
+    if source is not None:
+        raise DeclarationError(f"{cls}: give the model source once, as the second argument (not also {old}=)")
+    warnings.warn(f"{cls}({old}=...) is deprecated: give the model source as the second argument, {cls}(name, "
+                  f"source, inputs=..., outputs=...); {old}= goes in the next release", DeprecationWarning,
+                  stacklevel=3)
+    return value
 
 
 def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:

@@ -43,7 +43,7 @@ def declared(steps: ModuleType, value: float = 1.0, count: int = 1, cache: bool 
     """X -> as_text (BYTES out, so shared memory is sized from the sample), with a warmup from the sample."""
     folder = Path(steps.__file__).parent  # type: ignore[arg-type]
     ens = Ensemble(f"observed_{steps.__name__}", max_batch_size=4)
-    step = PythonStep("as_text", steps.as_text, [Tensor("x", "FP32", [4])], [Tensor("t", "BYTES", [1])],
+    step = PythonStep("as_text", steps.as_text, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("t", "BYTES", [1])],
                       files={"table.txt": folder / "table.txt"}, max_batch_size=4, cache=cache)
     ens.output("T", step(ens.input("X", "FP32", [4])))
     ens.sample("one", {"X": np.full((2, 4), value, np.float32)},
@@ -147,7 +147,8 @@ def test_an_in_memory_file_is_hashed_once_in_a_build(tmp_path: Path, monkeypatch
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
     payload = np.random.default_rng(0).bytes(1 << 16)
     ens = Ensemble("hashed_once", max_batch_size=8)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       files={"weights.bin": payload}, max_batch_size=8)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("one", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 2, np.float32)})
