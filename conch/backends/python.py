@@ -14,7 +14,7 @@ from typing_extensions import Unpack
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, Platform, StepLayout
-from conch.ensembles.step import BackendFiles, Step, positional_io, renamed_source
+from conch.ensembles.step import BackendFiles, Step, positional_io, pure_flag, renamed_source
 from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
@@ -38,7 +38,7 @@ class PythonStep(Step):
     own Python (locally: the Python conch runs in).
 
     A build runs the code in its own process when it derives a warmup or sizes shared memory from the
-    samples, at every build; ``cache=True`` says the code is pure (what it returns follows from its inputs,
+    samples, at every build; ``pure=True`` says the code is pure (what it returns follows from its inputs,
     its module, the modules beside it, the step's files and the installed libraries; not from other files
     it reads or environment variables), so an unchanged rebuild reuses what that run found.
     """
@@ -65,7 +65,8 @@ class PythonStep(Step):
         max_batch_size: int = 0,
         files: Mapping[str, str | Path | bytes] | None = None,
         env: PythonEnv | None = None,
-        cache: bool = False,
+        pure: bool = False,
+        cache: bool | None = None,
         code: Callable[..., Any] | type | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
@@ -77,9 +78,7 @@ class PythonStep(Step):
         settings = StepSettings.of(max_batch_size, what=f"python step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         self.code = code = source
-        if not isinstance(cache, bool):
-            raise DeclarationError(f"python step {name!r}: cache must be True or False, got {cache!r}")
-        self.cache = cache
+        self.pure = pure_flag(f"python step {name!r}", pure, cache, "PythonStep")
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"python step {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
@@ -109,7 +108,11 @@ class PythonStep(Step):
 
     def runs_pure(self) -> bool:
         """A stand-in runs conch's own runner on the step's files; user code is pure only when declared so."""
-        return self.cache or str(getattr(self.code, "__module__", "")).startswith("conch.")
+        return self.pure or str(getattr(self.code, "__module__", "")).startswith("conch.")
+
+    def pure_code(self) -> Callable[..., Any] | None:
+        """The user code a build keys by content when the step is declared pure (``pure=True``), else None."""
+        return self.code if self.pure else None
 
     def check(self, release: Release) -> None:
         super().check(release)
@@ -219,7 +222,9 @@ class PythonModelStep(Step):
     lays_out_with_code = False  # its folder is laid out as it is
 
     def runs_pure(self) -> bool:
-        return False  # a hand-written model.py may read anything: what it computes is never remembered
+        """A hand-written model.py may read anything: what it computes is remembered only when declared pure
+        (``pure=True``; it is keyed by every file of its folder)."""
+        return self.pure
 
     def __init__(
         self,
@@ -231,13 +236,16 @@ class PythonModelStep(Step):
         max_batch_size: int = 0,
         beside: Mapping[str, str | Path] | None = None,
         env: PythonEnv | None = None,
+        pure: bool = False,
         folder: str | Path | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
         """``source``: the model folder (``1/model.py`` in it). ``beside``: files laid out beside the model
         folders, by their path there (e.g. an environment several models name with
         ``$$TRITON_MODEL_DIRECTORY/../<path>``). ``env``: the environment the model runs in, packed by the
-        build as a PythonStep's is (instead of an ``EXECUTION_ENV_PATH`` parameter and ``beside``)."""
+        build as a PythonStep's is (instead of an ``EXECUTION_ENV_PATH`` parameter and ``beside``). ``pure``:
+        what the model computes follows from its folder's files and the installed libraries, as for a
+        PythonStep."""
         what = f"python_model step {name!r}"
         inputs, outputs = positional_io("PythonModelStep", legacy, inputs, outputs)
         source = renamed_source("PythonModelStep", "folder", folder, source)
@@ -249,6 +257,7 @@ class PythonModelStep(Step):
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"{what}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
+        self.pure = pure_flag(what, pure, None, "PythonModelStep")
         self.folder = Path(source)
         if not self.folder.is_dir():
             raise DeclarationError(f"{what}: model folder {self.folder} does not exist; give the folder that "

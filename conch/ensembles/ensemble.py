@@ -17,7 +17,7 @@ from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.run_result import RunResult
 from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
-from conch.ensembles.step import Step
+from conch.ensembles.step import Step, pure_flag
 from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
 from conch.errors import DeclarationError
@@ -295,19 +295,20 @@ class Ensemble:
         expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         tolerance: ToleranceSpec | None = None,
         *,
-        cache: bool = False,
+        pure: bool = False,
+        cache: bool | None = None,
     ) -> None:
         """Add a sample payload (arrays include the batch dimension) and its expected outputs, compared with
         ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check.
-        A function for ``expected`` runs at every build; ``cache=True`` says it is pure (its answer follows
-        from its code, its folder's modules and the installed libraries), so an unchanged rebuild reuses it."""
+        A function for ``expected`` runs at every build; ``pure=True`` says it is pure (its answer follows
+        from its code, its folder's modules and the installed libraries), so an unchanged rebuild reuses it
+        (``cache=``: its old name, deprecated)."""
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
-        if not isinstance(cache, bool):
-            raise DeclarationError(f"{what}: cache must be True or False, got {cache!r}")
+        pure = pure_flag(what, pure, cache, "Ensemble.sample")
         sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance,
-                        cache)
+                        pure)
         declared = {n: (h.dtype, h.dims) for n, h in self.outputs.items()}
         if not isinstance(tolerance, Mapping) or set(tolerance) <= set(declared):  # outputs may come later
             sample.check_outputs(declared, f"ensemble {self.name!r}")

@@ -58,6 +58,11 @@ class Step(abc.ABC):
     #: then captures what that code says, for its report.
     lays_out_with_code: ClassVar[bool] = True
 
+    def pure_code(self) -> Any:
+        """The user code the step is declared pure over (``pure=True``), which a build keys by content; None
+        when it declares none (a model file is keyed by its bytes)."""
+        return None
+
     def runs_pure(self) -> bool:
         """Whether what the step computes when run in this process follows from its laid-out files (their
         content), conch's code and the installed libraries alone, so a run's findings may be remembered by
@@ -234,6 +239,20 @@ def renamed_source(cls: str, old: str, value: Any, source: Any) -> Any:
                   f"source, inputs=..., outputs=...); {old}= goes in the next release", DeprecationWarning,
                   stacklevel=3)
     return value
+
+
+def pure_flag(what: str, pure: bool, cache: bool | None, call: str) -> bool:
+    """``pure=``, also when given as ``cache=`` (its old name: kept one release with a DeprecationWarning naming
+    ``pure=``); ``call`` spells the call in the warning (``PythonStep``, ``Ensemble.sample``)."""
+    if cache is not None:
+        warnings.warn(f"{call}(cache=...) is deprecated: it says the code is pure, so write {call}(..., pure=True); "
+                      "cache= goes in the next release", DeprecationWarning, stacklevel=3)
+        if pure and not cache:
+            raise DeclarationError(f"{what}: pure=True and cache=False disagree; give pure= alone")
+        pure = pure or cache
+    if not isinstance(pure, bool):
+        raise DeclarationError(f"{what}: pure must be True or False, got {pure!r}")
+    return pure
 
 
 def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:

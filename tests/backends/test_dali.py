@@ -288,10 +288,10 @@ def _pipeline_module(folder: Path, name: str, scale: float) -> object:
     return module
 
 
-def _scaled_step(definition: object, cache: bool = True) -> DaliStep:
-    """A step over ``definition``, declared pure (``cache=True``) unless asked otherwise."""
+def _scaled_step(definition: object, pure: bool = True) -> DaliStep:
+    """A step over ``definition``, declared pure unless asked otherwise."""
     return DaliStep("scaled", definition, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[arg-type]
-                    outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, cache=cache)
+                    outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, pure=pure)
 
 
 class _Counted:
@@ -336,7 +336,7 @@ def test_an_unchanged_pipeline_is_not_serialized_or_built_on_the_cpu_again(
     assert third.files[dali_module.FILENAME] != first.files[dali_module.FILENAME]
 
     for _ in range(2):  # not declared pure: serialized at every build
-        assert _scaled_step(changed.scaled, cache=False).serialized() == _scaled_step(changed.scaled).serialized()  # type: ignore[attr-defined]
+        assert _scaled_step(changed.scaled, pure=False).serialized() == _scaled_step(changed.scaled).serialized()  # type: ignore[attr-defined]
     assert counted.serialized == 4
 
 
@@ -350,15 +350,15 @@ def test_a_pipeline_is_remembered_per_batch_size_and_closure_value(
     assert two != three and counted.serialized == 2
     assert _scaled_step(module.make(3.0)).serialized() == three and counted.serialized == 2  # type: ignore[attr-defined]
     wider = DaliStep("scaled", module.make(3.0), inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[attr-defined]
-                     outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16, cache=True)
+                     outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16, pure=True)
     assert wider.serialized() != three and counted.serialized == 3
     opaque = module.make(object())  # type: ignore[attr-defined]
     assert pure_key(opaque) is None  # not told by content: serialized every time
 
 
-def test_cache_must_be_a_bool() -> None:
-    with pytest.raises(DeclarationError, match="dali step 'scaled': cache must be True or False, got 'yes'"):
-        _scaled_step(dali_pipelines.affine, cache="yes")  # type: ignore[arg-type]
+def test_pure_must_be_a_bool() -> None:
+    with pytest.raises(DeclarationError, match="dali step 'scaled': pure must be True or False, got 'yes'"):
+        _scaled_step(dali_pipelines.affine, pure="yes")  # type: ignore[arg-type]
 
 
 _UNCHANGED_LOCAL_BUILD = """
@@ -369,8 +369,8 @@ spec.loader.exec_module(module)
 from conch import DaliStep, Ensemble, Tensor
 from conch.builder.repository_build import render_repository
 from conch.cache import pure_key, refreshing
-step = DaliStep("scaled", module.scaled, [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("DALI_OUTPUT_0", "FP32", [4])],
-                max_batch_size=8, cache=True)
+step = DaliStep("scaled", module.scaled, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, pure=True)
 ens = Ensemble("pre", max_batch_size=8)
 ens.output("OUT", step(ens.input("IN", "FP32", [4])))
 repo = render_repository(ens, "local", "24.10")

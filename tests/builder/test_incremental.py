@@ -48,7 +48,7 @@ def ensemble(name, code, files=None, batch=4):
 alpha = ensemble("alpha", double)
 beta = ensemble("beta", Scale, files={"k.txt": "k.txt"}, batch=BETA_BATCH)
 gamma = ensemble("gamma", double)
-gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted(), cache=SAMPLE_CACHE)
+gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted(), pure=SAMPLE_CACHE)
 
 def counted():
     with open("expected-calls.txt", "a") as fh:
