@@ -34,8 +34,6 @@ RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 # Imports that climb a layer on purpose, each with its reason (docs/architecture.md, "Layers"). Both checks
 # leave these edges out; every other import up a layer, or into a circle, fails.
 UPWARD = {
-    ("conch.ensembles.ensemble", "conch.executor"):
-        "Ensemble.run runs the declaration in this process; imported when called, so declaring never loads it",
     ("conch.ensembles.ensemble", "conch.diagram"):
         "an Ensemble's Jupyter display draws its DAG; imported when displayed, so declaring never loads it",
 }

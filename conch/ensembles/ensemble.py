@@ -3,6 +3,7 @@ the step calls and the binding of handles to a step's inputs live here."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,16 @@ from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
 from conch.ensembles.step import Step, pure_flag
 from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
-from conch.errors import DeclarationError
+from conch.errors import DeclarationError, RunError
+
+# conch.run, registered by conch.executor when it is imported (conch's public names import it), for the
+# deprecated Ensemble.run: the declaration imports no layer above its own (tests/test_layers.py)
+_IN_PROCESS: list[Callable[..., RunResult]] = []
+
+
+def register_run(run: Callable[..., RunResult]) -> None:
+    """Make ``run`` (``conch.run``) what the deprecated ``Ensemble.run`` calls."""
+    _IN_PROCESS[:] = [run]
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
@@ -345,12 +355,15 @@ class Ensemble:
         self.warmup_request = WarmupRequest.declare(self, payload, count)
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
-        """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
-        # The declaration's one import up a layer, at call time (tests/test_layers.py: UPWARD): declaring
-        # never loads the executor, and running works however conch was imported.
-        from conch.executor import run
-
-        return run(self, inputs, intermediates=intermediates, strict=strict)
+        """Deprecated (kept one release): ``conch.run(ensemble, inputs)``, which this calls."""
+        warnings.warn("Ensemble.run is deprecated: call conch.run(ensemble, inputs, ...) (conch.Executor to run "
+                      "many requests, or to see each step as it runs); Ensemble.run goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        if not _IN_PROCESS:
+            raise RunError(f"ensemble {self.name!r}: Ensemble.run needs conch's in-process run, which was not "
+                           "loaded (the declaration was imported from its own module); call conch.run(ensemble, "
+                           "inputs)")
+        return _IN_PROCESS[0](self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
 
