@@ -154,3 +154,19 @@ def test_a_python_model_step_takes_env_as_a_python_step_does(tmp_path: Path) -> 
     assert b"EXECUTION_ENV_PATH" in config  # type: ignore[operator]
     with pytest.raises(DeclarationError, match=r"^python_model step 'hand': env must be a conch.PythonEnv, got 'x'$"):
         PythonModelStep("hand", tmp_path / "hand", inputs=INS, outputs=OUTS, env="x")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cls", "words"), [
+    (PythonModelStep, r"python_model step 's': give its model folder \(the one holding 1/model.py\) as the second "
+                      r"argument"),
+    (DaliStep, r"dali step 's': give its pipeline \(a pipeline function, or a serialized pipeline: bytes or a .dali "
+               r"file\) as the second argument"),
+    (TorchScriptStep, r"pytorch step 's': give its TorchScript model \(a module, a .pt file or its bytes, or a "
+                      r"function returning one\) as the second argument"),
+    (OnnxStep, r"onnx step 's': give its model \(a .onnx file, or a function returning one\) as the second argument"),
+    (TensorFlowStep, r"tensorflow step 's': give its graph \(a GraphDef, its bytes or file, a tf.Graph, or a "
+                     r"function returning one\) as the second argument"),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_each_step_without_its_source_says_what_goes_second(cls: type[Step], words: str) -> None:
+    with pytest.raises(DeclarationError, match=rf"^{words}$"):
+        cls("s", inputs=INS, outputs=OUTS, max_batch_size=4)
