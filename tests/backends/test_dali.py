@@ -49,8 +49,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import dali_pipelines
 from conch import DaliStep, Tensor
-step = DaliStep("affine", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
-                [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
+step = DaliStep("affine", dali_pipelines.affine, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
 sys.stdout.buffer.write(step.serialized())
 """
 
