@@ -73,9 +73,11 @@ def small_archive(out: Path) -> Path:
     from conch.builder.repository_build import build_ensemble
 
     ens = Ensemble("parsed", max_batch_size=8)
-    first = PythonStep("first", bench_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    first = PythonStep("first", bench_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                       outputs=[Tensor("y", "FP32", [4])],
                        max_batch_size=8)
-    second = PythonStep("second", bench_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    second = PythonStep("second", bench_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                        outputs=[Tensor("y", "FP32", [4])],
                         max_batch_size=8)
     ens.output("Z", second(first(ens.input("X", "FP32", [4]))))
     x = np.ones((1, 4), np.float32)

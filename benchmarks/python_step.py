@@ -83,15 +83,15 @@ def declare(kind: str, name: str, batching: bool):  # type: ignore[no-untyped-de
     if kind == "double":
         from bench_steps import double
 
-        step = PythonStep("step", double, [Tensor("x", "FP32", [16])], [Tensor("y", "FP32", [16])],
+        step = PythonStep("step", double, inputs=[Tensor("x", "FP32", [16])], outputs=[Tensor("y", "FP32", [16])],
                           max_batch_size=64, **settings)  # type: ignore[arg-type]
         ens.output("Y", step(ens.input("X", "FP32", [16])))
     else:
         from _minilm import TEXT_ENV, tokenizer_file
         from text_steps import Tokenize
 
-        step = PythonStep("step", Tokenize, [Tensor("TEXT", "BYTES", [1])],
-                          [Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
+        step = PythonStep("step", Tokenize, inputs=[Tensor("TEXT", "BYTES", [1])],
+                          outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
                           files={"tokenizer.json": tokenizer_file()}, max_batch_size=64, env=TEXT_ENV,
                           **settings)  # type: ignore[arg-type]
         ids, mask = step(ens.input("TEXT", "BYTES", [1]))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from conch.backends.tensorflow import TensorFlowStep
     from conch.backends.tensorrt import TensorRTStep
     from conch.builder.stamping import Stamped, stamp_archive
+    from conch.endpoint.protocol import EndpointError, ModelError, ModelNotReady, ValidationError
     from conch.ensembles.config import DynamicBatching, InstanceGroup, InstanceKind, VersionPolicy, Warmup
     from conch.ensembles.dtypes import DType
     from conch.ensembles.ensemble import Ensemble, TensorHandle
@@ -26,13 +27,21 @@ if TYPE_CHECKING:
     from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
     from conch.ensembles.tensors import Tensor
     from conch.errors import (
+        ArchiveError,
+        BenchError,
         BuildError,
         ConchError,
+        ConfigParseError,
         DeclarationError,
+        DependencyError,
         DeployError,
+        GraphvizMissing,
+        InvokeError,
+        MatplotlibMissing,
         PackError,
         RunError,
         ServeError,
+        ServerExited,
     )
     from conch.executor import Executor, RunResult, run
 
@@ -53,7 +62,23 @@ def _public() -> dict[str, Any]:
     from conch.ensembles.samples import Exact, Tolerance, TopK
     from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
     from conch.ensembles.tensors import Tensor
-    from conch.errors import BuildError, ConchError, DeclarationError, DeployError, PackError, RunError, ServeError
+    from conch.errors import (
+        ArchiveError,
+        BenchError,
+        BuildError,
+        ConchError,
+        ConfigParseError,
+        DeclarationError,
+        DependencyError,
+        DeployError,
+        GraphvizMissing,
+        InvokeError,
+        MatplotlibMissing,
+        PackError,
+        RunError,
+        ServeError,
+        ServerExited,
+    )
     from conch.executor import Executor, RunResult, run
 
     return dict(locals())  # the names just imported
@@ -66,35 +91,57 @@ def _stamping() -> dict[str, Any]:
     return dict(locals())
 
 
+def _endpoint_errors() -> dict[str, Any]:
+    """The local MME's errors (each carries the HTTP answer SageMaker gives, through Starlette): only when asked
+    for."""
+    from conch.endpoint.protocol import EndpointError, ModelError, ModelNotReady, ValidationError
+
+    return dict(locals())
+
+
+_ENDPOINT_ERRORS = ("EndpointError", "ModelError", "ModelNotReady", "ValidationError")
+
+
 def __getattr__(name: str) -> Any:
     """A public name, its modules imported on first use (then kept as ordinary attributes of the package)."""
     if name not in __all__:
         raise AttributeError(f"module 'conch' has no attribute {name!r}")
-    names = _stamping() if name in ("Stamped", "stamp_archive") else _public()
+    names = (_stamping() if name in ("Stamped", "stamp_archive") else _endpoint_errors()
+             if name in _ENDPOINT_ERRORS else _public())
     globals().update(names)
     return names[name]
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *__all__})  # a name loaded is in both: listed once
 
 
 __all__ = [
     "DEFAULT_RELEASE",
+    "ArchiveError",
+    "BenchError",
     "BuildError",
     "BuildReport",
     "ConchError",
+    "ConfigParseError",
     "DType",
     "DaliStep",
     "DeclarationError",
+    "DependencyError",
     "DeployError",
     "DynamicBatching",
+    "EndpointError",
     "Ensemble",
     "Exact",
     "Executor",
+    "GraphvizMissing",
     "InstanceGroup",
     "InstanceKind",
+    "InvokeError",
     "LocalEndpoint",
+    "MatplotlibMissing",
+    "ModelError",
+    "ModelNotReady",
     "OnnxStep",
     "PackError",
     "PythonEnv",
@@ -105,6 +152,7 @@ __all__ = [
     "RunError",
     "RunResult",
     "ServeError",
+    "ServerExited",
     "Stamped",
     "Target",
     "Tensor",
@@ -114,6 +162,7 @@ __all__ = [
     "Tolerance",
     "TopK",
     "TorchScriptStep",
+    "ValidationError",
     "VersionPolicy",
     "Warmup",
     "build",

@@ -126,10 +126,10 @@ class LocalEndpoint:
         return _table(("local MME", ""), rows)
 
 
-def build(*what: Ensemble | str | Path, out: str | Path = "build", target: str = "local",
+def build(*what: Ensemble | str | Path, out: str | Path = "build", target: str = "production",
           release: str | None = None) -> BuildReport:
     """Build ensembles (declared here, or the ``.py`` files and folders that declare them) into ``out``, one
-    archive each, as `conch build` does."""
+    archive each, for ``target`` (production by default, as `conch build` does; ``"local"``: CPU stand-ins)."""
     from conch.builder.discover import discover
     from conch.builder.repository_build import build_ensemble
     from conch.ensembles.ensemble import Ensemble
@@ -146,10 +146,11 @@ def build(*what: Ensemble | str | Path, out: str | Path = "build", target: str =
     return report
 
 
-def replay(*archives: str | Path | BuildReport, endpoints: Iterable[str] | None = None,
+def replay(*archives: str | Path | BuildReport, endpoints: str | Iterable[str] | None = None,
            payloads: str | Path | None = None, load_timeout: float = 300.0) -> ReplayResult:
     """Replay archives' samples (or those of a payload folder: ``payloads``/<archive>/ or ``payloads``) on a local
-    tritonserver loaded as SageMaker's MME loads them, through every endpoint, as `conch replay` does."""
+    tritonserver loaded as SageMaker's MME loads them, through every endpoint (or ``endpoints``: one name, or
+    several), as `conch replay` does."""
     from conch.ensembles.payloads import payloads_of
     from conch.replays.local_replay import replay_archives
     from conch.wire import ENDPOINTS

@@ -109,6 +109,11 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
 
 
 def code_digest(fn: Callable[..., Any]) -> str | None:
+    """The digest of ``code_identity``, or None when the code cannot be told by content."""
+    return code_identity(fn)[0]
+
+
+def code_identity(fn: Callable[..., Any]) -> tuple[str | None, str]:
     """Digest of the user code a function can reach as far as conch can tell (a sample's expected outputs, a
     step's code, a DALI pipeline): the source of the file defining it and of the Python files beside it that
     it imports, read from the code (``import x`` / ``from x import`` anywhere in the file, followed through
@@ -117,8 +122,9 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
     the code cannot be told by content (a function without a source file, e.g. defined in a
     notebook, values whose repr is not their content, or code its file no longer holds: a module imported
     before an edit). It does not cover what the code reads (files, environment variables), modules outside its
-    folder or installed libraries: only a declaration that says its function is pure (``cache=True``) is
-    answered from a key built on it (``pure_key``)."""
+    folder or installed libraries: only a declaration that says its function is pure (``pure=True``) is
+    answered from a key built on it (``pure_key``). Returns ``(digest, "")``, or ``(None, why)``: why conch
+    cannot key it, in words a build's note can say."""
     bound: list[object] = []
     while isinstance(fn, functools.partial):
         bound.append([fn.args, sorted(fn.keywords.items())])
@@ -136,12 +142,39 @@ def code_digest(fn: Callable[..., Any]) -> str | None:
     else:  # a callable class, or an instance of one (with its attributes): its methods' code
         owner = fn if isinstance(fn, type) else type(fn)
         bound.append([owner.__module__, owner.__qualname__, None if fn is owner else getattr(fn, "__dict__", None)])
-        codes = [m.__code__ for m in vars(owner).values() if isinstance(getattr(m, "__code__", None), CodeType)]
+        codes, opaque = _method_codes(owner)
+        if opaque:
+            return None, (f"its method {opaque} is wrapped by a decorator whose code conch cannot read: declare "
+                          "the plain method, or the decorator with functools.wraps")
         origin = _real_file(getattr(sys.modules.get(owner.__module__), "__file__", None))
-    if not plain(bound) or origin is None or not _compiled_from(codes, origin):
-        return None
+    if origin is None:
+        return None, "it has no source file (defined in a notebook or an interactive session): move it to a module"
+    if not plain(bound):
+        return None, ("its closures, defaults, partial arguments or instance attributes hold a value whose repr is "
+                      "not its content (an array, an object): pass such data as a file of the step, or compute it "
+                      "in the code")
+    if not _compiled_from(codes, origin):
+        return None, (f"its code is not what {os.path.basename(origin)} compiles to now (a decorated method, or a "
+                      "module edited since it was imported: reload it)")
     files = imported_siblings(Path(origin))
-    return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)])
+    return key_of([sorted((os.path.basename(f), file_sha256(f)) for f in files), repr(bound)]), ""
+
+
+def _method_codes(owner: type) -> tuple[list[CodeType], str]:
+    """The code of a class's methods (a decorated one through its ``__wrapped__`` chain, a static or class method
+    through its function), and the name of the first method whose code cannot be reached ("" when none)."""
+    codes: list[CodeType] = []
+    for name, value in vars(owner).items():
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        value = inspect.unwrap(value) if callable(value) else value
+        code = getattr(value, "__code__", None)
+        if isinstance(code, CodeType):
+            codes.append(code)
+        elif callable(value) and not isinstance(value, type) and (name == "__call__"
+                                                                  or hasattr(type(value), "__get__")):
+            return codes, name  # __call__, or a method (an object that binds as one) conch cannot read
+    return codes, ""
 
 
 def _compiled_from(codes: list[CodeType], origin: str) -> bool:
@@ -160,11 +193,12 @@ def _compiled_from(codes: list[CodeType], origin: str) -> bool:
 
 
 def pure_key(fn: Callable[..., Any]) -> list[object] | None:
-    """The key of what a function declared pure (``cache=True``) computes: its code (``code_digest``), the
-    Python that runs it and every distribution installed where it imports from (``environment``); None when
-    its code cannot be told by content (it is then computed every time)."""
+    """The key of what a function declared pure (``pure=True``) computes: its code (``code_digest``), the
+    Python that runs it, every distribution installed where it imports from (``environment``) and the files of
+    those installed editable (``editable_sources``); None when its code cannot be told by content (it is then
+    computed every time)."""
     code = code_digest(fn)
-    return None if code is None else [code, environment()]
+    return None if code is None else [code, environment(), editable_sources()]
 
 
 def environment() -> list[object]:
@@ -181,6 +215,84 @@ def environment() -> list[object]:
             continue
         found.extend(f"{os.path.abspath(folder)}/{n}" for n in names if n.endswith((".dist-info", ".egg-info")))
     return [sys.version, sys.implementation.cache_tag, sys.platform, sorted(found)]
+
+
+def editable_sources() -> list[object]:
+    """The files of every distribution installed editable (pip install -e) where this process imports from,
+    by their ``stat_identity`` (their sha256 when changed in the last two seconds): its dist-info name and
+    version stay the same while its code is edited, so ``environment`` alone would not see an edit. The files
+    are those of its top-level packages (``top_level.txt``) as this process finds them, else every ``.py``
+    file of the folder it was installed from."""
+    found: list[object] = []
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".dist-info"))
+        except OSError:
+            continue
+        for name in names:
+            dist_info = os.path.join(folder, name)
+            try:
+                st = os.stat(dist_info)
+            except OSError:
+                continue
+            roots = _editable_roots(dist_info, st.st_ino, st.st_mtime_ns)
+            if roots:
+                found.append([name, [_file_identity(f) for root in roots for f in _source_files(root)]])
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _editable_roots(folder: str, inode: int, mtime_ns: int) -> tuple[Path, ...]:
+    """Where an editable distribution's code is (none for an ordinary install); remembered in this process by
+    the dist-info folder's inode and mtime, which a reinstall changes."""
+    dist_info = Path(folder)
+    try:
+        direct = json.loads((dist_info / "direct_url.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(direct, dict) or not (direct.get("dir_info") or {}).get("editable"):
+        return ()
+    try:
+        tops = (dist_info / "top_level.txt").read_text(encoding="utf-8").split()
+    except OSError:
+        tops = []
+    roots: list[Path] = []
+    for top in tops:
+        try:
+            spec = importlib.util.find_spec(top)  # a top-level name: found, not imported
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            roots.extend(Path(p) for p in spec.submodule_search_locations)
+        elif spec is not None and spec.origin and os.path.isfile(spec.origin):
+            roots.append(Path(spec.origin))
+    url = str(direct.get("url", ""))
+    if not roots and url.startswith("file://"):
+        roots.append(Path(url.removeprefix("file://")))
+    return tuple(roots)
+
+
+def _source_files(root: Path) -> list[Path]:
+    """A module file, or every file of a package folder (``.py`` only for a project folder, whose virtual
+    environments and hidden folders are left out)."""
+    if root.is_file():
+        return [root]
+    package = (root / "__init__.py").is_file()
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".")
+                         and not (Path(folder) / d / "pyvenv.cfg").exists())
+        files.extend(Path(folder) / n for n in sorted(names)
+                     if (package and not n.endswith((".pyc", ".pyo"))) or n.endswith(".py"))
+    return files
+
+
+def _file_identity(path: Path) -> object:
+    try:
+        return stat_identity(path) or [str(path), file_sha256(path)]
+    except OSError:
+        return [str(path), None]
 
 
 @functools.cache

@@ -12,16 +12,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from conch.errors import BuildError, ConchError
+from conch.errors import BuildError, GraphvizMissing
 
 RENDERED = ("svg", "png")
 SUFFIX = {"dot": ".dot", "mermaid": ".mmd", "svg": ".svg", "png": ".png"}  # each format's file ending
 FORMATS = tuple(SUFFIX)
 INSTALL_HINT = "pip install 'conch[graph]' (the pygraphviz wheel, which bundles Graphviz; no system package)"
-
-
-class GraphvizMissing(ConchError):
-    """SVG or PNG was asked for, and no Graphviz is installed to lay the graph out."""
 
 
 @dataclass(frozen=True)

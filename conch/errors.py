@@ -1,6 +1,11 @@
-"""conch's exceptions: one root, one subclass per stage, so callers can catch by stage."""
+"""conch's exceptions: one root, one subclass per stage, so callers can catch by stage. Each is exported from
+``conch`` (``conch.ArchiveError``); the local MME's answers (``EndpointError`` and its subclasses, which carry
+the HTTP response SageMaker gives) live with the endpoint and are exported from ``conch`` too. The exit code of
+each in the CLI: docs/architecture.md, "Errors"."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class ConchError(Exception):
@@ -30,8 +35,18 @@ class BuildError(ConchError):
     """A declared ensemble could not be turned into a repository or tarball."""
 
 
-class ArchiveError(BuildError):
-    """An archive is unsafe, corrupt or not laid out as SageMaker and Triton read it."""
+class ConfigParseError(BuildError):
+    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
+    callers that report it in their own terms (`conch check`, `conch inspect`)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ArchiveError(ConchError):
+    """An archive is unsafe, corrupt or not laid out as SageMaker and Triton read it (reading, not building:
+    a corrupt archive given to replay, check or serve is an ArchiveError, not a BuildError)."""
 
 
 class PackError(ConchError):
@@ -40,6 +55,14 @@ class PackError(ConchError):
 
 class ServeError(ConchError):
     """The local Triton server failed to start, load a model, or answer."""
+
+
+class InvokeError(ServeError):
+    """The server answered an inference request with an error (``status``: its HTTP status, if it answered)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class DeployError(ConchError):
@@ -56,3 +79,20 @@ class RunError(ConchError):
 
 class DependencyError(ConchError):
     """An optional package a command needs is not installed (the message names the extra that brings it)."""
+
+
+class GraphvizMissing(DependencyError):
+    """SVG or PNG was asked for, and no Graphviz is installed to lay the graph out."""
+
+
+class MatplotlibMissing(DependencyError):
+    """The waterfall PNG was asked for, and matplotlib is not installed."""
+
+
+class ServerExited(ServeError):
+    """tritonserver exited while conch held it: how (``code``, as Popen gives it), while doing what, and where
+    its log was kept."""
+
+    def __init__(self, message: str, code: int, log: Path | None) -> None:
+        super().__init__(message)
+        self.code, self.log = code, log

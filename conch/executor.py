@@ -22,7 +22,7 @@ from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ense
 from conch.compiler.config_reader import read_config
 from conch.compiler.pbtxt import check_config, render_config
 from conch.ensembles.dtypes import DType
-from conch.ensembles.ensemble import Ensemble
+from conch.ensembles.ensemble import Ensemble, register_run
 from conch.ensembles.run_result import RunResult, StepTrace
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
@@ -196,6 +196,9 @@ def run(
     use an :class:`Executor` to run many requests with the steps loaded once."""
     with Executor(ensemble, release=release) as executor:
         return executor.run(inputs, intermediates=intermediates, strict=strict)
+
+
+register_run(run)  # the deprecated Ensemble.run calls conch.run, without importing this layer
 
 
 def sample_inputs(ensemble: Ensemble, name: str) -> dict[str, np.ndarray]:

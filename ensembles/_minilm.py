@@ -134,7 +134,7 @@ tokenize = PythonStep(
     outputs=[Tensor("input_ids", "INT64", [-1]), Tensor("attention_mask", "INT64", [-1])],
     files={"tokenizer.json": tokenizer_file()},
     max_batch_size=MAX_BATCH,
-    cache=True,  # pure: its answer follows from its code and tokenizer.json (docs/declare.md)
+    pure=True,  # pure: its answer follows from its code and tokenizer.json (docs/declare.md)
 )
 
 pool = PythonStep(
@@ -143,7 +143,7 @@ pool = PythonStep(
     inputs=[Tensor("token_embeddings", "FP32", [-1, HIDDEN]), Tensor("attention_mask", "INT64", [-1])],
     outputs=[Tensor("embeddings", "FP32", [HIDDEN])],
     max_batch_size=MAX_BATCH,
-    cache=True,
+    pure=True,
 )
 
 bert = TorchScriptStep(

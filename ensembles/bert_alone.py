@@ -45,6 +45,6 @@ def _hidden(sentences: tuple[str, ...]) -> dict[str, np.ndarray]:
 _TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)
 _THREE, _ONE = tuple(SENTENCES), ("I am super happy right now to be trying out BERT.",)
 bert_alone.sample("three sentences, padded", _tokenized(_THREE), lambda: _hidden(_THREE), _TOLERANCE,
-                  cache=True)  # pure: the weights come from an installed package, part of the key
+                  pure=True)  # pure: the weights come from an installed package, part of the key
 bert_alone.sample("the seed's sentence", _tokenized(_ONE), lambda: _hidden(_ONE), _TOLERANCE,
-                  cache=True)
+                  pure=True)

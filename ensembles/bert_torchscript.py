@@ -24,12 +24,12 @@ bert_torchscript.sample(
     {"TEXT": np.array([[s] for s in SENTENCES], dtype=object)},
     lambda: {"EMBEDDINGS": reference_embeddings(SENTENCES)},
     _COSINE,
-    cache=True,  # pure: the weights come from an installed package, part of the key
+    pure=True,  # pure: the weights come from an installed package, part of the key
 )
 bert_torchscript.sample(
     "one sentence",
     {"TEXT": [["I am super happy right now to be trying out BERT."]]},
     lambda: {"EMBEDDINGS": reference_embeddings(["I am super happy right now to be trying out BERT."])},
     _COSINE,
-    cache=True,  # pure: the weights come from an installed package, part of the key
+    pure=True,  # pure: the weights come from an installed package, part of the key
 )

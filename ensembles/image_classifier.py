@@ -26,7 +26,7 @@ dali = DaliStep(
     outputs=[Tensor("DALI_OUTPUT_0", "FP32", [SIZE, SIZE, 3])],
     max_batch_size=MAX_BATCH,
     num_threads=12,
-    cache=True,  # pure: the graph follows from its code alone (docs/declare.md)
+    pure=True,  # pure: the graph follows from its code alone (docs/declare.md)
 )
 
 inception = TensorFlowStep(
@@ -54,12 +54,12 @@ image_classifier.sample(
     {"INPUT": padded_batch(_THREE)},
     lambda: {"OUTPUT": reference_probabilities(_THREE)},
     _SAME_CLASS_CLOSE_PROBABILITIES,
-    cache=True,  # pure: TensorFlow from fixed weights
+    pure=True,  # pure: TensorFlow from fixed weights
 )
 image_classifier.sample(
     "one JPEG",
     {"INPUT": padded_batch(_THREE[1:2])},
     lambda: {"OUTPUT": reference_probabilities(_THREE[1:2])},
     _SAME_CLASS_CLOSE_PROBABILITIES,
-    cache=True,  # pure: TensorFlow from fixed weights
+    pure=True,  # pure: TensorFlow from fixed weights
 )

@@ -26,6 +26,6 @@ resnet_pytorch.output("LOGITS", resnet(image), dtype="FP32", dims=[CLASSES])
 _TWO, _ONE = images(2, seed=10), images(1, seed=11)
 _TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)
 resnet_pytorch.sample("two images", {"IMAGE": _TWO}, lambda: {"LOGITS": reference_logits(_TWO)}, _TOLERANCE,
-                      cache=True)
+                      pure=True)
 resnet_pytorch.sample("one image", {"IMAGE": _ONE}, lambda: {"LOGITS": reference_logits(_ONE)}, _TOLERANCE,
-                      cache=True)
+                      pure=True)

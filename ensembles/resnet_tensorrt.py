@@ -11,7 +11,7 @@ MAX_BATCH = 128
 
 resnet = TensorRTStep(
     "resnet",
-    onnx=export_onnx,  # exported from fixed weights when a build needs the file
+    export_onnx,  # exported from fixed weights when a build needs the file
     inputs=[Tensor("input", "FP32", [CHANNELS, SIZE, SIZE])],
     outputs=[Tensor("output", "FP32", [CLASSES])],
     max_batch_size=MAX_BATCH,
@@ -29,6 +29,6 @@ resnet_tensorrt.output("LOGITS", resnet(image), dtype="FP32", dims=[CLASSES])
 _TWO, _ONE = images(2, seed=10), images(1, seed=11)
 _TOLERANCE = Tolerance(atol=1e-4, rtol=1e-4)
 resnet_tensorrt.sample("two images", {"IMAGE": _TWO}, lambda: {"LOGITS": reference_logits(_TWO)}, _TOLERANCE,
-                       cache=True)
+                       pure=True)
 resnet_tensorrt.sample("one image", {"IMAGE": _ONE}, lambda: {"LOGITS": reference_logits(_ONE)}, _TOLERANCE,
-                       cache=True)
+                       pure=True)

@@ -45,12 +45,12 @@ text_embeddings.sample(
     {"TEXT": np.array([[s] for s in SENTENCES], dtype=object)},
     lambda: {"EMBEDDINGS": reference_embeddings(SENTENCES)},
     _COSINE,
-    cache=True,  # pure: the weights come from an installed package, part of the key
+    pure=True,  # pure: the weights come from an installed package, part of the key
 )
 text_embeddings.sample(
     "one sentence, non-ASCII",
     {"TEXT": [["Grüße aus Zürich: naïve café ☕"]]},
     lambda: {"EMBEDDINGS": reference_embeddings(["Grüße aus Zürich: naïve café ☕"])},
     _COSINE,
-    cache=True,  # pure: the weights come from an installed package, part of the key
+    pure=True,  # pure: the weights come from an installed package, part of the key
 )

@@ -188,9 +188,11 @@ def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
     """X -> double -> add_one -> Z, with one sample."""
     ens = Ensemble(name, max_batch_size=max_batch_size)
     x = ens.input("X", "FP32", [4])
-    dbl = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    dbl = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                     outputs=[Tensor("y", "FP32", [4])],
                      max_batch_size=max_batch_size)
-    add = PythonStep("add_one", basic_steps.add_one, [Tensor("y", "FP32", [4])], [Tensor("z", "FP32", [4])],
+    add = PythonStep("add_one", basic_steps.add_one, inputs=[Tensor("y", "FP32", [4])],
+                     outputs=[Tensor("z", "FP32", [4])],
                      max_batch_size=max_batch_size)
     ens.output("Z", add(dbl(x)))
     data = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -201,7 +203,8 @@ def linear_ensemble(name: str = "linear", max_batch_size: int = 8) -> Ensemble:
 def half_ensemble(name: str = "halves") -> Ensemble:
     """X (FP16) -> twice -> Y (FP16), with one sample: tensors Triton's JSON bodies cannot carry."""
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("twice", basic_steps.twice_half, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
+    step = PythonStep("twice", basic_steps.twice_half, inputs=[Tensor("x", "FP16", [4])],
+                      outputs=[Tensor("y", "FP16", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP16", [4])))
     x = np.ones((2, 4), np.float16)

@@ -20,7 +20,8 @@ from basic_steps import double
 from conch import Ensemble, PythonStep, Tensor
 
 good = Ensemble("{name}", max_batch_size=4)
-step = PythonStep("double", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+step = PythonStep("double", double, inputs=[Tensor("x", "FP32", [4])],
+                  outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
 good.output("Y", step(good.input("X", "FP32", [4])))
 good.sample("ones", {{"X": np.ones((1, 4), np.float32)}}, {{"Y": np.full((1, 4), 2, np.float32)}})
 '''

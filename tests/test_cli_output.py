@@ -257,3 +257,44 @@ def test_replay_draws_its_bar_on_a_terminal(dist: Path) -> None:
     plain = without_escapes(err)
     assert re.search(r"replaying ━+ 1/1", plain), err
     assert "loading cli_linear.tar.gz" in plain  # the ordinary lines too
+
+
+def _into_one_file(path: Path, *args: str) -> int:
+    """`conch ARGS > path 2>&1`, as a CI job's log holds both streams."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    with path.open("wb") as log:
+        return subprocess.run([sys.executable, "-m", "conch.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                              env=env, timeout=300).returncode
+
+
+def _all_on_a_terminal(*args: str) -> tuple[int, str]:
+    """`conch ARGS` with stdout and stderr on one pseudo-terminal, as in a person's shell."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "conch.cli", *args], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the terminal's other side closed: conch exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=60), without_escapes(b"".join(chunks).decode(errors="replace"))
+
+
+@pytest.mark.integration
+def test_replay_into_a_file_prints_each_row_once(dist: Path, tmp_path: Path) -> None:
+    log = tmp_path / "replay.log"
+    assert _into_one_file(log, "replay", str(dist), "--endpoint", "kserve") == 0
+    text = log.read_text()
+    assert text.count(" ones ") == 1, text  # the table's row, no live line before it
+    assert "loading cli_linear.tar.gz" in text and "2 passed, 0 failed" in text
+    code, shown = _all_on_a_terminal("replay", str(dist), "--endpoint", "kserve")
+    assert code == 0
+    assert "cli_linear.tar.gz ones kserve: ok" in shown, shown  # the live line, on a terminal only
+    assert shown.count(" ones ") == 2, shown

@@ -33,14 +33,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
-# Imports that climb a layer on purpose, each with its reason (docs/architecture.md, "Layers"). Both checks
-# leave these edges out; every other import up a layer, or into a circle, fails.
-UPWARD = {
-    ("conch.ensembles.ensemble", "conch.executor"):
-        "Ensemble.run runs the declaration in this process; imported when called, so declaring never loads it",
-}
-
-
 def part_of(module: str) -> str:
     """`conch.builder.repository_build` -> builder; `conch` -> __init__."""
     parts = module.split(".")
@@ -97,8 +89,7 @@ def test_every_part_of_conch_is_on_a_layer() -> None:
 def test_no_import_climbs_a_layer_or_crosses_one(path: Path) -> None:
     own = part_of(module_of(path))
     wrong = [f"line {line}: {module} ({part_of(module)})" for line, module in imports(path)
-             if part_of(module) != own and RANK[part_of(module)] >= RANK[own]
-             and (module_of(path), module) not in UPWARD]
+             if part_of(module) != own and RANK[part_of(module)] >= RANK[own]]
     assert not wrong, f"{path.name} ({own}, layer {RANK[own]}) imports from its own layer or above: {wrong}"
 
 
@@ -106,7 +97,7 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
     graph: dict[str, set[str]] = {module_of(p): set() for p in SOURCES}
     for p in SOURCES:
         graph[module_of(p)] |= {m for _, m in imports(p)
-                                 if m in graph and m != module_of(p) and (module_of(p), m) not in UPWARD}
+                                 if m in graph and m != module_of(p)}
     circles = [c for c in _strongly_connected(graph) if len(c) > 1]
     assert not circles, f"modules that import each other: {circles}"
 
@@ -161,13 +152,6 @@ def test_the_checks_see_imports_and_circles() -> None:
     assert sorted(map(sorted, _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}))) == [
         ["a", "b", "c"], ["d"]]
     assert all(len(c) == 1 for c in _strongly_connected({"a": {"b"}, "b": {"c"}, "c": set()}))
-
-
-def test_each_upward_import_is_still_made() -> None:
-    """An exception the code no longer needs is taken out of UPWARD, so it cannot excuse a new import."""
-    for importer, imported in UPWARD:
-        path = CONCH.parent.joinpath(*importer.split(".")).with_suffix(".py")
-        assert imported in {m for _, m in imports(path)}, f"{importer} no longer imports {imported}: drop it"
 
 
 def test_an_import_by_a_literal_name_counts(tmp_path: Path) -> None:

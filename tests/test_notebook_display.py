@@ -42,8 +42,8 @@ def test_without_graphviz_an_ensemble_displays_as_mermaid_and_text(monkeypatch: 
 def test_a_run_result_shows_each_steps_tensors_as_an_escaped_table() -> None:
     ens = linear_ensemble("run_shown")
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    assert "not kept: run(..., intermediates=True) keeps them" in ens.run({"X": x})._repr_html_()
-    result = ens.run({"X": x}, intermediates=True)
+    assert "not kept: run(..., intermediates=True) keeps them" in conch.run(ens, {"X": x})._repr_html_()
+    result = conch.run(ens, {"X": x}, intermediates=True)
     page = result._repr_html_()
     assert "<td>double</td>" in page and "<td>add_one</td>" in page
     assert "<code>y</code> float32 [2, 4]: [0, 2, 4, 6, 8, 10, ...]" in page

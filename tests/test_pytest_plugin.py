@@ -41,8 +41,10 @@ from _plugin_steps import add_one, double
 
 from conch import Ensemble, PythonStep, Tensor
 
-doubler = PythonStep("double", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
-adder = PythonStep("add_one", add_one, [Tensor("y", "FP32", [4])], [Tensor("z", "FP32", [4])], max_batch_size=4)
+doubler = PythonStep("double", double, inputs=[Tensor("x", "FP32", [4])],
+                     outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
+adder = PythonStep("add_one", add_one, inputs=[Tensor("y", "FP32", [4])],
+                   outputs=[Tensor("z", "FP32", [4])], max_batch_size=4)
 
 plugin_linear = Ensemble("plugin_linear", max_batch_size=4)
 plugin_linear.output("Z", adder(doubler(plugin_linear.input("X", "FP32", [4]))))

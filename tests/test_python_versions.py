@@ -21,7 +21,8 @@ from smoke_steps import double
 from conch import Ensemble, PythonStep, Tensor
 
 ens = Ensemble("smoke", max_batch_size=4)
-step = PythonStep("double", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+step = PythonStep("double", double, inputs=[Tensor("x", "FP32", [4])],
+                  outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
 ens.output("Y", step(ens.input("X", "FP32", [4])))
 rows = np.arange(8, dtype=np.float32).reshape(2, 4)
 ens.sample("rows", {"X": rows}, {"Y": rows * 2})

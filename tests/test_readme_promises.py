@@ -67,7 +67,7 @@ from basic_steps import double
 from conch import Ensemble, PythonStep, Tensor
 
 big = Ensemble("big", max_batch_size=4)
-step = PythonStep("s", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4,
+step = PythonStep("s", double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])], max_batch_size=4,
                   files={"model.bin": "model.bin"})
 big.output("Y", step(big.input("X", "FP32", [4])))
 """

@@ -26,7 +26,8 @@ EXAMPLES = Path(__file__).parent.parent / "ensembles"
 
 def one_step(name: str, code, out_dims: list[int], out_dtype: str = "FP32") -> Ensemble:  # type: ignore[no-untyped-def]
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep(code.__name__, code, [Tensor("x", "FP32", [4])], [Tensor("y", out_dtype, out_dims)],
+    step = PythonStep(code.__name__, code, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", out_dtype, out_dims)],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     return ens
@@ -38,7 +39,11 @@ def test_run_returns_outputs_and_on_request_every_intermediate_tensor() -> None:
     result = conch.run(ens, {"X": x})
     np.testing.assert_array_equal(result["Z"], x * 2 + 1)
     assert result.tensors == {}
-    full = ens.run({"X": x.tolist()}, intermediates=True)
+    with pytest.warns(DeprecationWarning, match=r"^Ensemble\.run is deprecated: call conch\.run\(ensemble, inputs, "
+                                                r"\.\.\.\) \(conch\.Executor to run many requests, or to see each step "
+                                                r"as it runs\); Ensemble\.run goes in the next release$"):
+        np.testing.assert_array_equal(ens.run({"X": x})["Z"], result["Z"])  # the old spelling, delegating
+    full = conch.run(ens, {"X": x.tolist()}, intermediates=True)
     assert list(full.tensors) == ["X", "double.y", "Z"]
     np.testing.assert_array_equal(full.tensors["double.y"], x * 2)
     assert [(s.step, s.model_name) for s in full.steps] == [("double", "run_linear__double"),
@@ -56,7 +61,7 @@ def test_an_executor_loads_each_step_once_and_tears_down_at_close() -> None:
 
 def test_bytes_outputs_reach_the_next_step_as_bytes_as_through_triton() -> None:
     ens = text_ensemble("run_text")
-    result = ens.run({"X": np.full((2, 4), 2.5, np.float32)}, intermediates=True)
+    result = conch.run(ens, {"X": np.full((2, 4), 2.5, np.float32)}, intermediates=True)
     assert result.tensors["as_text.t"].tolist() == [[b"10"], [b"10"]]
     assert result["N"].tolist() == [[2], [2]]
 
@@ -76,25 +81,26 @@ def test_a_step_producing_another_dtype_is_named() -> None:
     ens = one_step("run_dtype", basic_steps.wrong_dtype, [4])
     with pytest.raises(RunError, match=r"step 'wrong_dtype' \(python\) raised TypeError: .*output 'y' is declared "
                                        r"FP32 \(numpy float32\) but the code returned dtype float64"):
-        ens.run({"X": np.ones((1, 4), np.float32)})
+        conch.run(ens, {"X": np.ones((1, 4), np.float32)})
 
 
 def test_a_failing_step_and_a_bad_payload_are_named() -> None:
     ens = one_step("run_broken", basic_steps.broken, [4])
     with pytest.raises(RunError, match=r"step 'broken' \(python\) raised ValueError: the user code failed on purpose"):
-        ens.run({"X": np.ones((1, 4), np.float32)})
+        conch.run(ens, {"X": np.ones((1, 4), np.float32)})
     with pytest.raises(conch.DeclarationError, match=r"input 'X' has shape \[1, 3\], expected \[-1, 4\]"):
-        ens.run({"X": np.ones((1, 3), np.float32)})
+        conch.run(ens, {"X": np.ones((1, 3), np.float32)})
 
 
 def test_a_step_failing_at_load_is_named() -> None:
     ens = Ensemble("run_setup", max_batch_size=4)
-    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+    step = PythonStep("prefix", basic_steps.Prefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])],
                       max_batch_size=4)  # its setup() reads a file the step does not ship
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     with pytest.raises(RunError, match=r"ensemble 'run_setup', step 'prefix' \(python\): loading it failed: "
                                        r"FileNotFoundError: step 'prefix': no file 'prefix.txt'"):
-        ens.run({"TEXT": [[b"a"]]})
+        conch.run(ens, {"TEXT": [[b"a"]]})
 
 
 def test_cli_prints_every_step_and_names_the_disagreeing_one(
@@ -104,8 +110,8 @@ def test_cli_prints_every_step_and_names_the_disagreeing_one(
     source.write_text(
         "import numpy as np\nfrom run_steps import three_wide\nfrom conch import Ensemble, PythonStep, Tensor\n"
         "ens = Ensemble('run_cli_dims', max_batch_size=4)\n"
-        "step = PythonStep('three_wide', three_wide, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])], "
-        "max_batch_size=4)\n"
+        "step = PythonStep('three_wide', three_wide, inputs=[Tensor('x', 'FP32', [4])], "
+        "outputs=[Tensor('y', 'FP32', [4])], max_batch_size=4)\n"
         "ens.output('Y', step(ens.input('X', 'FP32', [4])))\n"
         "ens.sample('ones', {'X': np.ones((2, 4), np.float32)}, {'Y': np.ones((2, 4), np.float32)})\n"
     )

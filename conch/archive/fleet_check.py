@@ -22,9 +22,8 @@ from conch.archive.extract import scan_archive
 from conch.archive.manifest import MANIFEST_NAME, parse_manifest
 from conch.archive.verify import ENSEMBLE_REGEX, ROOT_MODEL, check_repository, checked, single_model
 from conch.compiler.config_reader import ReadConfig, read_config
-from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import Release
-from conch.errors import ArchiveError
+from conch.errors import ArchiveError, ConfigParseError
 
 LISTED = 5  # archives named in one line before "and N more"
 STAMP_FIX = ("give each its own step names: `conch stamp ARCHIVE --as NAME` before uploading, or upload with "

@@ -16,8 +16,7 @@ from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, no_manifest, parse_manifest
 from conch.archive.verify import ENV_DIR, check_folder
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, config_field, read_config
-from conch.compiler.pbtxt import ConfigParseError
-from conch.errors import ArchiveError
+from conch.errors import ArchiveError, ConfigParseError
 from conch.scratch import scratch_temp
 
 CONFIG_LIMIT = 1 << 20  # a config.pbtxt larger than this is not read for the summary (check reports it)

@@ -20,9 +20,8 @@ from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE, Manifest
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
-from conch.compiler.pbtxt import ConfigParseError
 from conch.ensembles.target import DEFAULT_RELEASE, Release
-from conch.errors import ArchiveError
+from conch.errors import ArchiveError, ConfigParseError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal
 

@@ -31,7 +31,7 @@ from conch.cache import cached_file, key_of, own_code, pure_key, refreshed_key, 
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.step import BackendFiles, Step, positional_io, pure_flag, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible, whole
 from conch.errors import BuildError, ConchError, DeclarationError
@@ -141,6 +141,7 @@ def serialize_pipeline(definition: Callable[..., Any], step: str, batch_size: in
 class DaliStep(Step):
     """A DALI pipeline run by Triton's DALI backend.
 
+    ``DaliStep(name, pipeline, inputs=[...], outputs=[...], max_batch_size=N)``:
     ``pipeline`` is the pipeline's graph-defining function (decorated with ``@pipeline_def`` or plain,
     taking no arguments), or an already serialized pipeline (bytes or a ``.dali`` file). Input names
     must equal the pipeline's ``external_source`` names; outputs are matched to the pipeline's outputs
@@ -150,7 +151,7 @@ class DaliStep(Step):
     ``probe=False`` skips the build-time run of the CPU pipeline on a generated input (a small JPEG for
     1-D UINT8 inputs, zeros otherwise) that checks the real output dtypes and dims. ``as_is=True`` lays
     out a serialized pipeline byte for byte instead of declaring the outputs' dtypes and ranks in it.
-    A pipeline function is run and serialized at every build; ``cache=True`` says it is pure (the graph
+    A pipeline function is run and serialized at every build; ``pure=True`` says it is pure (the graph
     follows from its code, its folder's modules and the installed libraries, not from files it reads or
     environment variables), so an unchanged rebuild reuses its serialization (``conch.cache.pure_key``).
     """
@@ -161,18 +162,25 @@ class DaliStep(Step):
     def __init__(
         self,
         name: str,
-        pipeline: Callable[..., Any] | bytes | str | Path,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        *,
-        max_batch_size: int,
+        source: Callable[..., Any] | bytes | str | Path | None = None,
+        *legacy: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
+        max_batch_size: int = 0,
         num_threads: int | None = None,
         autoserialize: bool = False,
         probe: bool = True,
         as_is: bool = False,
-        cache: bool = False,
+        pure: bool = False,
+        cache: bool | None = None,
+        pipeline: Callable[..., Any] | bytes | str | Path | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("DaliStep", legacy, inputs, outputs)
+        pipeline = renamed_source("DaliStep", "pipeline", pipeline, source)
+        if pipeline is None:
+            raise DeclarationError(f"dali step {name!r}: give its pipeline (a pipeline function, or a serialized "
+                                   "pipeline: bytes or a .dali file) as the second argument")
         max_batch_size = whole(max_batch_size, f"dali step {name!r}: max_batch_size")
         if max_batch_size < 1:
             raise DeclarationError(
@@ -197,9 +205,7 @@ class DaliStep(Step):
         self.autoserialize = autoserialize
         self.probe = probe
         self.as_is = as_is
-        if not isinstance(cache, bool):
-            raise DeclarationError(f"dali step {name!r}: cache must be True or False, got {cache!r}")
-        self.cache = cache
+        self.pure = pure_flag(f"dali step {name!r}", pure, cache, "DaliStep")
         if as_is and not isinstance(pipeline, bytes | str | Path):
             raise DeclarationError(f"dali step {name!r}: as_is=True lays out a serialized pipeline byte for byte, "
                                    "so pass its file (or bytes), not a pipeline function")
@@ -234,8 +240,12 @@ class DaliStep(Step):
                 self._raw = self._serialized_definition()
         return self._raw
 
+    def pure_code(self) -> Callable[..., Any] | None:
+        """The pipeline function a build keys by content when the step is declared pure, else None."""
+        return self._definition if self.pure else None
+
     def _serialized_definition(self) -> bytes:
-        """The pipeline function serialized: at every build, or for a step declared ``cache=True``, remembered
+        """The pipeline function serialized: at every build, or for a step declared ``pure=True``, remembered
         in conch's cache under the function's ``pure_key`` (its code, closures, the Python and the installed
         distributions, DALI's among them), batch size, threads and declared I/O."""
         definition = self._definition
@@ -244,7 +254,7 @@ class DaliStep(Step):
         def serialize() -> bytes:
             return serialize_pipeline(definition, self.name, self.max_batch_size, self.num_threads)
 
-        code = pure_key(definition) if self.cache else None
+        code = pure_key(definition) if self.pure else None
         if code is None or dali_identity() is None:  # not declared pure, not told by content, or no DALI
             return serialize()
         tensors = [[t.name, t.dtype.wire, list(t.dims)] for t in (*self.inputs, *self.outputs)]

@@ -14,10 +14,10 @@ from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, ModelIO, Step
+from conch.ensembles.step import BackendFiles, ModelIO, Step, positional_io, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError, ConchError
+from conch.errors import BuildError, ConchError, DeclarationError
 
 ModelSource = str | Path | Callable[[], str | Path]
 
@@ -65,6 +65,7 @@ def read_onnx_io(path: Path, batching: bool, step: str) -> tuple[tuple[Tensor, .
 class OnnxStep(Step):
     """A model run by Triton's ONNX Runtime backend.
 
+    ``OnnxStep(name, model)``:
     ``model`` is a path to a ``.onnx`` file, or a function returning one (called when a build needs the
     file, e.g. to export weights at build time). Inputs and outputs are read from the file; pass
     ``inputs``/``outputs`` to declare them instead (needed when ``model`` is a function), and the build
@@ -79,13 +80,19 @@ class OnnxStep(Step):
     def __init__(
         self,
         name: str,
-        model: ModelSource,
-        *,
+        source: ModelSource | None = None,
+        *legacy: Sequence[Tensor],
         inputs: Sequence[Tensor] | None = None,
         outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
+        model: ModelSource | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("OnnxStep", legacy, inputs, outputs)
+        model = renamed_source("OnnxStep", "model", model, source)
+        if model is None:
+            raise DeclarationError(f"onnx step {name!r}: give its model (a .onnx file, or a function returning "
+                                   "one) as the second argument")
         settings = StepSettings.of(max_batch_size, what=f"onnx step {name!r}", **options)
         self._model = model
         self._path: Path | None = None

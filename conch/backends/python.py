@@ -14,7 +14,7 @@ from typing_extensions import Unpack
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, Platform, StepLayout
-from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.step import BackendFiles, Step, positional_io, pure_flag, renamed_source
 from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
@@ -22,7 +22,10 @@ from conch.templates import render
 
 
 class PythonStep(Step):
-    """A step whose code is a Python function or class, called once per batch of requests.
+    """A step whose code is a Python function or class, called once per batch of requests:
+    ``PythonStep(name, code, inputs=[...], outputs=[...])``. Given a folder instead of code
+    (``PythonStep(name, "models/tokenize", ...)``, a hand-written ``1/model.py`` in it), the step is a
+    :class:`PythonModelStep`.
 
     A function is called as ``code(**inputs)`` with numpy arrays (batch first when batching) and
     returns a dict of outputs or a tuple in the declared order. A class is instantiated once per
@@ -35,7 +38,7 @@ class PythonStep(Step):
     own Python (locally: the Python conch runs in).
 
     A build runs the code in its own process when it derives a warmup or sizes shared memory from the
-    samples, at every build; ``cache=True`` says the code is pure (what it returns follows from its inputs,
+    samples, at every build; ``pure=True`` says the code is pure (what it returns follows from its inputs,
     its module, the modules beside it, the step's files and the installed libraries; not from other files
     it reads or environment variables), so an unchanged rebuild reuses what that run found.
     """
@@ -44,25 +47,38 @@ class PythonStep(Step):
     platform = Platform.PYTHON
     lays_out_with_code = False  # model.py is rendered and the module's file named: nothing of the user's runs
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``PythonStep(name, FOLDER, ...)``: a hand-written model folder (``1/model.py`` in it) is a
+        PythonModelStep; a function or class is a PythonStep."""
+        source = args[1] if len(args) > 1 else kwargs.get("source")
+        if cls is PythonStep and isinstance(source, str | Path):
+            return PythonModelStep(*args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         name: str,
-        code: Callable[..., Any] | type,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        *,
-        files: Mapping[str, str | Path | bytes] | None = None,
+        source: Callable[..., Any] | type | str | Path | None = None,
+        *legacy: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
+        files: Mapping[str, str | Path | bytes] | None = None,
         env: PythonEnv | None = None,
-        cache: bool = False,
+        pure: bool = False,
+        cache: bool | None = None,
+        code: Callable[..., Any] | type | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("PythonStep", legacy, inputs, outputs)
+        source = renamed_source("PythonStep", "code", code, source)
+        if source is None or isinstance(source, str | Path):  # a folder: PythonStep.__new__ made a PythonModelStep
+            raise DeclarationError(f"python step {name!r}: give its code, a function or class, as the second "
+                                   "argument (or a hand-written model folder, to PythonStep itself)")
         settings = StepSettings.of(max_batch_size, what=f"python step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
-        self.code = code
-        if not isinstance(cache, bool):
-            raise DeclarationError(f"python step {name!r}: cache must be True or False, got {cache!r}")
-        self.cache = cache
+        self.code = code = source
+        self.pure = pure_flag(f"python step {name!r}", pure, cache, "PythonStep")
         if env is not None and not isinstance(env, PythonEnv):
             raise DeclarationError(f"python step {name!r}: env must be a conch.PythonEnv, got {env!r}")
         self.env = env
@@ -82,7 +98,7 @@ class PythonStep(Step):
     @classmethod
     def standin_for(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
         """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
-        standin = cls(step.name, runner, step.inputs, step.outputs, files=files,
+        standin = cls(step.name, runner, inputs=step.inputs, outputs=step.outputs, files=files,
                       max_batch_size=step.settings.max_batch_size)
         standin.settings = step.settings  # frozen, and validated when the step was declared
         return standin
@@ -92,7 +108,11 @@ class PythonStep(Step):
 
     def runs_pure(self) -> bool:
         """A stand-in runs conch's own runner on the step's files; user code is pure only when declared so."""
-        return self.cache or str(getattr(self.code, "__module__", "")).startswith("conch.")
+        return self.pure or str(getattr(self.code, "__module__", "")).startswith("conch.")
+
+    def pure_code(self) -> Callable[..., Any] | None:
+        """The user code a build keys by content when the step is declared pure (``pure=True``), else None."""
+        return self.code if self.pure else None
 
     def check(self, release: Release) -> None:
         super().check(release)
@@ -202,25 +222,43 @@ class PythonModelStep(Step):
     lays_out_with_code = False  # its folder is laid out as it is
 
     def runs_pure(self) -> bool:
-        return False  # a hand-written model.py may read anything: what it computes is never remembered
+        """A hand-written model.py may read anything: what it computes is remembered only when declared pure
+        (``pure=True``; it is keyed by every file of its folder)."""
+        return self.pure
 
     def __init__(
         self,
         name: str,
-        folder: str | Path,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        *,
+        source: str | Path | None = None,
+        *legacy: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
         beside: Mapping[str, str | Path] | None = None,
+        env: PythonEnv | None = None,
+        pure: bool = False,
+        folder: str | Path | None = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
-        """``beside``: files laid out beside the model folders, by their path there (e.g. an environment
-        several models name with ``$$TRITON_MODEL_DIRECTORY/../<path>``)."""
+        """``source``: the model folder (``1/model.py`` in it). ``beside``: files laid out beside the model
+        folders, by their path there (e.g. an environment several models name with
+        ``$$TRITON_MODEL_DIRECTORY/../<path>``). ``env``: the environment the model runs in, packed by the
+        build as a PythonStep's is (instead of an ``EXECUTION_ENV_PATH`` parameter and ``beside``). ``pure``:
+        what the model computes follows from its folder's files and the installed libraries, as for a
+        PythonStep."""
         what = f"python_model step {name!r}"
+        inputs, outputs = positional_io("PythonModelStep", legacy, inputs, outputs)
+        source = renamed_source("PythonModelStep", "folder", folder, source)
+        if source is None:
+            raise DeclarationError(f"{what}: give its model folder (the one holding 1/model.py) as the second "
+                                   "argument")
         settings = StepSettings.of(max_batch_size, what=what, **options)
         super().__init__(name, inputs, outputs, settings)
-        self.folder = Path(folder)
+        if env is not None and not isinstance(env, PythonEnv):
+            raise DeclarationError(f"{what}: env must be a conch.PythonEnv, got {env!r}")
+        self.env = env
+        self.pure = pure_flag(what, pure, None, "PythonModelStep")
+        self.folder = Path(source)
         if not self.folder.is_dir():
             raise DeclarationError(f"{what}: model folder {self.folder} does not exist; give the folder that "
                                    "holds 1/model.py")

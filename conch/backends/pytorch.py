@@ -29,7 +29,7 @@ from conch.cache import file_sha256, remembered, stat_identity
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, Step
+from conch.ensembles.step import BackendFiles, Step, positional_io, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import BuildError, ConchError, DeclarationError
@@ -181,6 +181,7 @@ def _torchscript_warnings_off() -> Iterator[None]:
 class TorchScriptStep(Step):
     """A TorchScript model run by Triton's PyTorch (libtorch) backend.
 
+    ``TorchScriptStep(name, model, inputs=[...], outputs=[...])``:
     ``model`` is a traced or scripted module, a ``.pt`` file, its bytes, or a function returning one of
     these (called when a build needs the file). Name inputs after forward()'s arguments or
     ``INPUT__0, INPUT__1, ...``; name outputs ``OUTPUT__0, ...`` (or any names, bound in declaration
@@ -194,14 +195,20 @@ class TorchScriptStep(Step):
     def __init__(
         self,
         name: str,
-        model: Any,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        *,
+        source: Any = None,
+        *legacy: Sequence[Tensor],
+        inputs: Sequence[Tensor] | None = None,
+        outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
         probe: bool = True,
+        model: Any = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("TorchScriptStep", legacy, inputs, outputs)
+        model = renamed_source("TorchScriptStep", "model", model, source)
+        if model is None:
+            raise DeclarationError(f"pytorch step {name!r}: give its TorchScript model (a module, a .pt file or its "
+                                   "bytes, or a function returning one) as the second argument")
         settings = StepSettings.of(max_batch_size, what=f"pytorch step {name!r}", **options)
         super().__init__(name, inputs, outputs, settings)
         for t in (*self.inputs, *self.outputs):

@@ -18,10 +18,10 @@ from conch.backends.standins.tensorflow_runner import GraphDefRunner
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, ModelIO, Step
+from conch.ensembles.step import BackendFiles, ModelIO, Step, positional_io, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError, ConchError
+from conch.errors import BuildError, ConchError, DeclarationError
 from conch.startup_lines import startup_lines_dropped
 
 FILENAME = "model.graphdef"
@@ -105,6 +105,7 @@ def read_graphdef_io(data: bytes, batching: bool, step: str) -> tuple[list[Graph
 class TensorFlowStep(Step):
     """A frozen TensorFlow graph run by Triton's TensorFlow backend (``tensorflow_graphdef``).
 
+    ``TensorFlowStep(name, graph)``:
     ``graph`` is a serialized GraphDef (bytes), a ``.graphdef``/``.pb`` file, a ``tf.compat.v1.GraphDef``
     or ``tf.Graph`` (serialized deterministically), or a function returning one of these (called when a
     build needs the file). Inputs are the graph's placeholders and outputs the nodes nothing consumes;
@@ -121,13 +122,19 @@ class TensorFlowStep(Step):
     def __init__(
         self,
         name: str,
-        graph: Any,
-        *,
+        source: Any = None,
+        *legacy: Sequence[Tensor],
         inputs: Sequence[Tensor] | None = None,
         outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
+        graph: Any = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("TensorFlowStep", legacy, inputs, outputs)
+        graph = renamed_source("TensorFlowStep", "graph", graph, source)
+        if graph is None:
+            raise DeclarationError(f"tensorflow step {name!r}: give its graph (a GraphDef, its bytes or file, a "
+                                   "tf.Graph, or a function returning one) as the second argument")
         settings = StepSettings.of(max_batch_size, what=f"tensorflow step {name!r}", **options)
         self.artifact = Artifact(
             graph, what=f"tensorflow step {name!r}", filename=FILENAME, serialize=_graphdef_bytes

@@ -25,7 +25,7 @@ from conch.cache import cached_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
-from conch.ensembles.step import BackendFiles, ModelIO, Step, check_against_file
+from conch.ensembles.step import BackendFiles, ModelIO, Step, check_against_file, positional_io, renamed_source
 from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError, DeclarationError
@@ -205,11 +205,19 @@ def compile_plan(
     return bytes(plan), version
 
 
+def _is_plan(source: Any) -> bool:
+    """Whether the model given as a TensorRT step's source is a prebuilt plan (bytes, a ``.plan`` file) rather
+    than the ONNX model."""
+    return isinstance(source, bytes) or (isinstance(source, str | Path) and Path(source).suffix == ".plan")
+
+
 class TensorRTStep(Step):
     """A TensorRT engine run by Triton's TensorRT backend.
 
-    Give ``plan`` (a prebuilt ``model.plan``: bytes, a path, or a function returning one), ``onnx`` (the
-    model's ONNX file, or a function returning its path), or both. With only ``onnx``, a production build
+    ``TensorRTStep(name, model)``: ``model`` is the model's ONNX file (or a function returning its path), or a
+    prebuilt plan (bytes, or a ``.plan`` file); ``plan=`` gives a prebuilt plan beside the ONNX model (the ONNX
+    model then runs locally; the plan is what production serves). Given as ``plan=`` alone, a function
+    returning a plan is taken too. With only the ONNX model, a production build
     compiles the plan with TensorRT (on a GPU host; one optimization profile from ``max_batch_size``,
     the declared dims and ``max_dims`` for -1 dims; ``fp16=True`` allows half precision). The ONNX source
     is also what the local target runs, under ONNX Runtime: a plan alone has no CPU stand-in.
@@ -225,21 +233,30 @@ class TensorRTStep(Step):
     def __init__(
         self,
         name: str,
-        *,
-        plan: Any = None,
-        onnx: Any = None,
+        source: Any = None,
+        *legacy: Sequence[Tensor],
         inputs: Sequence[Tensor] | None = None,
         outputs: Sequence[Tensor] | None = None,
         max_batch_size: int = 0,
+        plan: Any = None,
         fp16: bool = False,
         max_dims: Mapping[str, Sequence[int]] | None = None,
+        onnx: Any = None,
         **options: Unpack[SettingsArgs],
     ) -> None:
+        inputs, outputs = positional_io("TensorRTStep", legacy, inputs, outputs)
+        if _is_plan(source):
+            if plan is not None:
+                raise DeclarationError(f"tensorrt step {name!r}: give the plan once, as the second argument or as "
+                                       "plan= beside an ONNX model")
+            source, plan = None, source
+        onnx = renamed_source("TensorRTStep", "onnx", onnx, source)
         settings = StepSettings.of(max_batch_size, what=f"tensorrt step {name!r}", **options)
         if plan is None and onnx is None:
             raise DeclarationError(
-                f"tensorrt step {name!r}: give plan= (a prebuilt model.plan), onnx= (the ONNX model to compile "
-                "and to run locally), or both"
+                f"tensorrt step {name!r}: give its model as the second argument: the ONNX model (compiled into a "
+                "plan, and run locally) or a prebuilt plan (bytes or a .plan file); plan= adds a prebuilt plan "
+                "beside the ONNX model"
             )
         what = f"tensorrt step {name!r}"
         self.plan = None if plan is None else Artifact(plan, what=what, filename=FILENAME)
@@ -255,7 +272,8 @@ class TensorRTStep(Step):
         assert self.onnx is not None
         source = self.onnx.resolve()
         if isinstance(source, bytes):
-            raise BuildError(f"tensorrt step {self.name!r}: pass onnx= as a file path, not bytes")
+            raise BuildError(f"tensorrt step {self.name!r}: its ONNX source must be a file path (a function gave "
+                             "bytes); return the .onnx file's path")
         return source
 
     def io_unreadable(self) -> str | None:
@@ -351,8 +369,8 @@ class TensorRTStep(Step):
         if self.onnx is None:
             raise BuildError(
                 f"tensorrt step {self.name!r} has no CPU stand-in: it is given only a prebuilt plan, which runs "
-                "only on a GPU with TensorRT; pass onnx= with the model's ONNX source so the local target runs "
-                "it under ONNX Runtime (or replay on a GPU host)"
+                "only on a GPU with TensorRT; give the model's ONNX source as the second argument (and the plan "
+                "as plan=) so the local target runs it under ONNX Runtime (or replay on a GPU host)"
             )
         return PythonStep.standin_for(self, OnnxRuntimeRunner, {"model.onnx": self._onnx_path()})
 

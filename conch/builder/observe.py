@@ -3,7 +3,7 @@ for the warmup payload, and how large each step's tensors get for the samples (t
 Nothing runs when the ensemble declares no warmup and every tensor's size follows from its declaration.
 
 A run's findings are kept in conch's cache only when every step it runs is pure (``Step.runs_pure``: a
-model file run by its framework, conch's stand-ins, or user code declared ``cache=True``), under a key of
+model file run by its framework, conch's stand-ins, or user code declared ``pure=True``), under a key of
 everything they follow from (the declaration, each step's local layout with the digests of its files, the
 step code's folder and closures, the samples' and the warmup payload's arrays, the target and release,
 conch's code, the Python and the installed distributions), so an unchanged rebuild runs nothing. Any other
@@ -23,7 +23,7 @@ from conch.builder.archive import expand
 from conch.builder.buildcache import digest
 from conch.builder.shm_sizing import RowBytes, needs_samples, observe_row_bytes
 from conch.builder.warmup_inputs import DerivedWarmup, StepWarmup, derive_warmup
-from conch.cache import cache_dir, code_digest, environment, key_of, own_code, read_json, write_json
+from conch.cache import cache_dir, code_digest, editable_sources, environment, key_of, own_code, read_json, write_json
 from conch.compiler.compiled import CompiledEnsemble
 from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
@@ -162,8 +162,8 @@ def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
                                                  _arrays_key(request.resolve(local))],
         "samples": [[s.name, _arrays_key(s.inputs)] for s in local.samples] if measure else None,
     }
-    return key_of([__version__, own_code(), environment(), local.name, target.value, str(local.release),
-                   repr(local.spec), steps, payloads])
+    return key_of([__version__, own_code(), environment(), editable_sources(), local.name, target.value,
+                   str(local.release), repr(local.spec), steps, payloads])
 
 
 def _arrays_key(arrays: dict[str, Any]) -> dict[str, str]:

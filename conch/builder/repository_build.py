@@ -17,7 +17,7 @@ from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
 from conch.builder.shm_sizing import plan_shm
-from conch.cache import key_of, pure_key, refreshing, remembered
+from conch.cache import code_identity, key_of, pure_key, refreshing, remembered
 from conch.compiler.compiled import CompiledEnsemble, LayoutChecker, compile_ensemble, describe_step
 from conch.compiler.pbtxt import render_config
 from conch.ensembles.ensemble import Ensemble
@@ -102,6 +102,7 @@ class RepositoryBuild:
         notes: list[str] = []
         envs = EnvLayout(target, release, progress, self.refresh)
         alone = plan.plain_model
+        notes.extend(_unkeyed(plan, progress))
         with captured("running the ensemble in this process", output):
             observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
         for step in plan.steps:
@@ -164,7 +165,7 @@ class RepositoryBuild:
 
     def _samples(self, models_key: str) -> tuple[SampleRecord, ...]:
         """Each sample with its expected outputs: a function's computed at every build, or, for a sample
-        declared ``cache=True``, once per content of the models (``models_key`` covers every file of the
+        declared ``pure=True``, once per content of the models (``models_key`` covers every file of the
         archive), the sample, the function's code and the installed distributions."""
         plan, output = self.plan, self.output
         inputs = {t.name: t.dtype for t in plan.inputs}
@@ -190,7 +191,7 @@ class RepositoryBuild:
                 return {k: encode_array(v, outputs[k]) for k, v in expected.items()}
 
             # a function declared pure and told by content: its outputs are remembered; any other runs every time
-            code = pure_key(sample.expected) if sample.cache and callable(sample.expected) else None
+            code = pure_key(sample.expected) if sample.pure and callable(sample.expected) else None
             if code is not None:
                 expected = remembered("samples", [models_key, sample.name, encoded_inputs, code], compute)
             else:
@@ -202,6 +203,22 @@ class RepositoryBuild:
                                f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
             out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
         return tuple(out)
+
+
+def _unkeyed(plan: CompiledEnsemble, progress: Progress | None) -> list[str]:
+    """A note (and a warning line) for each step and sample declared pure whose code conch cannot key by content
+    (``cache.code_identity``): it runs at every build, and the build says so once, naming it."""
+    found: list[tuple[str, Any]] = [(f"step {s.step.name!r}", s.step.pure_code()) for s in plan.steps]
+    found += [(f"sample {s.name!r}", s.expected) for s in plan.samples if s.pure and callable(s.expected)]
+    notes = []
+    for what, code in found:
+        why = "" if code is None else code_identity(code)[1]
+        if why:
+            notes.append(f"ensemble {plan.name!r} {what}: declared pure=True, but conch cannot key its code by "
+                         f"content: {why}; it runs at every build")
+            if progress:
+                progress(f"warning: {notes[-1]}")
+    return notes
 
 
 def _shape_note(plan: CompiledEnsemble) -> list[str]:

@@ -98,7 +98,7 @@ def register(sub: Subcommands) -> None:
     b.add_argument("--refresh", action="store_true",
                    help="ask the package index again and derive again what conch remembers by content (PyTorch "
                    "bindings, DALI CPU checks, step checks, the in-process run of pure steps) and what functions "
-                   "declared cache=True computed (docs/declare.md, \"What a build remembers\"); user code not "
+                   "declared pure=True computed (docs/declare.md, \"What a build remembers\"); user code not "
                    "declared pure runs at every build anyway")
     b.add_argument("-v", "--verbose", action="store_true",
                    help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "

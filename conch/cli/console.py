@@ -120,6 +120,12 @@ def startup_lines_filtered() -> Iterator[None]:
         _session.terminal = None
 
 
+def live_rows() -> bool:
+    """Whether a command shows each row as it comes before the table that holds them all: only when that table
+    goes to a terminal. Into a file, a pipe or a CI log each row is printed once, in the table."""
+    return not (_session.json or _session.quiet) and sys.stdout.isatty()
+
+
 def bars_shown() -> bool:
     """Progress bars only for a person at a terminal: not under ``--quiet``, not into a pipe or a CI log."""
     terminal = sys.stderr.isatty() if _session.terminal is None else _session.terminal

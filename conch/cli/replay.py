@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conch.cli.console import document, progress_bar, result, say
+from conch.cli.console import document, live_rows, progress_bar, result, say
 from conch.cli.discovery import one_line, skipping
 from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
 from conch.cli.profiling import ReplayProfiler
@@ -56,7 +56,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
             report = replay_archives(
                 archives, endpoints=args.endpoint or ENDPOINTS,
-                load_timeout=args.load_timeout, progress=say, server=profiler.server,
+                load_timeout=args.load_timeout, progress=say, live=say if live_rows() else None,
+                server=profiler.server,
                 done=replayed, samples=chooser, heard=recorder.heard if recorder else None,
             ) if archives else None
     if recorder is not None:

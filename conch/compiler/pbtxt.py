@@ -15,7 +15,7 @@ from google.protobuf import text_format
 from conch.ensembles.config import VersionPolicy
 from conch.ensembles.layout import ModelSpec
 from conch.ensembles.tensors import Tensor
-from conch.errors import BuildError
+from conch.errors import BuildError, ConfigParseError
 from conch.templates import render
 
 if TYPE_CHECKING:
@@ -45,15 +45,6 @@ def render_config(spec: ModelSpec) -> str:
         text += spec.settings.config_fields.text
     check_config(text, spec.name)
     return text
-
-
-class ConfigParseError(BuildError):
-    """A config that is not UTF-8 text or not Triton's ModelConfig text; ``reason`` is the parser's words, for
-    callers that report it in their own terms (`conch check`, `conch inspect`)."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def parse_config(text: str | bytes, where: str) -> model_config_pb2.ModelConfig:

@@ -3,6 +3,7 @@ the step calls and the binding of handles to a step's inputs live here."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,19 @@ from conch.ensembles.layout import EnsembleStepSpec, ModelSpec, Platform
 from conch.ensembles.names import check_model_name, check_tensor_name
 from conch.ensembles.run_result import RunResult
 from conch.ensembles.samples import Sample, Tolerance, ToleranceSpec
-from conch.ensembles.step import Step
+from conch.ensembles.step import Step, pure_flag
 from conch.ensembles.tensors import Tensor, as_array, dims_compatible, whole
 from conch.ensembles.warmup import WarmupRequest
-from conch.errors import DeclarationError
+from conch.errors import DeclarationError, RunError
+
+# conch.run, registered by conch.executor when it is imported (conch's public names import it), for the
+# deprecated Ensemble.run: the declaration imports no layer above its own (tests/test_layers.py)
+_IN_PROCESS: list[Callable[..., RunResult]] = []
+
+
+def register_run(run: Callable[..., RunResult]) -> None:
+    """Make ``run`` (``conch.run``) what the deprecated ``Ensemble.run`` calls."""
+    _IN_PROCESS[:] = [run]
 
 _NOT_ON_ENSEMBLES = ("instance_group", "dynamic_batching", "model_warmup")
 
@@ -311,19 +321,20 @@ class Ensemble:
         expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         tolerance: ToleranceSpec | None = None,
         *,
-        cache: bool = False,
+        pure: bool = False,
+        cache: bool | None = None,
     ) -> None:
         """Add a sample payload (arrays include the batch dimension) and its expected outputs, compared with
         ``tolerance``: one check (Tolerance, TopK, Exact) for every output, or a mapping output -> check.
-        A function for ``expected`` runs at every build; ``cache=True`` says it is pure (its answer follows
-        from its code, its folder's modules and the installed libraries), so an unchanged rebuild reuses it."""
+        A function for ``expected`` runs at every build; ``pure=True`` says it is pure (its answer follows
+        from its code, its folder's modules and the installed libraries), so an unchanged rebuild reuses it
+        (``cache=``: its old name, deprecated)."""
         what = f"ensemble {self.name!r} sample {name!r}"
         if any(s.name == name for s in self.samples):
             raise DeclarationError(f"{what}: a sample of that name exists already")
-        if not isinstance(cache, bool):
-            raise DeclarationError(f"{what}: cache must be True or False, got {cache!r}")
+        pure = pure_flag(what, pure, cache, "Ensemble.sample")
         sample = Sample(name, self.payload(inputs, what), expected, Tolerance() if tolerance is None else tolerance,
-                        cache)
+                        pure)
         declared = {n: (h.dtype, h.dims) for n, h in self.outputs.items()}
         if not isinstance(tolerance, Mapping) or set(tolerance) <= set(declared):  # outputs may come later
             sample.check_outputs(declared, f"ensemble {self.name!r}")
@@ -360,12 +371,15 @@ class Ensemble:
         self.warmup_request = WarmupRequest.declare(self, payload, count)
 
     def run(self, inputs: Mapping[str, Any], *, intermediates: bool = False, strict: bool = True) -> RunResult:
-        """Run one request through the DAG in this process, no server (see :func:`conch.run`)."""
-        # The declaration's one import up a layer, at call time (tests/test_layers.py: UPWARD): declaring
-        # never loads the executor, and running works however conch was imported.
-        from conch.executor import run
-
-        return run(self, inputs, intermediates=intermediates, strict=strict)
+        """Deprecated (kept one release): ``conch.run(ensemble, inputs)``, which this calls."""
+        warnings.warn("Ensemble.run is deprecated: call conch.run(ensemble, inputs, ...) (conch.Executor to run "
+                      "many requests, or to see each step as it runs); Ensemble.run goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        if not _IN_PROCESS:
+            raise RunError(f"ensemble {self.name!r}: Ensemble.run needs conch's in-process run, which was not "
+                           "loaded (the declaration was imported from its own module); call conch.run(ensemble, "
+                           "inputs)")
+        return _IN_PROCESS[0](self, inputs, intermediates=intermediates, strict=strict)
 
     # -- wiring (Step.__call__ calls this) ----------------------------------------------------------
 

@@ -101,7 +101,7 @@ def read_payload_file(path: Path) -> list[Payload]:
         data = path.read_bytes()
     except OSError as exc:
         raise ServeError(f"--payload {path}: cannot read it ({exc.strerror or exc})") from None
-    if b'"samples"' in data:
+    if _is_samples_file(data):
         try:
             return [Payload(name, inputs, expected, checks, request=path)
                     for name, inputs, expected, checks in read_samples(path)]
@@ -113,6 +113,16 @@ def read_payload_file(path: Path) -> list[Payload]:
         raise ServeError(f"--payload {path}: not a KServe v2 JSON request ({exc}); write "
                          '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}, or give the '
                          "samples file `conch import` writes") from None
+
+
+def _is_samples_file(data: bytes) -> bool:
+    """Whether a ``--payload`` file is the samples file `conch import` writes: a JSON object with ``"samples"``
+    and no ``"inputs"`` (a KServe request with an input named ``samples`` has ``"inputs"``)."""
+    try:
+        top = json.loads(data)
+    except ValueError:  # a binary+json request: its JSON header, then raw bytes
+        return False
+    return isinstance(top, dict) and "samples" in top and "inputs" not in top
 
 
 def add_samples(ensemble: Ensemble, folder: Path | str) -> None:

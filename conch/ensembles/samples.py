@@ -184,7 +184,7 @@ def _as_bytes(value: Any) -> bytes:
 class Sample:
     """One payload for an ensemble and what it must answer. ``expected`` may be a function, so that
     costly reference outputs (running the model directly) are computed only when a build needs them; it
-    runs at every build, unless ``cache=True`` says it is pure: its answer follows from its code alone (see
+    runs at every build, unless ``pure=True`` says it is pure: its answer follows from its code alone (see
     ``conch.cache.pure_key``), not from files it reads, environment variables or modules outside its folder.
     ``tolerance`` is one check for every output or a mapping output name -> check (outputs left out get
     ``Tolerance()``); BYTES outputs are always compared exactly."""
@@ -193,7 +193,7 @@ class Sample:
     inputs: Arrays
     expected: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
     tolerance: ToleranceSpec = Tolerance()
-    cache: bool = False
+    pure: bool = False
 
     def __post_init__(self) -> None:
         checks = self.tolerance.values() if isinstance(self.tolerance, Mapping) else [self.tolerance]

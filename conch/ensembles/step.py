@@ -5,6 +5,7 @@ backend supplies only what is its own. Calling a step wires it into an ensemble 
 from __future__ import annotations
 
 import abc
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +57,11 @@ class Step(abc.ABC):
     #: Whether laying the step out runs code beyond conch's (an export, a framework's loader): the build
     #: then captures what that code says, for its report.
     lays_out_with_code: ClassVar[bool] = True
+
+    def pure_code(self) -> Any:
+        """The user code the step is declared pure over (``pure=True``), which a build keys by content; None
+        when it declares none (a model file is keyed by its bytes)."""
+        return None
 
     def runs_pure(self) -> bool:
         """Whether what the step computes when run in this process follows from its laid-out files (their
@@ -204,6 +210,49 @@ class Step(abc.ABC):
             else:
                 files[t.label_filename] = ("\n".join(t.labels) + "\n").encode()
         return files
+
+
+def positional_io(
+    cls: str, legacy: Sequence[Any], inputs: Sequence[Tensor] | None, outputs: Sequence[Tensor] | None
+) -> tuple[Sequence[Tensor] | None, Sequence[Tensor] | None]:
+    """``inputs`` and ``outputs``, also when given the old way (positionally after the source: deprecated, kept
+    one release with a DeprecationWarning naming the new spelling)."""
+    if not legacy:
+        return inputs, outputs
+    if len(legacy) > 2 or (inputs is not None and legacy) or (outputs is not None and len(legacy) > 1):
+        raise DeclarationError(f"{cls}(name, source, *, inputs=..., outputs=...): inputs and outputs are keyword "
+                               f"arguments; got {len(legacy)} more positional argument(s) after the source")
+    warnings.warn(f"{cls}(name, source, inputs, outputs) is deprecated: pass them by keyword, {cls}(name, source, "
+                  "inputs=[...], outputs=[...]); the positional form goes in the next release",
+                  DeprecationWarning, stacklevel=3)
+    return legacy[0], legacy[1] if len(legacy) > 1 else outputs
+
+
+def renamed_source(cls: str, old: str, value: Any, source: Any) -> Any:
+    """The model source, also when given by its old keyword (``code=``, ``folder=``, ``pipeline=``, ``model=``,
+    ``graph=``, ``onnx=``: deprecated, kept one release with a DeprecationWarning naming the new spelling)."""
+    if value is None:
+        return source
+    if source is not None:
+        raise DeclarationError(f"{cls}: give the model source once, as the second argument (not also {old}=)")
+    warnings.warn(f"{cls}({old}=...) is deprecated: give the model source as the second argument, {cls}(name, "
+                  f"source, inputs=..., outputs=...); {old}= goes in the next release", DeprecationWarning,
+                  stacklevel=3)
+    return value
+
+
+def pure_flag(what: str, pure: bool, cache: bool | None, call: str) -> bool:
+    """``pure=``, also when given as ``cache=`` (its old name: kept one release with a DeprecationWarning naming
+    ``pure=``); ``call`` spells the call in the warning (``PythonStep``, ``Ensemble.sample``)."""
+    if cache is not None:
+        warnings.warn(f"{call}(cache=...) is deprecated: it says the code is pure, so write {call}(..., pure=True); "
+                      "cache= goes in the next release", DeprecationWarning, stacklevel=3)
+        if pure and not cache:
+            raise DeclarationError(f"{what}: pure=True and cache=False disagree; give pure= alone")
+        pure = pure or cache
+    if not isinstance(pure, bool):
+        raise DeclarationError(f"{what}: pure must be True or False, got {pure!r}")
+    return pure
 
 
 def cpu_instances(spec: ModelSpec) -> tuple[ModelSpec, list[str]]:

@@ -71,12 +71,13 @@ def open_source(source: Path, unpack_to: Path) -> Repository:
 
 
 def read_repository(source: Path, root: Path) -> Repository:
-    """Every ``<model>/config.pbtxt`` under ``root`` read into conch's spec."""
-    repo = Repository(source, root)
+    """Every ``<model>/config.pbtxt`` under ``root`` read into conch's spec; ``root`` itself when it is one model
+    folder (its config.pbtxt at its root, as a single-model archive may be packed): a repository of that folder."""
+    entries = sorted(root.iterdir())
     if (root / "config.pbtxt").is_file():
-        raise BuildError(f"{source}: holds a single model (config.pbtxt at its root), not a repository of an "
-                         "ensemble and its steps; conch import reads ensembles")
-    for entry in sorted(root.iterdir()):
+        root, entries = root.parent, [root]
+    repo = Repository(source, root)
+    for entry in entries:
         config_file = entry / "config.pbtxt"
         if not entry.is_dir() or not config_file.is_file():
             if entry.name == MANIFEST_NAME:
@@ -102,7 +103,7 @@ def read_repository(source: Path, root: Path) -> Repository:
             continue
         repo.models[entry.name] = ModelFolder(entry.name, entry, config, read)
         repo.messages.extend(f"{where}: {problem}" for problem in read.unexpressed)
-    folders = [e for e in root.iterdir() if e.is_dir() and not e.is_symlink()]
+    folders = [e for e in entries if e.is_dir() and not e.is_symlink()]
     if not repo.ensembles and len(repo.models) == 1 and len(folders) == 1:
         (model,) = repo.models.values()
         alone = _alone(model, archive_stem(source))

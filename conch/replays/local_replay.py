@@ -117,7 +117,7 @@ class FirstAnswer:
 def replay_archives(
     archives: Sequence[Path],
     *,
-    endpoints: Iterable[str] = ENDPOINTS,
+    endpoints: str | Iterable[str] = ENDPOINTS,
     load_timeout: float = DEFAULT_LOAD_TIMEOUT_S,
     server: LocalTriton | None = None,
     progress: Callable[[str], None] | None = None,
@@ -125,8 +125,10 @@ def replay_archives(
     samples: SampleChooser | None = None,
     heard: Listener | None = None,
     payloads: Sequence[ReplaySample] | None = None,
+    live: Callable[[str], None] | None = None,
 ) -> ReplayReport:
     """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
+    ``progress`` hears what is being done (an archive loading); ``live`` hears each row as a line when it is in;
     ``done`` hears of each archive once its rows are in (for a progress bar); ``samples`` chooses each
     archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
     ``heard`` hears every answer judged."""
@@ -168,8 +170,8 @@ def replay_archives(
                                if death else replay_sample(client, loaded, sample, endpoint, heard, first))
                         report.rows.append(row)
                         death = death or triton.lost(f"invoking {name!r}")
-                        if progress:
-                            progress(_short(row))
+                        if live:
+                            live(_short(row))
             if done:
                 done(archive)
     finally:
@@ -192,9 +194,9 @@ def _restarted(triton: LocalTriton, client: MultiModelClient, report: ReplayRepo
     return MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
 
 
-def check_endpoints(endpoints: Iterable[str]) -> tuple[str, ...]:
-    """The endpoints as a tuple; ServeError for a name replay does not know."""
-    endpoints = tuple(endpoints)
+def check_endpoints(endpoints: str | Iterable[str]) -> tuple[str, ...]:
+    """The endpoints as a tuple (one name alone is one endpoint); ServeError for a name replay does not know."""
+    endpoints = (endpoints,) if isinstance(endpoints, str) else tuple(endpoints)
     for e in endpoints:
         if e not in ENDPOINTS:
             raise ServeError(f"unknown endpoint {e!r}: use {', '.join(ENDPOINTS)}")

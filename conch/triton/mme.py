@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import httpx
 import numpy as np
 
-from conch.errors import ServeError
+from conch.errors import InvokeError, ServeError
 from conch.triton.http_client import sync_client
 from conch.triton.kserve_routes import HEADER_LENGTH, infer_path, request_headers, response_content_type
 from conch.triton.mme_contract import (
@@ -42,14 +42,6 @@ class Watched(Protocol):
     asked, when a call finds no server, whether it has exited."""
 
     def lost(self, doing: str, wait: float = 0.0) -> ServeError | None: ...
-
-
-class InvokeError(ServeError):
-    """The server answered an inference request with an error."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class MultiModelClient:

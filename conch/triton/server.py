@@ -36,7 +36,7 @@ from types import TracebackType
 import httpx
 
 from conch.cache import cached_file
-from conch.errors import ServeError
+from conch.errors import ServeError, ServerExited
 from conch.scratch import die_with_parent, scratch_dir
 from conch.triton import network_namespace, shm_regions
 from conch.triton.http_client import sync_client
@@ -102,15 +102,6 @@ def signal_cause(code: int) -> str:
         sig = signal.Signals(-code)
         return causes.get(sig, sig.name)
     return ""
-
-
-class ServerExited(ServeError):
-    """tritonserver exited while conch held it: how (``code``, as Popen gives it), while doing what, and where
-    its log was kept."""
-
-    def __init__(self, message: str, code: int, log: Path | None) -> None:
-        super().__init__(message)
-        self.code, self.log = code, log
 
 
 def keep_log(log: Path, name: str) -> Path | None:

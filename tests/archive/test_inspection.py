@@ -34,7 +34,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A production archive with a GPU instance group, dynamic batching, an environment and a warmup."""
     tmp = tmp_path_factory.mktemp("inspect")
     ens = Ensemble("inspected", max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, instance_group=InstanceGroup("KIND_GPU", count=2),
                       dynamic_batching=DynamicBatching((2, 4), max_queue_delay_microseconds=100),
                       env=PythonEnv(archive=_env_archive(tmp / "env.tar.gz")))

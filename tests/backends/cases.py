@@ -39,7 +39,7 @@ def _onnx(tmp: Path, **kw) -> OnnxStep:  # type: ignore[no-untyped-def]
 
 def _dali(inputs: list[Tensor], outputs: list[Tensor] | None = None) -> DaliStep:
     outputs = outputs or [Tensor("DALI_OUTPUT_0", "FP32", [4])]
-    return DaliStep("affine", dali_pipelines.affine, inputs, outputs, max_batch_size=8, num_threads=2)
+    return DaliStep("affine", dali_pipelines.affine, inputs=inputs, outputs=outputs, max_batch_size=8, num_threads=2)
 
 
 # A model.plan can only be built and read on a GPU; the production layout ships these bytes as they are.
@@ -47,7 +47,7 @@ OPAQUE_PLAN = b"prebuilt TensorRT engine bytes"
 
 
 def _tensorrt(tmp: Path, inputs: list[Tensor], outputs: list[Tensor] | None = None) -> TensorRTStep:
-    return TensorRTStep("affine", plan=OPAQUE_PLAN, onnx=onnx_models.affine(tmp / "a.onnx"), max_batch_size=8,
+    return TensorRTStep("affine", plan=OPAQUE_PLAN, source=onnx_models.affine(tmp / "a.onnx"), max_batch_size=8,
                         inputs=inputs, outputs=outputs or [Tensor("y", "FP32", [4])])
 
 
@@ -57,22 +57,23 @@ def _tensorflow(inputs: list[Tensor]) -> TensorFlowStep:
 
 
 def _torch(inputs: list[Tensor], outputs: list[Tensor] | None = None) -> TorchScriptStep:
-    return TorchScriptStep("affine", torch_modules.affine(), inputs, outputs or [Tensor("OUTPUT__0", "FP32", [4])],
+    return TorchScriptStep("affine", torch_modules.affine(), inputs=inputs,
+                           outputs=outputs or [Tensor("OUTPUT__0", "FP32", [4])],
                            max_batch_size=8)
 
 
 CASES = [
     BackendCase(
         kind="python",
-        make=lambda tmp: PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])],
-                                    [Tensor("y", "FP32", [4])], max_batch_size=8),
+        make=lambda tmp: PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                                    outputs=[Tensor("y", "FP32", [4])], max_batch_size=8),
         served_as="python",
         files={"1/model.py", "1/basic_steps.py"},
         inputs={"x": X},
         expected={"y": X * 2},
         wrong=[
-            (lambda tmp: PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])],
-                                    [Tensor("y", "FP32", [4])], files={"missing.txt": tmp / "missing.txt"}),
+            (lambda tmp: PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                                    outputs=[Tensor("y", "FP32", [4])], files={"missing.txt": tmp / "missing.txt"}),
              r"python step 'double': file 'missing.txt' points at .*missing.txt, which does not exist"),
         ],
     ),

@@ -22,13 +22,14 @@ RELEASE = Release.of("24.10")
 
 
 def reshape() -> DaliStep:
-    return DaliStep("reshape", dali_refused.reshape_to_four, [Tensor("X", "FP32", [3])], [Tensor("Y", "FP32", [2, 2])],
+    return DaliStep("reshape", dali_refused.reshape_to_four, inputs=[Tensor("X", "FP32", [3])],
+                    outputs=[Tensor("Y", "FP32", [2, 2])],
                     max_batch_size=4)
 
 
 def flow() -> DaliStep:
-    return DaliStep("flow", dali_refused.optical_flow, [Tensor("FRAMES", "UINT8", [2, 64, 64, 3])],
-                    [Tensor("FLOW", "FP32", [-1, -1, -1, 2])], max_batch_size=4)
+    return DaliStep("flow", dali_refused.optical_flow, inputs=[Tensor("FRAMES", "UINT8", [2, 64, 64, 3])],
+                    outputs=[Tensor("FLOW", "FP32", [-1, -1, -1, 2])], max_batch_size=4)
 
 
 def test_a_pipeline_that_fails_on_a_generated_input_is_refused_with_how_to_proceed() -> None:
@@ -60,7 +61,7 @@ def test_an_autoserialized_pipeline_typed_into_a_repl_has_no_source_file_to_ship
     with pytest.raises(DeclarationError, match=r"dali step 'x': cannot find the source file of pipeline "
                                                r"\(defined in an interactive session or a notebook cell\?\); "
                                                r"define the pipeline function in a \.py module"):
-        DaliStep("x", namespace["pipeline"], [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+        DaliStep("x", namespace["pipeline"], inputs=[Tensor("A", "FP32", [4])], outputs=[Tensor("Y", "FP32", [4])],
                  max_batch_size=4, autoserialize=True)
 
 
@@ -73,7 +74,7 @@ def test_an_onnx_input_the_tensorrt_step_does_not_declare_is_named_when_compilin
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, tmp_path / "add.onnx")
-    step = TensorRTStep("add", onnx=tmp_path / "add.onnx", inputs=[Tensor("a", "FP32", [4])],
+    step = TensorRTStep("add", tmp_path / "add.onnx", inputs=[Tensor("a", "FP32", [4])],
                         outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
     ens = Ensemble("trt_add", max_batch_size=8)
     ens.output("Y", step(ens.input("X", "FP32", [4])))

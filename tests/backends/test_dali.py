@@ -28,13 +28,13 @@ FIXTURES = Path(dali_pipelines.__file__).parent
 
 
 def affine(**kw) -> DaliStep:  # type: ignore[no-untyped-def]
-    return DaliStep("affine", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
-                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, **kw)
+    return DaliStep("affine", dali_pipelines.affine, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                    outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, **kw)
 
 
 def decode(**kw) -> DaliStep:  # type: ignore[no-untyped-def]
-    return DaliStep("decode", dali_pipelines.decode_resize, [Tensor("IMAGES", "UINT8", [-1])],
-                    [Tensor("PIXELS", "FP32", [32, 32, 3])], max_batch_size=4, **kw)
+    return DaliStep("decode", dali_pipelines.decode_resize, inputs=[Tensor("IMAGES", "UINT8", [-1])],
+                    outputs=[Tensor("PIXELS", "FP32", [32, 32, 3])], max_batch_size=4, **kw)
 
 
 def one_step(step: DaliStep) -> Ensemble:
@@ -49,8 +49,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import dali_pipelines
 from conch import DaliStep, Tensor
-step = DaliStep("affine", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
-                [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
+step = DaliStep("affine", dali_pipelines.affine, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8)
 sys.stdout.buffer.write(step.serialized())
 """
 
@@ -163,29 +163,31 @@ def test_autoserialize_ships_python_that_dali_serializes(tmp_path: Path, monkeyp
 
 def test_a_serialized_pipeline_can_be_given_as_bytes() -> None:
     data = decode().serialized()
-    step = DaliStep("decode", data, [Tensor("IMAGES", "UINT8", [-1])], [Tensor("PIXELS", "FP32", [32, 32, 3])],
+    step = DaliStep("decode", data, inputs=[Tensor("IMAGES", "UINT8", [-1])],
+                    outputs=[Tensor("PIXELS", "FP32", [32, 32, 3])],
                     max_batch_size=4)
     assert step.serialized() == data
 
 
 def test_untyped_external_sources_accept_any_declared_dtype() -> None:
-    step = DaliStep("two", dali_pipelines.two_outputs, [Tensor("DALI_INPUT_0", "INT32", [-1])],
-                    [Tensor("DOUBLED", "INT32", [-1]), Tensor("NEGATED", "INT32", [-1])], max_batch_size=2)
+    step = DaliStep("two", dali_pipelines.two_outputs, inputs=[Tensor("DALI_INPUT_0", "INT32", [-1])],
+                    outputs=[Tensor("DOUBLED", "INT32", [-1]), Tensor("NEGATED", "INT32", [-1])], max_batch_size=2)
     step.check(Release.of("24.10"))
 
 
 def test_refusals_at_declaration() -> None:
     with pytest.raises(DeclarationError, match=r"DALI's Triton backend needs max_batch_size >= 1"):
-        DaliStep("x", dali_pipelines.affine, [Tensor("DALI_INPUT_0", "FP32", [4])],
-                 [Tensor("Y", "FP32", [4])], max_batch_size=0)
+        DaliStep("x", dali_pipelines.affine, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                 outputs=[Tensor("Y", "FP32", [4])], max_batch_size=0)
     with pytest.raises(DeclarationError, match=r"tensor 'TEXT' is BYTES, which DALI's Triton backend does not"):
-        DaliStep("x", dali_pipelines.affine, [Tensor("TEXT", "BYTES", [1])], [Tensor("Y", "FP32", [4])],
+        DaliStep("x", dali_pipelines.affine, inputs=[Tensor("TEXT", "BYTES", [1])], outputs=[Tensor("Y", "FP32", [4])],
                  max_batch_size=2)
     with pytest.raises(DeclarationError, match=r"autoserialize=True ships the pipeline's Python code"):
-        DaliStep("x", b"serialized", [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+        DaliStep("x", b"serialized", inputs=[Tensor("DALI_INPUT_0", "FP32", [4])], outputs=[Tensor("Y", "FP32", [4])],
                  max_batch_size=2, autoserialize=True)
     with pytest.raises(BuildError, match=r"dali step 'x': model.dali is not a serialized DALI pipeline"):
-        DaliStep("x", b"\xff\xfe junk", [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("Y", "FP32", [4])],
+        DaliStep("x", b"\xff\xfe junk", inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                 outputs=[Tensor("Y", "FP32", [4])],
                  max_batch_size=2).check(Release.of("24.10"))
 
 
@@ -208,7 +210,7 @@ def _function_in(path: Path, source: str):  # type: ignore[no-untyped-def]
 
 
 def _declared(pipeline, inputs, outputs, **kw) -> DaliStep:  # type: ignore[no-untyped-def]
-    return DaliStep("x", pipeline, inputs, outputs, max_batch_size=4, **kw)
+    return DaliStep("x", pipeline, inputs=inputs, outputs=outputs, max_batch_size=4, **kw)
 
 
 @pytest.mark.parametrize(("make", "error", "message"), [
@@ -219,11 +221,11 @@ def _declared(pipeline, inputs, outputs, **kw) -> DaliStep:  # type: ignore[no-u
      r"dali step 'x': the pipeline's external_source 'B' has no declared input; DALI's backend feeds every"),
     (lambda: _declared(broken, [Tensor("A", "FP32", [4])], [Tensor("Y", "FP32", [4])]), BuildError,
      r"dali step 'x': building the pipeline from broken failed: ValueError: no such operator argument"),
-    (lambda: DaliStep("decode", decode().serialized(), [Tensor("IMAGES", "UINT8", [-1])],
-                      [Tensor("PIXELS", "INT32", [32, 32, 3])], max_batch_size=4), BuildError,
+    (lambda: DaliStep("decode", decode().serialized(), inputs=[Tensor("IMAGES", "UINT8", [-1])],
+                      outputs=[Tensor("PIXELS", "INT32", [32, 32, 3])], max_batch_size=4), BuildError,
      r"output 'PIXELS' \(pipeline output 0\) is declared INT32 but the pipeline declares FP32"),
-    (lambda: DaliStep("decode", decode().serialized(), [Tensor("IMAGES", "UINT8", [-1])],
-                      [Tensor("PIXELS", "FP32", [1024])], max_batch_size=4), BuildError,
+    (lambda: DaliStep("decode", decode().serialized(), inputs=[Tensor("IMAGES", "UINT8", [-1])],
+                      outputs=[Tensor("PIXELS", "FP32", [1024])], max_batch_size=4), BuildError,
      r"output 'PIXELS' \(pipeline output 0\) is declared with dims \[1024\] but the pipeline declares ndim=3"),
 ], ids=["num-threads", "not-a-pipeline", "unfed-source", "pipeline-raises", "output-dtype", "output-ndim"])
 def test_pipelines_dali_cannot_serve_as_declared_are_refused(make, error: type[Exception], message: str) -> None:  # type: ignore[no-untyped-def]
@@ -286,10 +288,10 @@ def _pipeline_module(folder: Path, name: str, scale: float) -> object:
     return module
 
 
-def _scaled_step(definition: object, cache: bool = True) -> DaliStep:
-    """A step over ``definition``, declared pure (``cache=True``) unless asked otherwise."""
-    return DaliStep("scaled", definition, [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[arg-type]
-                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, cache=cache)
+def _scaled_step(definition: object, pure: bool = True) -> DaliStep:
+    """A step over ``definition``, declared pure unless asked otherwise."""
+    return DaliStep("scaled", definition, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[arg-type]
+                    outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, pure=pure)
 
 
 class _Counted:
@@ -334,7 +336,7 @@ def test_an_unchanged_pipeline_is_not_serialized_or_built_on_the_cpu_again(
     assert third.files[dali_module.FILENAME] != first.files[dali_module.FILENAME]
 
     for _ in range(2):  # not declared pure: serialized at every build
-        assert _scaled_step(changed.scaled, cache=False).serialized() == _scaled_step(changed.scaled).serialized()  # type: ignore[attr-defined]
+        assert _scaled_step(changed.scaled, pure=False).serialized() == _scaled_step(changed.scaled).serialized()  # type: ignore[attr-defined]
     assert counted.serialized == 4
 
 
@@ -347,16 +349,16 @@ def test_a_pipeline_is_remembered_per_batch_size_and_closure_value(
     two, three = (_scaled_step(module.make(s)).serialized() for s in (2.0, 3.0))  # type: ignore[attr-defined]
     assert two != three and counted.serialized == 2
     assert _scaled_step(module.make(3.0)).serialized() == three and counted.serialized == 2  # type: ignore[attr-defined]
-    wider = DaliStep("scaled", module.make(3.0), [Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[attr-defined]
-                     [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16, cache=True)
+    wider = DaliStep("scaled", module.make(3.0), inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],  # type: ignore[attr-defined]
+                     outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=16, pure=True)
     assert wider.serialized() != three and counted.serialized == 3
     opaque = module.make(object())  # type: ignore[attr-defined]
     assert pure_key(opaque) is None  # not told by content: serialized every time
 
 
-def test_cache_must_be_a_bool() -> None:
-    with pytest.raises(DeclarationError, match="dali step 'scaled': cache must be True or False, got 'yes'"):
-        _scaled_step(dali_pipelines.affine, cache="yes")  # type: ignore[arg-type]
+def test_pure_must_be_a_bool() -> None:
+    with pytest.raises(DeclarationError, match="dali step 'scaled': pure must be True or False, got 'yes'"):
+        _scaled_step(dali_pipelines.affine, pure="yes")  # type: ignore[arg-type]
 
 
 _UNCHANGED_LOCAL_BUILD = """
@@ -367,8 +369,8 @@ spec.loader.exec_module(module)
 from conch import DaliStep, Ensemble, Tensor
 from conch.builder.repository_build import render_repository
 from conch.cache import pure_key, refreshing
-step = DaliStep("scaled", module.scaled, [Tensor("DALI_INPUT_0", "FP32", [4])], [Tensor("DALI_OUTPUT_0", "FP32", [4])],
-                max_batch_size=8, cache=True)
+step = DaliStep("scaled", module.scaled, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, pure=True)
 ens = Ensemble("pre", max_batch_size=8)
 ens.output("OUT", step(ens.input("IN", "FP32", [4])))
 repo = render_repository(ens, "local", "24.10")

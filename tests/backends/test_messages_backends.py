@@ -24,7 +24,7 @@ def test_a_pytorch_step_refuses_bytes_tensors() -> None:
     with pytest.raises(DeclarationError, match=re.escape(
             "pytorch step 's': tensor 'text' is BYTES; conch's pytorch steps take numeric tensors only (tokenize "
             "strings in a Python step before)")):
-        TorchScriptStep("s", b"", [Tensor("text", "BYTES", [1])], [Tensor("y", "FP32", [4])])
+        TorchScriptStep("s", b"", inputs=[Tensor("text", "BYTES", [1])], outputs=[Tensor("y", "FP32", [4])])
 
 
 def decode_without_resize():  # type: ignore[no-untyped-def]
@@ -45,8 +45,8 @@ def jpeg(height: int, width: int) -> bytes:
 
 
 def test_a_dali_pipeline_whose_samples_differ_in_shape_is_named_under_conch_run() -> None:
-    step = DaliStep("decode", decode_without_resize, [Tensor("IMAGES", "UINT8", [-1])],
-                    [Tensor("PIXELS", "UINT8", [-1, -1, 3])], max_batch_size=4)
+    step = DaliStep("decode", decode_without_resize, inputs=[Tensor("IMAGES", "UINT8", [-1])],
+                    outputs=[Tensor("PIXELS", "UINT8", [-1, -1, 3])], max_batch_size=4)
     ens = Ensemble("pre", max_batch_size=4)
     ens.output("OUT", step(ens.input("IN", "UINT8", [-1])))
     images = [jpeg(20, 30), jpeg(40, 10)]
@@ -81,7 +81,8 @@ def test_model_py_in_tritonserver_names_an_output_that_lost_the_batch_dimension(
         sys.path.remove(str(tmp_path / "code"))
         sys.modules.pop("msg_batch_steps", None)
     ens = Ensemble("lost_batch", max_batch_size=4)
-    step = PythonStep("summed", module.summed_over_batch, [Tensor("x", "FP32", [2])], [Tensor("y", "FP32", [2])],
+    step = PythonStep("summed", module.summed_over_batch, inputs=[Tensor("x", "FP32", [2])],
+                      outputs=[Tensor("y", "FP32", [2])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [2])))
     archive = build_ensemble(ens, tmp_path / "built", "local")

@@ -16,8 +16,8 @@ from conch.executor import Executor, run
 
 def _ensemble(assets: Path, **extra: bytes) -> Ensemble:
     ens = Ensemble("folder_files", max_batch_size=4)
-    step = PythonStep("prefix", basic_steps.FolderPrefixer, [Tensor("TEXT", "BYTES", [1])],
-                      [Tensor("OUT", "BYTES", [1])], files={"assets": assets, **extra}, max_batch_size=4)
+    step = PythonStep("prefix", basic_steps.FolderPrefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])], files={"assets": assets, **extra}, max_batch_size=4)
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     return ens
 

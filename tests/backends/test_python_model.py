@@ -29,8 +29,8 @@ def load(triton: LocalTriton, ens: Ensemble, tmp_path: Path) -> tuple[MultiModel
 
 def test_single_requests_answer_exactly_what_batched_calls_answer(tmp_path: Path, triton: LocalTriton) -> None:
     ens = Ensemble("fastpath", max_batch_size=16)
-    step = PythonStep("scale", fastpath_steps.scale_and_count, [Tensor("x", "FP32", [16])],
-                      [Tensor("y", "FP32", [16]), Tensor("rows", "INT32", [1])], max_batch_size=16,
+    step = PythonStep("scale", fastpath_steps.scale_and_count, inputs=[Tensor("x", "FP32", [16])],
+                      outputs=[Tensor("y", "FP32", [16]), Tensor("rows", "INT32", [1])], max_batch_size=16,
                       dynamic_batching=DynamicBatching(max_queue_delay_microseconds=200_000))
     y, rows = step(ens.input("X", "FP32", [16]))
     ens.output("Y", y)
@@ -57,7 +57,7 @@ def test_an_output_of_other_dims_than_declared_names_step_and_output(
     code: object, dims: list[int], tmp_path: Path, triton: LocalTriton
 ) -> None:
     ens = Ensemble(f"dims_{code.__name__}", max_batch_size=4)  # type: ignore[attr-defined]
-    step = PythonStep("summed", code, [Tensor("x", "FP32", [2])], [Tensor("total", "FP32", dims)],  # type: ignore[arg-type]
+    step = PythonStep("summed", code, inputs=[Tensor("x", "FP32", [2])], outputs=[Tensor("total", "FP32", dims)],  # type: ignore[arg-type]
                       max_batch_size=4)
     ens.output("TOTAL", step(ens.input("X", "FP32", [2])))
     client, name = load(triton, ens, tmp_path)

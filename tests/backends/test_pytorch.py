@@ -24,8 +24,8 @@ RELEASE = Release.of("24.10")
 
 def difference_step(inputs: list[str], outputs: tuple[str, str] = ("OUTPUT__0", "OUTPUT__1")) -> TorchScriptStep:
     return TorchScriptStep(
-        "difference", torch_modules.difference(), [Tensor(n, "FP32", [3]) for n in inputs],
-        [Tensor(n, "FP32", [3]) for n in outputs], max_batch_size=4,
+        "difference", torch_modules.difference(), inputs=[Tensor(n, "FP32", [3]) for n in inputs],
+        outputs=[Tensor(n, "FP32", [3]) for n in outputs], max_batch_size=4,
     )
 
 
@@ -67,15 +67,16 @@ def test_outputs_bind_by_index_convention_else_by_declaration_order() -> None:
 
 
 def test_probe_reports_a_missing_output_element() -> None:
-    step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "FP32", [4])],
-                           [Tensor("OUTPUT__0", "FP32", [4]), Tensor("OUTPUT__1", "FP32", [4])], max_batch_size=4)
+    step = TorchScriptStep("affine", torch_modules.affine(), inputs=[Tensor("x", "FP32", [4])],
+                           outputs=[Tensor("OUTPUT__0", "FP32", [4]), Tensor("OUTPUT__1", "FP32", [4])],
+                           max_batch_size=4)
     with pytest.raises(BuildError, match=r"output 'OUTPUT__1' is element 1 of forward\(\)'s result, which has 1"):
         step.check(RELEASE)
 
 
 def test_probe_false_skips_the_run_on_zeros() -> None:
-    step = TorchScriptStep("affine", torch_modules.affine(), [Tensor("x", "INT64", [4])],
-                           [Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=4, probe=False)
+    step = TorchScriptStep("affine", torch_modules.affine(), inputs=[Tensor("x", "INT64", [4])],
+                           outputs=[Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=4, probe=False)
     step.check(RELEASE)  # dtypes are not checked without the probe (INT64 into a Linear layer would fail) ...
     assert step.binding().inputs == ("x",)  # ... but names still bind
 
@@ -83,9 +84,10 @@ def test_probe_false_skips_the_run_on_zeros() -> None:
 def test_eager_modules_and_bytes_tensors_are_refused() -> None:
     eager = torch.nn.Linear(4, 4)
     with pytest.raises(DeclarationError, match=r"needs TorchScript, but got the eager module Linear; convert it"):
-        TorchScriptStep("eager", eager, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])]).artifact.resolve()
+        TorchScriptStep("eager", eager, inputs=[Tensor("x", "FP32", [4])],
+                        outputs=[Tensor("y", "FP32", [4])]).artifact.resolve()
     with pytest.raises(DeclarationError, match=r"tensor 'text' is BYTES"):
-        TorchScriptStep("s", b"", [Tensor("text", "BYTES", [1])], [Tensor("y", "FP32", [4])])
+        TorchScriptStep("s", b"", inputs=[Tensor("text", "BYTES", [1])], outputs=[Tensor("y", "FP32", [4])])
 
 
 def _trace_here(module):  # type: ignore[no-untyped-def]
@@ -185,7 +187,8 @@ class _Total(torch.nn.Module):
 
 
 def _one_input(module: Any, outputs: list[Tensor] | None = None) -> TorchScriptStep:
-    return TorchScriptStep("m", module, [Tensor("x", "FP32", [4])], outputs or [Tensor("OUTPUT__0", "FP32", [4])],
+    return TorchScriptStep("m", module, inputs=[Tensor("x", "FP32", [4])],
+                           outputs=outputs or [Tensor("OUTPUT__0", "FP32", [4])],
                            max_batch_size=4)
 
 

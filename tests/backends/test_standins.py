@@ -53,8 +53,9 @@ def test_onnx_runtime_runner_answers_as_onnx_runtime(tmp_path: Path) -> None:
 
 def test_torchscript_runner_binds_by_forward_argument_name(tmp_path: Path) -> None:
     step = TorchScriptStep("difference", torch_modules.difference(),
-                           [Tensor("b", "FP32", [4]), Tensor("a", "FP32", [4])],
-                           [Tensor("OUTPUT__0", "FP32", [4]), Tensor("OUTPUT__1", "FP32", [4])], max_batch_size=4)
+                           inputs=[Tensor("b", "FP32", [4]), Tensor("a", "FP32", [4])],
+                           outputs=[Tensor("OUTPUT__0", "FP32", [4]), Tensor("OUTPUT__1", "FP32", [4])],
+                           max_batch_size=4)
     runner = TorchScriptRunner()
     runner.setup(lay_out(step, tmp_path))
     a, b = X, X[::-1].copy()

@@ -57,7 +57,7 @@ def compiled(repo) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_compiling_without_a_gpu_fails_saying_how_to_proceed(tmp_path: Path, no_tensorrt: None) -> None:
-    step = TensorRTStep("resnet", onnx=onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
+    step = TensorRTStep("resnet", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
     with pytest.raises(BuildError) as caught:
         build_ensemble(one_step(step), tmp_path / "dist", "production", "24.10")
     message = str(caught.value)
@@ -75,7 +75,8 @@ def test_a_plan_without_onnx_source_has_no_cpu_standin(tmp_path: Path) -> None:
     step = TensorRTStep("resnet", plan=b"engine", inputs=[Tensor("x", "FP32", [4])],
                         outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
     with pytest.raises(BuildError, match=r"ensemble 'trt': tensorrt step 'resnet' has no CPU stand-in: it is "
-                                         r"given only a prebuilt plan.*pass onnx="):
+                                         r"given only a prebuilt plan.*give the model's ONNX source as the second "
+                                         r"argument \(and the plan as plan=\)"):
         build_ensemble(one_step(step), tmp_path, "local", "24.10")
     assert not list(tmp_path.iterdir())
     repo = render_repository(one_step(step), "production", "24.10")
@@ -84,12 +85,14 @@ def test_a_plan_without_onnx_source_has_no_cpu_standin(tmp_path: Path) -> None:
 
 
 def test_declarations_needed_without_readable_onnx(tmp_path: Path) -> None:
-    with pytest.raises(DeclarationError, match=r"give plan= \(a prebuilt model.plan\), onnx="):
+    with pytest.raises(DeclarationError, match=r"tensorrt step 'resnet': give its model as the second argument: the "
+                       r"ONNX model \(compiled into a plan, and run locally\) or a prebuilt plan \(bytes or a .plan "
+                       r"file\); plan= adds a prebuilt plan beside the ONNX model"):
         TensorRTStep("resnet", inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])])
     with pytest.raises(DeclarationError, match=r"a plan cannot be read here, so declare inputs= and outputs="):
         TensorRTStep("resnet", plan=b"engine", max_batch_size=8)
     with pytest.raises(DeclarationError, match=r"onnx is a function, so declare inputs= and outputs="):
-        TensorRTStep("resnet", onnx=lambda: tmp_path / "a.onnx", max_batch_size=8)
+        TensorRTStep("resnet", lambda: tmp_path / "a.onnx", max_batch_size=8)
 
 
 def test_profiles_span_batch_and_dynamic_dims() -> None:
@@ -102,7 +105,7 @@ def test_profiles_span_batch_and_dynamic_dims() -> None:
 
 
 def test_compiled_plan_records_the_tensorrt_version(tmp_path: Path, fake_trt) -> None:  # type: ignore[no-untyped-def]
-    step = TensorRTStep("resnet", onnx=onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8, fp16=True,
+    step = TensorRTStep("resnet", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8, fp16=True,
                         warmup=Warmup("bs8", batch_size=8))
     repo = render_repository(one_step(step), "production", "24.10")
     data = repo.files["trt__resnet/1/model.plan"].read_bytes()  # type: ignore[union-attr]
@@ -144,7 +147,7 @@ def test_an_engine_smaller_than_max_batch_size_is_refused(tmp_path: Path, fake_t
 def test_compiles_with_each_tensorrt_major_version(major: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version, release = TENSORRT[major]
     use_tensorrt(monkeypatch, tmp_path, version)
-    step = TensorRTStep("resnet", onnx=onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
+    step = TensorRTStep("resnet", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
     repo = render_repository(one_step(step), "production", release)
     plan = compiled(repo)
     assert plan["version"] == version
@@ -170,7 +173,7 @@ def test_engine_io_dtypes(elem: int, dtype: str, major: str, outcome: str, tmp_p
                           monkeypatch: pytest.MonkeyPatch) -> None:
     version, release = TENSORRT[major]
     use_tensorrt(monkeypatch, tmp_path, version)
-    step = TensorRTStep("resnet", onnx=onnx_models.identity(tmp_path / "i.onnx", elem, ["batch", 4]), max_batch_size=8)
+    step = TensorRTStep("resnet", onnx_models.identity(tmp_path / "i.onnx", elem, ["batch", 4]), max_batch_size=8)
     assert [t.dtype.wire for t in (*step.inputs, *step.outputs)] == [dtype, dtype]
     if " " in outcome:
         with pytest.raises(BuildError, match=outcome):
@@ -186,7 +189,7 @@ def test_a_model_tensorrt_cannot_parse_is_refused_with_the_parser_errors(tmp_pat
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     use_tensorrt(monkeypatch, tmp_path, "10.5.0")
     custom = onnx_models.identity(tmp_path / "c.onnx", TensorProto.FLOAT, ["batch", 4], domain="com.example")
-    step = TensorRTStep("resnet", onnx=custom, max_batch_size=8)
+    step = TensorRTStep("resnet", custom, max_batch_size=8)
     with pytest.raises(BuildError, match=r"ensemble 'trt': tensorrt step 'resnet': TensorRT 10.5.0 cannot parse "
                                          r"model.onnx: In node 0 \(importModel\): UNSUPPORTED_NODE: No importer "
                                          r"registered for op: CustomIdentity"):
@@ -196,7 +199,7 @@ def test_a_model_tensorrt_cannot_parse_is_refused_with_the_parser_errors(tmp_pat
 
 def test_a_failing_build_says_what_tensorrt_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_tensorrt(monkeypatch, tmp_path, "8.6.1")
-    step = TensorRTStep("resnet", onnx=onnx_models.identity(tmp_path / "s.onnx", TensorProto.FLOAT, ["batch", "seq"]),
+    step = TensorRTStep("resnet", onnx_models.identity(tmp_path / "s.onnx", TensorProto.FLOAT, ["batch", "seq"]),
                         max_batch_size=8, max_dims={"x": [0]})  # a profile TensorRT refuses: min 1 > max 0
     with pytest.raises(BuildError, match=r"tensorrt step 'resnet': TensorRT 8.6.1 could not build an engine from "
                                          r"model.onnx: .*x: axis 1 needs 0 <= min <= opt <= max, got 1, 0, 0"):
@@ -205,21 +208,21 @@ def test_a_failing_build_says_what_tensorrt_logged(tmp_path: Path, monkeypatch: 
 
 def test_profiles_cover_dynamic_dims_up_to_max_dims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_tensorrt(monkeypatch, tmp_path, "10.5.0")
-    step = TensorRTStep("resnet", onnx=onnx_models.identity(tmp_path / "s.onnx", TensorProto.INT64, ["batch", "seq"]),
+    step = TensorRTStep("resnet", onnx_models.identity(tmp_path / "s.onnx", TensorProto.INT64, ["batch", "seq"]),
                         max_batch_size=8, max_dims={"x": [128]})
     plan = compiled(render_repository(one_step(step), "production", "24.10"))
     assert [t["profile"] for t in plan["io"] if t["input"]] == [[[1, 1], [8, 128], [8, 128]]]
     with pytest.raises(DeclarationError, match=r"max_dims names \['y'\], which are not inputs"):
-        TensorRTStep("resnet", onnx=tmp_path / "s.onnx", max_batch_size=8, max_dims={"y": [128]})
+        TensorRTStep("resnet", tmp_path / "s.onnx", max_batch_size=8, max_dims={"y": [128]})
     with pytest.raises(BuildError, match=r"max_dims\['x'\] is \[4, 4\], but input 'x' has dims \[-1\]; give one "
                                          r"size per dim"):
-        render_repository(one_step(TensorRTStep("resnet", onnx=tmp_path / "s.onnx", max_batch_size=8,
+        render_repository(one_step(TensorRTStep("resnet", tmp_path / "s.onnx", max_batch_size=8,
                                                 max_dims={"x": [4, 4]})), "production", "24.10")
 
 
 def test_a_plan_for_another_tensorrt_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_tensorrt(monkeypatch, tmp_path, "10.5.0")
-    step = TensorRTStep("resnet", onnx=onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
+    step = TensorRTStep("resnet", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
     render_repository(one_step(step), "production", "24.10")  # cached for TensorRT 10 ...
     with pytest.raises(BuildError, match=r"this host has TensorRT 10.5.0, but Triton 24.04 runs TensorRT 8.x, which "
                                          r"cannot load a plan built by another version"):
@@ -228,7 +231,7 @@ def test_a_plan_for_another_tensorrt_version_is_refused(tmp_path: Path, monkeypa
 
 def test_a_builder_without_a_cuda_device_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     use_tensorrt(monkeypatch, tmp_path, "10.5.0", gpu=False)
-    step = TensorRTStep("resnet", onnx=onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
+    step = TensorRTStep("resnet", onnx_models.affine(tmp_path / "a.onnx"), max_batch_size=8)
     with pytest.raises(BuildError, match=r"needs an NVIDIA GPU .*TensorRT cannot start a builder: TypeError: "
                                          r"pybind11::init\(\): factory function returned nullptr"):
         render_repository(one_step(step), "production", "24.10")
@@ -267,7 +270,8 @@ def test_a_prebuilt_plan_is_checked_against_the_declaration(tmp_path: Path, monk
 
 
 def test_onnx_source_must_be_a_file(tmp_path: Path) -> None:
-    step = TensorRTStep("resnet", onnx=lambda: onnx_models.affine(tmp_path / "a.onnx").read_bytes(),
+    step = TensorRTStep("resnet", lambda: onnx_models.affine(tmp_path / "a.onnx").read_bytes(),
                         inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
-    with pytest.raises(BuildError, match=r"tensorrt step 'resnet': pass onnx= as a file path, not bytes"):
+    with pytest.raises(BuildError, match=r"tensorrt step 'resnet': its ONNX source must be a file path \(a "
+                                         r"function gave bytes\); return the .onnx file's path"):
         render_repository(one_step(step), "local", "24.10")

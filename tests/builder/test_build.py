@@ -94,7 +94,8 @@ def test_manifest_records_hashes_release_schema_and_samples(tmp_path: Path) -> N
 
 def test_missing_artifact_fails_naming_step_and_file_and_leaves_nothing(tmp_path: Path) -> None:
     ens = Ensemble("needs_file", max_batch_size=4)
-    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+    step = PythonStep("prefix", basic_steps.Prefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])],
                       files={"prefix.txt": tmp_path / "absent.txt"}, max_batch_size=4)
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     out = tmp_path / "dist"
@@ -124,7 +125,7 @@ def test_bad_declaration_is_reported_before_anything_is_written(tmp_path: Path) 
 
 def test_local_target_runs_gpu_instance_groups_on_cpu(tmp_path: Path) -> None:
     ens = Ensemble("gpu", max_batch_size=4)
-    step = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, instance_group=InstanceGroup("KIND_GPU", 2))
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     prod = render_repository(ens, "production", "24.10")
@@ -169,7 +170,8 @@ def test_an_execution_env_path_parameter_beside_env_is_refused() -> None:
     from conch import PythonEnv
 
     ens = Ensemble("env_param", max_batch_size=4)
-    s = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4,
+    s = PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                   outputs=[Tensor("y", "FP32", [4])], max_batch_size=4,
                    env=PythonEnv(requirements=("tabulate==0.9.0",)),
                    parameters={"EXECUTION_ENV_PATH": "$$TRITON_MODEL_DIRECTORY/env.tar.gz"})
     ens.output("Y", s(ens.input("X", "FP32", [4])))

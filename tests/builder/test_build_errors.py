@@ -24,7 +24,8 @@ def test_a_file_the_system_refuses_to_read_names_the_step_and_the_file() -> None
     unreadable = Path("/proc/self/mem")
     assert unreadable.is_file()
     ens = Ensemble("unreadable", max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, files={"weights.bin": unreadable})
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     with pytest.raises(BuildError, match=r"step 'double': cannot read a file it lays out: .*Input/output error"):
@@ -74,7 +75,8 @@ def test_a_folder_given_as_an_archive_is_refused(tmp_path: Path) -> None:
 
 def test_a_warmup_payload_with_an_empty_tensor_is_refused_at_build(tmp_path: Path) -> None:
     ens = Ensemble("empty_warmup", max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [-1])], [Tensor("y", "FP32", [-1])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [-1])],
+                      outputs=[Tensor("y", "FP32", [-1])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [-1])))
     ens.warmup({"X": np.zeros((1, 0), np.float32)})

@@ -50,23 +50,24 @@ def _step(kind: str, name: str, folder: Path, dtype: str = "FP32", dims: tuple[i
     """One step of ``kind`` computing y = 2x (Python) or y = 2x + 1 (the others) over FP32 [4]; ``dtype``
     and ``dims`` declare its input otherwise than its model has it (a wrong declaration)."""
     if kind == "python":
-        return PythonStep(name, basic_steps.double, [Tensor("x", dtype, list(dims))], [Tensor("y", "FP32", [4])],
+        return PythonStep(name, basic_steps.double, inputs=[Tensor("x", dtype, list(dims))],
+                          outputs=[Tensor("y", "FP32", [4])],
                           max_batch_size=8)
     if kind == "onnx":
         return OnnxStep(name, onnx_models.affine(folder / "affine.onnx"), max_batch_size=8,
                         inputs=[Tensor("x", dtype, list(dims))], outputs=[Tensor("y", "FP32", [4])])
     if kind == "tensorrt":
-        return TensorRTStep(name, plan=OPAQUE_PLAN, onnx=onnx_models.affine(folder / "affine.onnx"), max_batch_size=8,
+        return TensorRTStep(name, plan=OPAQUE_PLAN, source=onnx_models.affine(folder / "affine.onnx"), max_batch_size=8,
                             inputs=[Tensor("x", dtype, list(dims))], outputs=[Tensor("y", "FP32", [4])])
     if kind == "tensorflow":
         return TensorFlowStep(name, tf_graphs.affine(), max_batch_size=8,
                               inputs=[Tensor("inputs/x", dtype, list(dims))], outputs=[Tensor("affine/y", "FP32", [4])])
     if kind == "pytorch":
-        return TorchScriptStep(name, torch_modules.affine(), [Tensor("INPUT__0", dtype, list(dims))],
-                               [Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=8)
+        return TorchScriptStep(name, torch_modules.affine(), inputs=[Tensor("INPUT__0", dtype, list(dims))],
+                               outputs=[Tensor("OUTPUT__0", "FP32", [4])], max_batch_size=8)
     assert kind == "dali"
-    return DaliStep(name, dali_pipelines.affine, [Tensor("DALI_INPUT_0", dtype, list(dims))],
-                    [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, num_threads=2)
+    return DaliStep(name, dali_pipelines.affine, inputs=[Tensor("DALI_INPUT_0", dtype, list(dims))],
+                    outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=8, num_threads=2)
 
 
 INPUT_NAME = {"python": "x", "onnx": "x", "tensorrt": "x", "tensorflow": "inputs/x", "pytorch": "INPUT__0",
@@ -146,7 +147,7 @@ def declare(name: str, nodes: tuple[Node, ...], folder: Path) -> Ensemble:
         if node.reads[1:]:
             two_in = [Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])]
             two_out = [Tensor("s", "FP32", [4]), Tensor("d", "FP32", [4])]
-            step: Step = PythonStep(step_name, basic_steps.split_sum, two_in, two_out, max_batch_size=8)
+            step: Step = PythonStep(step_name, basic_steps.split_sum, inputs=two_in, outputs=two_out, max_batch_size=8)
         elif node.wrong == "model":
             dtype, dims, _ = AGAINST_THE_MODEL[node.kind]
             step = _step(node.kind, step_name, folder, dtype, dims)

@@ -40,8 +40,8 @@ def test_an_ensemble_reached_twice_is_found_once_and_a_second_of_its_name_is_ref
     declare = ("from conch import Ensemble, PythonStep, Tensor\n"
                "from basic_steps import double\n"
                "ens = Ensemble('dup_{0}', max_batch_size=4)\n"
-               "step = PythonStep('double', double, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])], "
-               "max_batch_size=4)\n"
+               "step = PythonStep('double', double, inputs=[Tensor('x', 'FP32', [4])], "
+               "outputs=[Tensor('y', 'FP32', [4])], max_batch_size=4)\n"
                "ens.output('Y', step(ens.input('X', 'FP32', [4])))\n")
     (tmp_path / "conch_discover_one.py").write_text(declare.format("a"))
     (tmp_path / "conch_discover_reexport.py").write_text("from conch_discover_one import ens\n")

@@ -40,7 +40,8 @@ from conch import Ensemble, PythonStep, Tensor
 
 def ensemble(name, code, files=None, batch=4):
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("s", code, [Tensor("x", "FP32", [2])], [Tensor("y", "FP32", [2])], max_batch_size=batch,
+    step = PythonStep("s", code, inputs=[Tensor("x", "FP32", [2])],
+                      outputs=[Tensor("y", "FP32", [2])], max_batch_size=batch,
                       files=files)
     ens.output("Y", step(ens.input("X", "FP32", [2])))
     return ens
@@ -48,7 +49,7 @@ def ensemble(name, code, files=None, batch=4):
 alpha = ensemble("alpha", double)
 beta = ensemble("beta", Scale, files={"k.txt": "k.txt"}, batch=BETA_BATCH)
 gamma = ensemble("gamma", double)
-gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted(), cache=SAMPLE_CACHE)
+gamma.sample("counted", {"X": np.ones((1, 2), np.float32)}, lambda: counted(), pure=SAMPLE_CACHE)
 
 def counted():
     with open("expected-calls.txt", "a") as fh:
@@ -181,7 +182,8 @@ from env_steps import where
 from conch import Ensemble, PythonEnv, PythonStep, Tensor
 
 ens = Ensemble("with_env", max_batch_size=4)
-step = PythonStep("where0", where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])], max_batch_size=4,
+step = PythonStep("where0", where, inputs=[Tensor("x", "FP32", [1])],
+                  outputs=[Tensor("WHERE", "BYTES", [3])], max_batch_size=4,
                   env=PythonEnv(requirements=("tabulate==0.9.0",)))
 ens.output("WHERE0", step(ens.input("X", "FP32", [1])))
 """

@@ -92,8 +92,8 @@ def declare(d: Declaration) -> Ensemble:
     ens = Ensemble(d.ensemble, max_batch_size=d.ensemble_batch)
     x = ens.input("X", d.dtype, d.dims)
     policy = VersionPolicy(**d.policy) if d.policy is not None else None
-    step = PythonStep("echo", property_steps.echo, [Tensor(d.tensor, d.dtype, d.dims, reshape=d.reshape)],
-                      [Tensor("y", d.dtype, d.dims, labels=labels)], max_batch_size=d.step_batch,
+    step = PythonStep("echo", property_steps.echo, inputs=[Tensor(d.tensor, d.dtype, d.dims, reshape=d.reshape)],
+                      outputs=[Tensor("y", d.dtype, d.dims, labels=labels)], max_batch_size=d.step_batch,
                       parameters=d.parameters, version_policy=policy)
     ens.output("Y", step(x))
     return ens

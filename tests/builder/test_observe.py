@@ -1,5 +1,5 @@
 """observe() runs the ensemble in this process at every build when a step's code is not declared pure; for
-code declared ``cache=True``, once per content: an unchanged rebuild takes its warmup and shared-memory
+code declared ``pure=True``, once per content: an unchanged rebuild takes its warmup and shared-memory
 sizes from conch's cache; a change to the step code, a step file, a sample or the warmup runs it again
 (counted by ``conch.builder.observe.runs``)."""
 
@@ -39,12 +39,12 @@ def steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module(name)
 
 
-def declared(steps: ModuleType, value: float = 1.0, count: int = 1, cache: bool = True) -> Ensemble:
+def declared(steps: ModuleType, value: float = 1.0, count: int = 1, pure: bool = True) -> Ensemble:
     """X -> as_text (BYTES out, so shared memory is sized from the sample), with a warmup from the sample."""
     folder = Path(steps.__file__).parent  # type: ignore[arg-type]
     ens = Ensemble(f"observed_{steps.__name__}", max_batch_size=4)
-    step = PythonStep("as_text", steps.as_text, [Tensor("x", "FP32", [4])], [Tensor("t", "BYTES", [1])],
-                      files={"table.txt": folder / "table.txt"}, max_batch_size=4, cache=cache)
+    step = PythonStep("as_text", steps.as_text, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("t", "BYTES", [1])],
+                      files={"table.txt": folder / "table.txt"}, max_batch_size=4, pure=pure)
     ens.output("T", step(ens.input("X", "FP32", [4])))
     ens.sample("one", {"X": np.full((2, 4), value, np.float32)},
                {"T": np.array([[str(4 * value)]] * 2, dtype=object)})
@@ -68,8 +68,8 @@ def test_an_unchanged_rebuild_runs_nothing_and_builds_the_same_files(steps: Modu
 
 
 def test_code_not_declared_pure_runs_at_every_build(steps: ModuleType) -> None:
-    assert runs_for(declared(steps, cache=False))[0] == 1
-    assert runs_for(declared(steps, cache=False))[0] == 1
+    assert runs_for(declared(steps, pure=False))[0] == 1
+    assert runs_for(declared(steps, pure=False))[0] == 1
 
 
 @pytest.mark.parametrize("change", ["step code", "step file", "sample", "warmup count"])
@@ -147,7 +147,8 @@ def test_an_in_memory_file_is_hashed_once_in_a_build(tmp_path: Path, monkeypatch
     monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
     payload = np.random.default_rng(0).bytes(1 << 16)
     ens = Ensemble("hashed_once", max_batch_size=8)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       files={"weights.bin": payload}, max_batch_size=8)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("one", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 2, np.float32)})

@@ -22,7 +22,8 @@ from conch.triton.server import LocalTriton
 def doubling(name: str, *, step_input: str = "x", max_batch_size: int = 4, **kw: object) -> Ensemble:
     """x -> double -> y; the ensemble's tensors named as the step's unless ``step_input`` says otherwise."""
     ens = Ensemble(name, max_batch_size=max_batch_size, **kw)  # type: ignore[arg-type]
-    step = PythonStep("double", basic_steps.double, [Tensor(step_input, "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor(step_input, "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=max_batch_size)
     ens.output("y", step(ens.input("x", "FP32", [4])))
     data = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -71,7 +72,8 @@ def test_a_step_callers_could_tell_apart_keeps_its_ensemble(kw: dict[str, object
 
 def test_a_batching_mismatch_keeps_the_ensemble() -> None:
     ens = Ensemble("batched", max_batch_size=2)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=8)
     ens.output("y", step(ens.input("x", "FP32", [4])))
     assert compile_ensemble(ens, "production", "24.10").kept_because() == (
@@ -80,8 +82,8 @@ def test_a_batching_mismatch_keeps_the_ensemble() -> None:
 
 def test_an_output_the_ensemble_drops_keeps_the_ensemble() -> None:
     ens = Ensemble("dropping", max_batch_size=0)
-    step = PythonStep("split", basic_steps.split_sum, [Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])],
-                      [Tensor("s", "FP32", [4]), Tensor("d", "FP32", [4])])
+    step = PythonStep("split", basic_steps.split_sum, inputs=[Tensor("a", "FP32", [4]), Tensor("b", "FP32", [4])],
+                      outputs=[Tensor("s", "FP32", [4]), Tensor("d", "FP32", [4])])
     s, d = step(a=ens.input("a", "FP32", [4]), b=ens.input("b", "FP32", [4]))
     ens.output("s", s)
     ens.discard(d)

@@ -36,7 +36,8 @@ def where_ensemble(name: str, env: PythonEnv, steps: int = 1) -> Ensemble:
     ens = Ensemble(name, max_batch_size=4)
     x = ens.input("X", "FP32", [1])
     for i in range(steps):
-        step = PythonStep(f"where{i}", env_steps.where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])],
+        step = PythonStep(f"where{i}", env_steps.where, inputs=[Tensor("x", "FP32", [1])],
+                          outputs=[Tensor("WHERE", "BYTES", [3])],
                           max_batch_size=4, env=env)
         ens.output(f"WHERE{i}", step(x))
     return ens
@@ -248,7 +249,8 @@ from conch import Ensemble, PythonEnv, PythonStep, Tensor
 
 def where(name, env):
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("where0", env_steps.where, [Tensor("x", "FP32", [1])], [Tensor("WHERE", "BYTES", [3])],
+    step = PythonStep("where0", env_steps.where, inputs=[Tensor("x", "FP32", [1])],
+                      outputs=[Tensor("WHERE", "BYTES", [3])],
                       max_batch_size=4, env=env)
     ens.output("WHERE0", step(ens.input("X", "FP32", [1])))
     return ens

@@ -46,7 +46,7 @@ def dags(draw: st.DrawFn) -> Ensemble:
             kwargs["instance_group"] = InstanceGroup(draw(st.sampled_from(["KIND_CPU", "KIND_GPU"])), 2)
         if all(d > 0 for t in inputs for d in t.dims) and draw(st.booleans()):
             kwargs["warmup"] = Warmup("w", batch_size=1)
-        step = PythonStep(f"s{s}", basic_steps.double, inputs, outputs, max_batch_size=step_mbs,
+        step = PythonStep(f"s{s}", basic_steps.double, inputs=inputs, outputs=outputs, max_batch_size=step_mbs,
                           parameters={draw(text_st) or "k": draw(text_st)}, **kwargs)
         result = step(*chosen)
         pool.extend(result if isinstance(result, tuple) else [result])

@@ -71,7 +71,8 @@ def test_every_step_field_renders_and_parses() -> None:
 
 
 def test_warmup_refuses_wildcard_dims_with_the_reason() -> None:
-    step = PythonStep("s", basic_steps.double, [Tensor("mask", "INT64", [-1])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("s", basic_steps.double, inputs=[Tensor("mask", "INT64", [-1])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, warmup=Warmup("zeros"))
     with pytest.raises(BuildError, match=r"warmup 'zeros' needs concrete dims, but input 'mask' has dims \[-1\]"):
         render_config(step.layout("m", Target.PRODUCTION, Release.of("24.10"), "e").spec)
@@ -86,7 +87,7 @@ def test_warmup_refuses_wildcard_dims_with_the_reason() -> None:
     ],
 )
 def test_version_policies(policy: VersionPolicy, field: str) -> None:
-    step = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       version_policy=policy)
     config = parse(render_config(step.layout("s", Target.PRODUCTION, Release.of("24.10"), "e").spec))
     assert config.version_policy.WhichOneof("policy_choice") == field

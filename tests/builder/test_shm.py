@@ -115,7 +115,8 @@ def test_a_production_shortfall_and_unsized_tensors_are_one_line() -> None:
 
 def test_samples_that_cannot_run_here_leave_sizes_unmeasured_not_the_build_failed() -> None:
     ens = Ensemble("shm_broken", max_batch_size=4)
-    step = PythonStep("broken", basic_steps.broken, [Tensor("x", "BYTES", [1])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("broken", basic_steps.broken, inputs=[Tensor("x", "BYTES", [1])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "BYTES", [1])))
     ens.sample("one", {"X": [[b"a"]]}, {"Y": np.zeros((1, 4), np.float32)})

@@ -91,12 +91,13 @@ def ensemble(name):
 
 
 def python(name, fn):
-    return PythonStep(name, fn, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+    return PythonStep(name, fn, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
+                      max_batch_size=4)
 
 
 stale_dali, x = ensemble("stale_dali")
-stale_dali.output("OUT", DaliStep("dali", pipeline, [Tensor("DALI_INPUT_0", "FP32", [4])],
-                                  [Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=4)(x))
+stale_dali.output("OUT", DaliStep("dali", pipeline, inputs=[Tensor("DALI_INPUT_0", "FP32", [4])],
+                                  outputs=[Tensor("DALI_OUTPUT_0", "FP32", [4])], max_batch_size=4)(x))
 
 stale_sample, x = ensemble("stale_sample")
 stale_sample.output("OUT", python("same", code.same)(x))

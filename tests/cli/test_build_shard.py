@@ -16,7 +16,8 @@ from conch import Ensemble, PythonStep, Tensor
 
 for _name in {names!r}:
     globals()[_name] = Ensemble(_name, max_batch_size=4)
-    _step = PythonStep("double", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+    _step = PythonStep("double", double, inputs=[Tensor("x", "FP32", [4])],
+                       outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
     globals()[_name].output("Y", _step(globals()[_name].input("X", "FP32", [4])))
 '''
 

@@ -52,7 +52,8 @@ def test_load_targets_of_no_archives() -> None:
 
 def test_bench_of_an_archive_without_samples(tmp_path: Path) -> None:
     ens = Ensemble("no_samples", max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     archive = build_ensemble(ens, tmp_path, "local")

@@ -74,7 +74,7 @@ def test_a_conda_environment_needs_conda_pack_before_the_build(tmp_path: Path, m
     (tmp_path / "with_conda.py").write_text(
         "from conda_steps import double\n"
         "from conch import Ensemble, PythonEnv, PythonStep, Tensor\n"
-        "step = PythonStep('double', double, [Tensor('x', 'FP32', [4])], [Tensor('y', 'FP32', [4])],\n"
+        "step = PythonStep('double', double, inputs=[Tensor('x', 'FP32', [4])], outputs=[Tensor('y', 'FP32', [4])],\n"
         f"                  env=PythonEnv(conda_prefix={str(tmp_path / 'env')!r}))\n"
         "with_conda = Ensemble('with_conda')\n"
         "with_conda.output('Y', step(with_conda.input('X', 'FP32', [4])))\n")

@@ -21,7 +21,7 @@ from conch.cli import main
 def quadrupled(name: str) -> Ensemble:
     """The linear ensemble's inputs and outputs, another model: Z = X * 4."""
     ens = Ensemble(name, max_batch_size=8)
-    steps = [PythonStep(n, basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    steps = [PythonStep(n, basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                         max_batch_size=8) for n in ("double", "double_again")]
     ens.output("Z", steps[1](steps[0](ens.input("X", "FP32", [4]))))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 4, np.float32)})

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from conftest import linear_ensemble
 
-import conch
 from conch import DeclarationError, Ensemble, PythonEnv, PythonStep, Release, Target
 from conch.builder.repository_build import render_repository
 from conch.compiler.compiled import compile_ensemble
@@ -89,4 +88,3 @@ def test_an_executor_runs_a_compiled_plan_and_a_production_plan_through_its_loca
         with Executor(plan) as executor:
             assert executor.plan.target is Target.LOCAL
             np.testing.assert_array_equal(executor.run({"X": x})["Z"], x * 2 + 1)
-    np.testing.assert_array_equal(ens.run({"X": x})["Z"], conch.run(ens, {"X": x})["Z"])

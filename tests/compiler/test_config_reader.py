@@ -61,7 +61,8 @@ UNMODELLED = {
 
 
 def _step(config_fields: Any, **settings: Any) -> PythonStep:
-    return PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    return PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, config_fields=config_fields, **settings)
 
 

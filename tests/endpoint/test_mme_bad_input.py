@@ -25,7 +25,8 @@ LOAD_TIMEOUT_S = 12.0  # the hung load's wait; a load that succeeds here takes 1
 
 def one_step(name: str, code: Any) -> Ensemble:
     ens = Ensemble(name, max_batch_size=8)
-    step = PythonStep("only", code, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
+    step = PythonStep("only", code, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
     ens.output("Z", step(ens.input("X", "FP32", [4])))
     return ens
 

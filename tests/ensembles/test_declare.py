@@ -28,7 +28,8 @@ from conch.ensembles.target import Target
 
 def step(name: str = "s", inputs=None, outputs=None, code=basic_steps.double, **kw) -> PythonStep:  # type: ignore[no-untyped-def]
     kw.setdefault("max_batch_size", 8)
-    return PythonStep(name, code, inputs or [Tensor("x", "FP32", [4])], outputs or [Tensor("y", "FP32", [4])], **kw)
+    return PythonStep(name, code, inputs=inputs or [Tensor("x", "FP32", [4])],
+                      outputs=outputs or [Tensor("y", "FP32", [4])], **kw)
 
 
 def ensemble(name: str = "e", mbs: int = 8) -> Ensemble:
@@ -434,7 +435,7 @@ REFUSED = [  # (what a user writes, the error, its message)
     (_sample_twice, DeclarationError, r"ensemble 'e' sample 's': a sample of that name exists already"),
     (_step_named_like_its_ensemble, DeclarationError, r"a step's model name equals the ensemble's; change step_prefix"),
     (lambda: ensemble().input("", "FP32", [4]), DeclarationError, r"a tensor name must be a non-empty string"),
-    (lambda: PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], []), DeclarationError,
+    (lambda: PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[]), DeclarationError,
      r"step 's': declare at least one output"),
     (lambda: step(inputs=["x"]), DeclarationError, r"step 's': inputs must be conch.Tensor, got 'x'"),
     (lambda: step(inputs=[Tensor("x", "FP32", [2], labels=["a", "b"])]), DeclarationError,
@@ -448,7 +449,7 @@ REFUSED = [  # (what a user writes, the error, its message)
      r"PythonEnv archive env.zip: use a .tar.gz, .tgz or .tar file, or an unpacked folder"),
     (lambda: Target.of("staging"), BuildError, r"unknown target 'staging': use 'production' or 'local'"),
     (lambda: Release.of("22.12"), BuildError, r"release 22.12: conch targets 23.02 and later"),
-    (lambda: PythonStep("s", 42, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])]),  # type: ignore[arg-type]
+    (lambda: PythonStep("s", 42, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])]),  # type: ignore[arg-type]
      DeclarationError, r"python step 's': code must be a function or a class, got 42"),
 ]
 

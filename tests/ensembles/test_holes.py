@@ -22,7 +22,7 @@ from conch import (
 
 
 def step(**options: object) -> PythonStep:
-    return PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    return PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4, **options)  # type: ignore[arg-type]
 
 

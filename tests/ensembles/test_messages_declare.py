@@ -17,7 +17,7 @@ from conch import BuildError, DeclarationError, Ensemble, PythonEnv, PythonStep,
 def one_step(code, inputs: list[Tensor], outputs: list[Tensor], **kw) -> Ensemble:  # type: ignore[no-untyped-def]
     """An ensemble `e` of one step `s` whose inputs are ensemble inputs of the same names."""
     ens = Ensemble("e", max_batch_size=4)
-    step = PythonStep("s", code, inputs, outputs, max_batch_size=4, **kw)
+    step = PythonStep("s", code, inputs=inputs, outputs=outputs, max_batch_size=4, **kw)
     handles = {t.name: ens.input(t.name.upper(), t.dtype, t.dims) for t in inputs}
     result = step(**handles)
     outs = result if isinstance(result, tuple) else (result,)
@@ -28,7 +28,7 @@ def one_step(code, inputs: list[Tensor], outputs: list[Tensor], **kw) -> Ensembl
 
 def test_a_step_called_with_more_handles_than_inputs_names_its_inputs() -> None:
     ens = Ensemble("e", max_batch_size=4)
-    step = PythonStep("dbl", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("dbl", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     a, b = ens.input("A", "FP32", [4]), ens.input("B", "FP32", [4])
     with pytest.raises(DeclarationError, match=re.escape("step 'dbl' takes 1 inputs (x), got 2 positional handles")):
@@ -37,7 +37,7 @@ def test_a_step_called_with_more_handles_than_inputs_names_its_inputs() -> None:
 
 def test_an_ensemble_output_declared_with_another_dtype_than_its_tensor() -> None:
     ens = Ensemble("e", max_batch_size=4)
-    step = PythonStep("dbl", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("dbl", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     y = step(ens.input("X", "FP32", [4]))
     with pytest.raises(DeclarationError, match=re.escape(
@@ -47,7 +47,7 @@ def test_an_ensemble_output_declared_with_another_dtype_than_its_tensor() -> Non
 
 def test_a_step_input_fed_a_tensor_of_another_dtype() -> None:
     ens = Ensemble("e", max_batch_size=4)
-    step = PythonStep("dbl", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("dbl", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     with pytest.raises(DeclarationError, match=re.escape(
             "ensemble 'e', step 'dbl', input 'x': expects FP32 but ensemble input 'X' is INT32; convert it in a "
@@ -105,7 +105,7 @@ def test_a_label_file_with_the_wrong_line_count(tmp_path: Path) -> None:
 def test_warmup_file_names_stay_inside_warmup(name: str, tmp_path: Path) -> None:
     with pytest.raises(DeclarationError, match=re.escape(
             f"warmup file name {name!r} must be a relative path in warmup/")):
-        PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+        PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                    max_batch_size=4, warmup_files={name: tmp_path / "x.bin"})
 
 
@@ -121,7 +121,7 @@ def test_a_warmup_file_that_does_not_exist_fails_the_build_check(tmp_path: Path)
 def test_config_fields_text_that_is_not_a_model_config() -> None:
     with pytest.raises(DeclarationError, match=re.escape(
             "config_fields text does not parse as Triton's ModelConfig: ")):
-        PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+        PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                    max_batch_size=4, config_fields="model_transaction_policy { decoupled: maybe }")
 
 

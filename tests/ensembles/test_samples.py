@@ -135,9 +135,11 @@ def test_checks_round_trip_through_json() -> None:
 
 def _classifier(name: str = "clf") -> Ensemble:
     ens = Ensemble(name, max_batch_size=4)
-    scores = PythonStep("score", basic_steps.double, [Tensor("x", "FP32", [6])], [Tensor("y", "FP32", [6])],
+    scores = PythonStep("score", basic_steps.double, inputs=[Tensor("x", "FP32", [6])],
+                        outputs=[Tensor("y", "FP32", [6])],
                         max_batch_size=4)
-    upper = PythonStep("upper", basic_steps.upper, [Tensor("TEXT", "BYTES", [1])], [Tensor("UPPER", "BYTES", [1])],
+    upper = PythonStep("upper", basic_steps.upper, inputs=[Tensor("TEXT", "BYTES", [1])],
+                       outputs=[Tensor("UPPER", "BYTES", [1])],
                        max_batch_size=4)
     ens.output("PROBS", scores(ens.input("X", "FP32", [6])))
     ens.output("LABEL", upper(ens.input("TEXT", "BYTES", [1])))
@@ -185,7 +187,8 @@ def test_a_tolerance_declared_before_its_output_is_checked_when_the_ensemble_is(
     ens = Ensemble("late", max_batch_size=4)
     x = ens.input("X", "FP32", [6])
     ens.sample("s", {"X": INPUTS["X"]}, {"P": INPUTS["X"]}, {"P": TopK(k=3), "Q": Exact()})
-    step = PythonStep("score", basic_steps.double, [Tensor("x", "FP32", [6])], [Tensor("y", "FP32", [6])],
+    step = PythonStep("score", basic_steps.double, inputs=[Tensor("x", "FP32", [6])],
+                      outputs=[Tensor("y", "FP32", [6])],
                       max_batch_size=4)
     ens.output("P", step(x))
     with pytest.raises(DeclarationError, match=r"ensemble 'late' sample 's': tolerance for unknown output 'Q'"):
@@ -194,7 +197,8 @@ def test_a_tolerance_declared_before_its_output_is_checked_when_the_ensemble_is(
 
 def test_top_k_on_a_variable_class_axis_is_checked_against_the_expected_value(tmp_path: Path) -> None:
     ens = Ensemble("variable", max_batch_size=4)
-    step = PythonStep("score", basic_steps.double, [Tensor("x", "FP32", [-1])], [Tensor("y", "FP32", [-1])],
+    step = PythonStep("score", basic_steps.double, inputs=[Tensor("x", "FP32", [-1])],
+                      outputs=[Tensor("y", "FP32", [-1])],
                       max_batch_size=4)
     ens.output("P", step(ens.input("X", "FP32", [-1])))
     ens.sample("short", {"X": np.ones((1, 3), np.float32)}, {"P": np.full((1, 3), 2, np.float32)}, TopK(k=5))

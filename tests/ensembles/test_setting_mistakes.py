@@ -12,7 +12,7 @@ from conch import DeclarationError, PythonStep, Tensor
 def test_warmup_given_as_a_dict_says_to_use_conch_warmup() -> None:
     with pytest.raises(DeclarationError, match=r"python step 'double': warmup takes conch.Warmup values, got "
                                                r"\{'name': 'w'\}"):
-        PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+        PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                    max_batch_size=4, warmup=[{"name": "w"}])
 
 

@@ -10,8 +10,8 @@ from conch import DeclarationError, Ensemble, PythonStep, Tensor
 
 
 def _step() -> PythonStep:
-    return PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4], optional=True)],
-                      [Tensor("y", "FP32", [4])], max_batch_size=4)
+    return PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4], optional=True)],
+                      outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
 
 
 def test_a_step_called_with_no_handle_says_to_pass_one() -> None:

@@ -57,13 +57,15 @@ def test_a_declaration_reproduces_seed_002s_configs(tmp_path: Path) -> None:
 
 def _ensemble() -> tuple[Ensemble, PythonStep]:
     ens = Ensemble("e", max_batch_size=8)
-    s = PythonStep("s", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
+    s = PythonStep("s", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                   outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
     return ens, s
 
 
 def test_intermediates_are_named_after_step_and_output_by_default() -> None:
     ens, s = _ensemble()
-    t = PythonStep("t", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
+    t = PythonStep("t", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                   outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
     ens.output("Y", t(s(ens.input("X", "FP32", [4]))))
     (first, second) = parse(render_config(ens.spec())).ensemble_scheduling.step
     assert dict(first.output_map) == {"y": "s.y"} and dict(second.input_map) == {"x": "s.y"}
@@ -72,7 +74,7 @@ def test_intermediates_are_named_after_step_and_output_by_default() -> None:
 def _named(name: str, *, taken_by: str = "") -> None:
     ens, s = _ensemble()
     x = ens.input("X", "FP32", [4])
-    other = PythonStep("o", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    other = PythonStep("o", basic_steps.double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
                        max_batch_size=8)
     by_other = other(x)
     if taken_by:

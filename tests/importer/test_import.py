@@ -216,7 +216,8 @@ def test_as_is_takes_a_serialized_pipeline_only() -> None:
     from conch import DaliStep, DeclarationError, Tensor
 
     with pytest.raises(DeclarationError, match="as_is=True lays out a serialized pipeline byte for byte, so pass"):
-        DaliStep("d", lambda: None, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=1,
+        DaliStep("d", lambda: None, inputs=[Tensor("x", "FP32", [4])],
+                 outputs=[Tensor("y", "FP32", [4])], max_batch_size=1,
                  as_is=True)
 
 

@@ -48,6 +48,20 @@ def test_a_single_model_named_after_its_folder_is_named_after_the_repository(tmp
     assert imported.ensemble == "repo" and imported.configs_equal == 1
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["folder", "root-config-archive"])
+def test_a_model_folder_imports_as_the_same_model_one_folder_down(tmp_path: Path, packed: bool) -> None:
+    """`conch import MODEL_FOLDER` (config.pbtxt at its root) imports as the repository holding it does."""
+    model = write_repo(add_sub_repo(""), tmp_path / "add_sub")
+    source = pack_repo(add_sub_repo(""), tmp_path / "add_sub.tar.gz") if packed else model
+    (imported,) = import_sources([source], tmp_path / "out", samples=False)
+    (down,) = import_sources([write_repo(add_sub_repo(), tmp_path / "repo")], tmp_path / "down", samples=False)
+    assert (imported.ensemble, imported.configs_equal, imported.files_identical) == ("add_sub_alone", 1, 1)
+    assert (down.configs_equal, down.files_identical) == (1, 1)
+    module = load_module(imported.module)
+    rebuilt = build_ensemble(module.add_sub_alone, tmp_path / "dist", "local")  # type: ignore[attr-defined]
+    assert check_archive_models(rebuilt)[0].single == "add_sub"
+
+
 def test_a_single_model_without_declared_io_is_refused(tmp_path: Path) -> None:
     bare = ADD_SUB_CONFIG.split("input [")[0]
     folder = write_repo({**add_sub_repo(), "add_sub/config.pbtxt": bare.encode()}, tmp_path / "repo")

@@ -22,16 +22,6 @@ def test_a_source_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixt
             in capsys.readouterr().err)
 
 
-def test_a_single_model_folder_is_not_a_repository(tmp_path: Path) -> None:
-    model = tmp_path / "scale"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(handmade.SCALE)
-    with pytest.raises(BuildError, match=re.escape(
-            f"{model}: holds a single model (config.pbtxt at its root), not a repository of an ensemble and its "
-            "steps; conch import reads ensembles")):
-        import_sources([model], tmp_path / "out", samples=False)
-
-
 def test_a_repository_without_an_ensemble(tmp_path: Path) -> None:
     repo = handmade.write(tmp_path / "repo")
     (repo / "shop/config.pbtxt").unlink()

@@ -33,9 +33,10 @@ def branches(name: str = "branches") -> Ensemble:
     """X -> (sleep 40 ms | sleep 5 ms) -> join -> Z."""
     ens = Ensemble(name, max_batch_size=8)
     x = ens.input("X", "FP32", [4])
-    slow = PythonStep("slow40", ps.sleep_40ms, _t("x"), _t("y"), max_batch_size=8)(x)
-    fast = PythonStep("fast5", ps.sleep_5ms, _t("x"), _t("y"), max_batch_size=8)(x)
-    ens.output("Z", PythonStep("join", ps.join, [*_t("a"), *_t("b")], _t("z"), max_batch_size=8)(slow, fast))
+    slow = PythonStep("slow40", ps.sleep_40ms, inputs=_t("x"), outputs=_t("y"), max_batch_size=8)(x)
+    fast = PythonStep("fast5", ps.sleep_5ms, inputs=_t("x"), outputs=_t("y"), max_batch_size=8)(x)
+    ens.output("Z", PythonStep("join", ps.join, inputs=[*_t("a"), *_t("b")],
+                               outputs=_t("z"), max_batch_size=8)(slow, fast))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 2, np.float32)})
     return ens
 
@@ -44,10 +45,11 @@ def instances(name: str = "instances") -> Ensemble:
     """X -> (sleep 20 ms on one instance | sleep 20 ms on two) -> join -> Z."""
     ens = Ensemble(name, max_batch_size=8)
     x = ens.input("X", "FP32", [4])
-    one = PythonStep("one_instance", ps.sleep_20ms, _t("x"), _t("y"), max_batch_size=8)(x)
-    two = PythonStep("two_instances", ps.sleep_20ms, _t("x"), _t("y"), max_batch_size=8,
+    one = PythonStep("one_instance", ps.sleep_20ms, inputs=_t("x"), outputs=_t("y"), max_batch_size=8)(x)
+    two = PythonStep("two_instances", ps.sleep_20ms, inputs=_t("x"), outputs=_t("y"), max_batch_size=8,
                      instance_group=InstanceGroup("CPU", count=2))(x)
-    ens.output("Z", PythonStep("join", ps.join, [*_t("a"), *_t("b")], _t("z"), max_batch_size=8)(one, two))
+    ens.output("Z", PythonStep("join", ps.join, inputs=[*_t("a"), *_t("b")],
+                               outputs=_t("z"), max_batch_size=8)(one, two))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 2, np.float32)})
     return ens
 

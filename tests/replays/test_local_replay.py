@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 def one_step(name: str, code, dtype: str = "FP32", mbs: int = 4) -> Ensemble:  # type: ignore[no-untyped-def]
     ens = Ensemble(name, max_batch_size=mbs)
-    step = PythonStep(code.__name__.lower(), code, [Tensor("x", dtype, [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep(code.__name__.lower(), code, inputs=[Tensor("x", dtype, [4])], outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=mbs)
     ens.output("Y", step(ens.input("X", dtype, [4])))
     x = np.ones((2, 4), np.float32)
@@ -54,7 +54,8 @@ def test_two_ensembles_from_one_declaration_load_side_by_side(tmp_path: Path, tr
 def test_class_step_with_file_and_bytes_of_different_lengths(tmp_path: Path, triton: LocalTriton) -> None:
     (tmp_path / "prefix.txt").write_bytes(b">> ")
     ens = Ensemble("prefixer", max_batch_size=8)
-    step = PythonStep("prefix", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+    step = PythonStep("prefix", basic_steps.Prefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])],
                       files={"prefix.txt": tmp_path / "prefix.txt"}, max_batch_size=8)
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     texts = ["a", "a much longer string", "ünïcödé ✓", ""]
@@ -93,7 +94,8 @@ def test_mismatch_is_reported_with_the_error(tmp_path: Path, triton: LocalTriton
 
 def test_a_hanging_load_times_out_with_the_server_log(tmp_path: Path) -> None:
     ens = Ensemble("slow_setup", max_batch_size=4)
-    step = PythonStep("slow", basic_steps.SlowSetup, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("slow", basic_steps.SlowSetup, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("s", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
@@ -153,7 +155,8 @@ def test_unload_removes_the_archive_and_a_second_unload_fails(tmp_path: Path, tr
 
 def test_non_utf8_bytes_fail_only_the_json_endpoint(tmp_path: Path, triton: LocalTriton) -> None:
     ens = Ensemble("raw_bytes", max_batch_size=4)
-    step = PythonStep("echo", basic_steps.Prefixer, [Tensor("TEXT", "BYTES", [1])], [Tensor("OUT", "BYTES", [1])],
+    step = PythonStep("echo", basic_steps.Prefixer, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("OUT", "BYTES", [1])],
                       files={"prefix.txt": b""}, max_batch_size=4)
     ens.output("OUT", step(ens.input("TEXT", "BYTES", [1])))
     ens.sample("latin-1", {"TEXT": [[b"caf\xe9"]]}, {"OUT": [[b"caf\xe9"]]})
@@ -237,7 +240,8 @@ def test_a_non_batching_step_inside_a_batching_ensemble_replays(tmp_path: Path, 
     """Triton loads and runs a step with max_batch_size 0 inside an ensemble that batches, when the step's dims are
     the batch and then the ensemble's (tests/archive/load_rule_cases.py, non_batching_step_in_batching_ensemble)."""
     ens = Ensemble("wholebatch", max_batch_size=2)
-    whole = PythonStep("whole", basic_steps.double, [Tensor("x", "FP32", [-1, 4])], [Tensor("y", "FP32", [-1, 4])],
+    whole = PythonStep("whole", basic_steps.double, inputs=[Tensor("x", "FP32", [-1, 4])],
+                       outputs=[Tensor("y", "FP32", [-1, 4])],
                        max_batch_size=0)
     ens.output("Y", whole(ens.input("X", "FP32", [4])))
     data = np.arange(8, dtype=np.float32).reshape(2, 4)

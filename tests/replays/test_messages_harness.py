@@ -53,7 +53,8 @@ def test_a_body_that_is_not_json_says_so() -> None:
 
 def doubling(name: str) -> Ensemble:
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     return ens

@@ -166,9 +166,11 @@ def test_record_then_replay_the_folder_is_green_and_a_changed_model_fails(tmp_pa
     assert again.passed, again.table()
 
     changed = Ensemble("payload_changed", max_batch_size=8)  # the same I/O, a different model: X * 4
-    dbl = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    dbl = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                     outputs=[Tensor("y", "FP32", [4])],
                      max_batch_size=8)
-    twice = PythonStep("double_again", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    twice = PythonStep("double_again", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                       outputs=[Tensor("y", "FP32", [4])],
                        max_batch_size=8)
     changed.output("Z", twice(dbl(changed.input("X", "FP32", [4]))))
     changed.sample("any", {"X": np.ones((1, 4), np.float32)}, {"Z": np.full((1, 4), 4, np.float32)})

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import linear_ensemble
 from seed_archives import pack_repo
@@ -21,6 +22,7 @@ from conch.errors import ServeError
 from conch.importer.generated_samples import record, write_samples
 from conch.replays.local_replay import replay_archives
 from conch.triton.server import LocalTriton
+from conch.wire import binary_request, json_request
 
 
 def rows(report: object) -> list[tuple[str, str, str, bool]]:
@@ -90,6 +92,18 @@ def test_a_payload_that_is_no_request_is_refused(tmp_path: Path) -> None:
     samples.write_text('{"samples": [{"name": 1}]}')
     with pytest.raises(ServeError, match="--payload .*samples.json: not a samples file conch can read"):
         read_payload_file(samples)
+
+
+def test_a_request_with_an_input_named_samples_is_a_request(tmp_path: Path) -> None:
+    """The one reader of `--payload` for replay, bench and plan: a KServe request (JSON, or binary+json) whose
+    input is named ``samples`` (common for audio) is a request, not the samples file `conch import` writes."""
+    audio = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    bodies = {"audio.json": json_request({"samples": audio})[0], "audio.bin": binary_request({"samples": audio})[0]}
+    for path, data in ((tmp_path / name, body) for name, body in bodies.items()):
+        path.write_bytes(data)
+        (payload,) = read_payload_file(path)
+        assert payload.name == path.name and not payload.expected
+        np.testing.assert_array_equal(payload.inputs["samples"], audio)
 
 
 def test_archives_that_share_step_names_are_named_before_loading(tmp_path: Path, triton: LocalTriton) -> None:

@@ -101,7 +101,8 @@ def _load(triton: LocalTriton, client: MultiModelClient, archive: Path) -> None:
 
 def test_both_bodies_replay_green_on_the_real_triton_front_end(tmp_path: Path, triton: LocalTriton) -> None:
     texts = Ensemble("sm_upper", max_batch_size=4)
-    step = PythonStep("upper", basic_steps.upper, [Tensor("TEXT", "BYTES", [1])], [Tensor("UPPER", "BYTES", [1])],
+    step = PythonStep("upper", basic_steps.upper, inputs=[Tensor("TEXT", "BYTES", [1])],
+                      outputs=[Tensor("UPPER", "BYTES", [1])],
                       max_batch_size=4)
     texts.output("UPPER", step(texts.input("TEXT", "BYTES", [1])))
     words = ["abc", "ünïcödé ✓", ""]

@@ -70,7 +70,8 @@ def with_weights(name: str, tmp_path: Path, size: int) -> Ensemble:
     blob = tmp_path / f"{name}-{size}.bin"
     blob.write_bytes(os.urandom(size))
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    step = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])],
                       files={"weights.bin": blob}, max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 2, np.float32)})

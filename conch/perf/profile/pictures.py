@@ -8,14 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from conch.diagram import Edge, Graph, Node, dims_text, share_colour
-from conch.errors import ConchError
+from conch.errors import MatplotlibMissing
 from conch.perf.profile.profile_report import Profile
 
 MATPLOTLIB_HINT = "pip install matplotlib"
-
-
-class MatplotlibMissing(ConchError):
-    """The waterfall PNG was asked for, and matplotlib is not installed."""
 
 
 def _tensor_text(t: Mapping[str, Any]) -> str:

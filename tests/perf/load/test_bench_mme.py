@@ -106,7 +106,7 @@ def test_json_bodies_of_an_fp16_ensemble_are_not_applicable_and_go_as_binary(tmp
     from conch import Ensemble, PythonStep, Tensor
 
     ens = Ensemble("half", max_batch_size=8)
-    step = PythonStep("halve", half_steps.halve, [Tensor("x", "FP16", [4])], [Tensor("y", "FP16", [4])],
+    step = PythonStep("halve", half_steps.halve, inputs=[Tensor("x", "FP16", [4])], outputs=[Tensor("y", "FP16", [4])],
                       max_batch_size=8)
     ens.output("Z", step(ens.input("X", "FP16", [4])))
     x = np.arange(8, dtype=np.float16).reshape(2, 4)

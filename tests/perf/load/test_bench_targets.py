@@ -28,9 +28,11 @@ def linear(expect_scale: float) -> Ensemble:
     """X -> double -> add_one -> Z, its one sample expecting Z = X * expect_scale + 1 (right when 2)."""
     ens = Ensemble(NAME, max_batch_size=8)
     x = ens.input("X", "FP32", [4])
-    dbl = PythonStep("double", basic_steps.double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])],
+    dbl = PythonStep("double", basic_steps.double, inputs=[Tensor("x", "FP32", [4])],
+                     outputs=[Tensor("y", "FP32", [4])],
                      max_batch_size=8)
-    add = PythonStep("add_one", basic_steps.add_one, [Tensor("y", "FP32", [4])], [Tensor("z", "FP32", [4])],
+    add = PythonStep("add_one", basic_steps.add_one, inputs=[Tensor("y", "FP32", [4])],
+                     outputs=[Tensor("z", "FP32", [4])],
                      max_batch_size=8)
     ens.output("Z", add(dbl(x)))
     data = np.arange(8, dtype=np.float32).reshape(2, 4)

@@ -34,12 +34,13 @@ import profile_steps as ps
 
 from conch import Ensemble, PythonStep, Tensor
 
-slow = PythonStep("slow", ps.sleep_40ms, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
+slow = PythonStep("slow", ps.sleep_40ms, inputs=[Tensor("x", "FP32", [4])],
+                  outputs=[Tensor("y", "FP32", [4])], max_batch_size=8)
 fast = PythonStep(
     "fast",
     ps.sleep_5ms,
-    [Tensor("x", "FP32", [4])],
-    [Tensor("y", "FP32", [4])],
+    inputs=[Tensor("x", "FP32", [4])],
+    outputs=[Tensor("y", "FP32", [4])],
     max_batch_size=8,
 )
 
