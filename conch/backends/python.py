@@ -81,8 +81,19 @@ class PythonStep(Step):
 
     @classmethod
     def standin_for(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
-        """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
-        standin = cls(step.name, runner, step.inputs, step.outputs, files=files,
+        """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU: through
+        ``standins/standin_bridge.py``, in conch's Python when the stub's (the image's) lacks the runner's framework."""
+        import json
+
+        from conch.backends.standins.standin_bridge import StandIn
+
+        source = inspect.getsourcefile(runner)
+        assert source is not None  # conch's own runners, files of the package
+        spec = {"module": runner.__module__.rpartition(".")[2], "class": runner.__qualname__,
+                "framework": runner.framework}  # type: ignore[attr-defined]
+        bridged = {**files, f"standin/{Path(source).name}": Path(source),
+                   "standin/runner.json": json.dumps(spec, sort_keys=True).encode()}
+        standin = cls(step.name, StandIn, step.inputs, step.outputs, files=bridged,
                       max_batch_size=step.settings.max_batch_size)
         standin.settings = step.settings  # frozen, and validated when the step was declared
         return standin
