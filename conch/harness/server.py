@@ -121,21 +121,25 @@ class LocalTriton:
         self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
 
     @classmethod
-    def sized_for(cls, archives: Iterable[Path]) -> LocalTriton:
+    def sized_for(cls, archives: Iterable[Path], strict: bool | None = None) -> LocalTriton:
         """A server whose Python backend shared memory holds these archives, as `conch deploy` sizes it on
-        SageMaker (silently: the build warned about production)."""
+        SageMaker (silently: the build warned about production), and whose stubs run their releases' Python
+        (``strict``, default in CI or after --strict: a ServeError where that Python is not found)."""
         from conch.builder.shm_sizing import archives_settings
-        from conch.harness.stub_python import releases_of
+        from conch.harness.stub_python import releases_of, strict_default
 
         archives = list(archives)
         default, growth = archives_settings(archives)
-        return cls(shm_default_byte_size=default, shm_growth_byte_size=growth, stub=stub_python(releases_of(archives)))
+        stub = stub_python(releases_of(archives), strict=strict_default() if strict is None else strict)
+        return cls(shm_default_byte_size=default, shm_growth_byte_size=growth, stub=stub)
 
     @property
     def stub(self) -> StubPython:
         """The Python this server's stubs run on (found, and its environment built, on first use)."""
         if self._stub is None:
-            self._stub = stub_python()
+            from conch.harness.stub_python import strict_default
+
+            self._stub = stub_python(strict=strict_default())
         return self._stub
 
     @property

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,9 +172,10 @@ class StubPython:
         return f"Python-backend stub on {where}, image packages only" + (f"; {self.note}" if self.note else "")
 
 
-def stub_python(releases: Iterable[str | Release] = ()) -> StubPython:
+def stub_python(releases: Iterable[str | Release] = (), strict: bool = False) -> StubPython:
     """The stub's Python for archives of these releases (which must share one image Python; none given: the
-    default release's), its environment built once in conch's cache."""
+    default release's), its environment built once in conch's cache. Where that Python is not found, conch's
+    own runs instead, with a warning, or a ServeError when ``strict``."""
     chosen = sorted({str(r) for r in releases}, key=Release.of) or [DEFAULT_RELEASE]
     versions = {Release.of(r).stub_python for r in chosen}
     if len(versions) > 1:
@@ -182,7 +184,13 @@ def stub_python(releases: Iterable[str | Release] = ()) -> StubPython:
     (wanted,) = versions
     interpreter = find_interpreter(wanted) or host_interpreter()
     packages = sorted({p for r in chosen for p in image_packages(Release.of(r))})
-    return StubPython(wanted, tuple(chosen), interpreter, image_environment(interpreter, tuple(packages)))
+    stub = StubPython(wanted, tuple(chosen), interpreter, image_environment(interpreter, tuple(packages)))
+    if stub.note and strict:
+        raise ServeError(f"the Python-backend stub {stub.note}; --strict (and CI) refuse to run on another Python "
+                         "than the image's")
+    if stub.note:
+        warnings.warn(f"conch: the Python-backend stub {stub.note}", RuntimeWarning, stacklevel=2)
+    return stub
 
 
 def group_by_python(releases: dict[str, str]) -> dict[str, list[str]]:
@@ -236,9 +244,12 @@ def _build_environment(interpreter: Interpreter, packages: tuple[str, ...], root
                                                 "pins": pins}, indent=1) + "\n")
 
 
+STRICT_ENV = "CONCH_STRICT_PYTHON"  # set by --strict: this process and its children refuse another Python
+
+
 def strict_default() -> bool:
-    """Whether a run on another Python than the image's fails by default: in CI (``CI=true``)."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    """Whether a run on another Python than the image's fails: in CI (``CI=true``), or after ``--strict``."""
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))
 
 
 def releases_of(archives: Iterable[Path]) -> list[str]:

@@ -27,6 +27,7 @@ from conch.harness.endpoint.sources import open_source
 from conch.harness.endpoint.step_names import StepNames
 from conch.harness.http_client import sync_client
 from conch.harness.server import LocalTriton, namespacing_for
+from conch.harness.stub_python import strict_default, stub_python
 from conch.scratch import scratch_dir
 
 ENDPOINT_NAME = "local"
@@ -132,7 +133,9 @@ class LocalMME:
         self.host, self.port = host, port
         self._own_cache = cache_dir is None
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-", dir=scratch_dir()))
-        self.triton = LocalTriton(model_namespacing=namespacing_for(release))
+        # the stubs run the release's image Python (a ServeError under --strict or CI where it is not found)
+        self.triton = LocalTriton(model_namespacing=namespacing_for(release),
+                                  stub=stub_python([release], strict=strict_default()))
         self.metrics = Metrics()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None

@@ -25,8 +25,10 @@ def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0)
     from conch.harness.local_replay import stage
     from conch.harness.mme import MultiModelClient
     from conch.harness.server import LocalTriton
+    from conch.harness.stub_python import releases_of, strict_default, stub_python
 
-    with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named)) as triton:
+    stub = stub_python(releases_of([a for a, _ in named]), strict=strict_default())  # the images' Python
+    with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named), stub=stub) as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url)
         for archive, name in named:
             client.load(name, stage(archive, triton, name), load_timeout)
