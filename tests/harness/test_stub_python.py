@@ -114,7 +114,7 @@ def test_a_replay_without_310_has_a_python_row_that_strict_fails(tmp_path: Path,
     assert f"1 archive(s) not on their image's Python: ran on {HOST}; the 24.10 image runs 3.10" in report.table()
     with pytest.warns(RuntimeWarning):
         strict = replay_archives([archive], endpoints=["kserve"], strict=True)
-    assert not strict.passed and not [r for r in strict.rows if r.endpoint == PYTHON_ROW][0].passed
+    assert not strict.passed and not next(r for r in strict.rows if r.endpoint == PYTHON_ROW).passed
 
 
 @pytest.mark.integration
