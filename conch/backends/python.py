@@ -32,7 +32,7 @@ class PythonStep(Step):
     The code's module is copied into the model folder and imported there, so it must be a module of
     its own that does not import conch (conch does not run inside Triton). ``env`` names the packages it
     needs beyond the Triton image's Python (see PythonEnv); without it, the step runs in the image's
-    own Python (locally: the Python conch runs in).
+    own Python (locally too: the release's Python with the image's packages, docs/image-python.md).
 
     A build runs the code in its own process when it derives a warmup or sizes shared memory from the
     samples, at every build; ``cache=True`` says the code is pure (what it returns follows from its inputs,
@@ -206,7 +206,7 @@ class PythonModelStep(Step):
     """A Python-backend model written by hand (a ``TritonPythonModel`` in ``<version>/model.py``): its
     folder is laid out as it is, every file but ``config.pbtxt``, which conch renders from this
     declaration. An environment it names in an ``EXECUTION_ENV_PATH`` parameter is kept as a file of the
-    folder; the local target, whose stub runs the Python conch runs in, does not use it (a note says so)."""
+    folder; the local target does not use it (a note says so): its stub runs the image's Python and packages."""
 
     kind = "python_model"
     platform = Platform.PYTHON
@@ -276,7 +276,7 @@ class PythonModelStep(Step):
         parameters = {k: v for k, v in laid.spec.settings.parameters.items() if k != ENV_PARAMETER}
         spec = replace(laid.spec, settings=replace(laid.spec.settings, parameters=parameters))
         files = {k: v for k, v in laid.files.items() if not k.startswith("../")}  # the unused environment
-        note = (f"{model_name}: the local target runs model.py in the Python conch runs in, not in its "
+        note = (f"{model_name}: the local target runs model.py in the image's Python and packages, not in its "
                 f"{ENV_PARAMETER} {env} (which production uses)")
         return replace(laid, spec=spec, files=files, notes=(*laid.notes, note))
 
