@@ -252,6 +252,16 @@ def strict_default() -> bool:
     return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))
 
 
+def release_of(archives: Iterable[Path]) -> str:
+    """The release a local MME over these archives emulates: the newest of theirs (their images must run one
+    Python: ServeError otherwise)."""
+    found = sorted(set(releases_of(archives)), key=Release.of) or [DEFAULT_RELEASE]
+    if len({Release.of(r).stub_python for r in found}) > 1:
+        raise ServeError(f"archives of releases {', '.join(found)} run Python-backend steps on different Pythons; "
+                         "one endpoint runs one image: serve them on separate endpoints")
+    return found[-1]
+
+
 def releases_of(archives: Iterable[Path]) -> list[str]:
     """The release each archive was built for (its manifest's; the default release for an archive without one)."""
     from conch.archive.manifest import read_manifest

@@ -138,3 +138,35 @@ def test_tomllib_fails_on_24_10_and_holds_on_25_01(tmp_path: Path) -> None:
     assert "ModuleNotFoundError: No module named 'tomllib'" in rows[old.name].detail, report.table()
     assert rows[new.name].passed, report.table()
     assert not [r for r in report.rows if r.endpoint == PYTHON_ROW]
+
+
+def test_archives_of_two_image_pythons_are_refused_on_one_endpoint(tmp_path: Path) -> None:
+    from conch.harness.stub_python import release_of
+
+    old = build_ensemble(one_step("mme_old", image_python_steps.toml_twice), tmp_path / "a", "local", "24.10")
+    new = build_ensemble(one_step("mme_new", image_python_steps.toml_twice), tmp_path / "b", "local", "25.01")
+    assert release_of([old]) == "24.10" and release_of([]) == "24.10"
+    with pytest.raises(ServeError, match=r"archives of releases 24.10, 25.01 run Python-backend steps on different "
+                       "Pythons; one endpoint runs one image"):
+        release_of([old, new])
+
+
+def test_a_conch_python_without_libpython_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conch.harness.stub_python import host_interpreter
+
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with pytest.raises(ServeError, match=r"has no shared libpython, so the local Python-backend stub cannot run on "
+                       "it; install an interpreter of the release's Python"):
+        host_interpreter()
+
+
+def test_packages_that_do_not_install_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conch.harness.stub_python import host_interpreter, image_environment
+
+    monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ServeError, match=r"could not install the image's Python packages \(conch-no-such-package-"
+                       rf"39\) for Python {HOST}"):
+        image_environment(host_interpreter(), ("conch-no-such-package-39",))

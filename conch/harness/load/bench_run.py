@@ -48,10 +48,12 @@ def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any
     """conch's local MME over a folder holding the archives under their TargetModels (``options`` go to
     ``LocalMME``: ``step_names`` is ``shared`` unless given, as on SageMaker); yields the running LocalMME."""
     from conch.harness.endpoint import LocalMME
+    from conch.harness.stub_python import release_of
 
     with scratch_temp("conch-bench-") as tmp:
         for archive, name in named:
             os.symlink(archive.resolve(), Path(tmp) / name)
+        options.setdefault("release", release_of([a for a, _ in named]))  # the archives' image and its Python
         with LocalMME(Path(tmp), **options) as mme:
             yield mme
 
