@@ -170,3 +170,17 @@ def test_packages_that_do_not_install_are_named(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(ServeError, match=r"could not install the image's Python packages \(conch-no-such-package-"
                        rf"39\) for Python {HOST}"):
         image_environment(host_interpreter(), ("conch-no-such-package-39",))
+
+
+def test_the_server_passes_sagemakers_flags_and_the_image_environment(tmp_path: Path) -> None:
+    from conch.harness.server import LocalTriton
+
+    server = LocalTriton(tmp_path / "w")
+    assert "--disable-auto-complete-config" not in server.command()  # SageMaker's serve script does not pass it
+    assert "--disable-auto-complete-config" in LocalTriton(tmp_path / "x", auto_complete=False).command()
+    env = server.environment()
+    assert env["PATH"].split(os.pathsep)[0] == str(server.stub.environment / "bin")
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep)[-1] == str(server.stub.interpreter.libdir)
+    assert env["CONCH_HOST_PYTHON"] == sys.executable  # where GPU-less stand-ins run their framework
+    backend = next(a for a in server.command() if a.startswith("--backend-directory="))
+    assert f"py{server.stub.version}-" in backend
