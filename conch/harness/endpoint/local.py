@@ -296,6 +296,7 @@ class LocalMME:
             "metrics": f"{self.url}/metrics", "source": self.source.describe(), "step_names": self.step_names.value,
             "invocation_timeout_s": self.budgets.invocation_timeout, "load_wait_s": self.budgets.load_wait,
             "retry_lookup": self.retry_lookup,
+            "python": self.triton.stub.describe(),  # the stub's Python, and "ran on 3.11; ..." when not the image's
             "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
                        "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
         }
