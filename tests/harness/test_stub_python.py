@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -184,3 +185,21 @@ def test_the_server_passes_sagemakers_flags_and_the_image_environment(tmp_path: 
     assert env["CONCH_HOST_PYTHON"] == sys.executable  # where GPU-less stand-ins run their framework
     backend = next(a for a in server.command() if a.startswith("--backend-directory="))
     assert f"py{server.stub.version}-" in backend
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(HOST == "3.10", reason="conch runs on 3.10 itself")
+def test_replay_strict_on_the_command_line_fails_without_310(tmp_path: Path, no_310: None,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from conch.cli import main
+
+    archive = build_ensemble(one_step("cli_strict", image_python_steps.toml_twice), tmp_path, "local", "24.10")
+    try:
+        with pytest.warns(RuntimeWarning):
+            code = main(["replay", str(archive), "--endpoint", "kserve", "--strict"])
+    finally:
+        os.environ.pop(STRICT_ENV, None)  # --strict holds for the process: not for the tests after this one
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert re.search(rf"python\s+FAIL\s+[0-9.]+\s+ran on {HOST}; the 24.10 image runs 3.10", out), out
+    assert f"1 archive(s) not on their image's Python: ran on {HOST}; the 24.10 image runs 3.10" in out
