@@ -97,9 +97,10 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
                 f"{counts['collisions']} step name collisions, {counts['lookup_misses']} 'unknown model' answers "
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
                 f"ModelNotReadyException, {counts['timeouts']} invocation timeouts")
-        if mme.triton.stub.note:  # never silent: the Python steps did not run on the image's Python
-            line += f"; the Python-backend stub {mme.triton.stub.note}"
-        (error if lenient(counts) or mme.triton.stub.note else say)(line)  # stderr: stdout holds the ready line only
+        note = mme.python_note()
+        if note:  # never silent: the Python steps did not run on the image's Python
+            line += f"; the Python-backend stub {note}"
+        (error if lenient(counts) or note else say)(line)  # stderr: stdout holds the ready line only
 
 
 def register(sub: Subcommands) -> None:

@@ -288,6 +288,10 @@ class LocalMME:
         step-name mode (``metrics.run_counts``)."""
         return run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
 
+    def python_note(self) -> str:
+        """Empty when the stubs run the release's image Python; else what the summary says ("ran on 3.11; ...")."""
+        return self.triton.stub.note
+
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""
         return {
