@@ -109,8 +109,8 @@ def main() -> int:
         ):
             measured: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
 
-            def case(name: str, run) -> float:  # type: ignore[no-untyped-def]
-                measured[name].append(run())
+            def case(name: str, run, into: dict[str, list[dict[str, float]]] = measured) -> float:  # type: ignore[no-untyped-def]
+                into[name].append(run())
                 return 0.0
 
             alternate({name: (lambda n=name, r=run: case(n, r)) for name, run in cases.items()}, args.rounds)
