@@ -12,6 +12,7 @@ import numpy as np
 from conch.ensembles.samples import OutputCheck, check_of, compare
 
 BEFORE_LOAD = ("build", "check")  # rows of archives that never reached the server: a user's or a file's fault
+PYTHON_ROW = "python"  # the row of an archive whose Python steps ran on another Python than its image's
 
 
 @dataclass
@@ -67,6 +68,10 @@ class ReplayReport:
         lines.append(f"{passed} passed, {failed} failed" + (f", {skipped} not applicable" if skipped else "")
                      + (f"; tritonserver restarted {len(self.restarts)} time(s): {'; '.join(self.restarts)}"
                         if self.restarts else ""))
+        other = [r for r in self.rows if r.endpoint == PYTHON_ROW]
+        if other:  # never silent: the summary says it too, as "ran on 3.11; the 24.10 image runs 3.10"
+            said = sorted({r.detail.partition(" (")[0] for r in other})
+            lines.append(f"{len(other)} archive(s) not on their image's Python: {', '.join(said)}")
         return "\n".join(lines)
 
 

@@ -35,7 +35,7 @@ class PythonStep(Step):
     The code's module is copied into the model folder and imported there, so it must be a module of
     its own that does not import conch (conch does not run inside Triton). ``env`` names the packages it
     needs beyond the Triton image's Python (see PythonEnv); without it, the step runs in the image's
-    own Python (locally: the Python conch runs in).
+    own Python (locally too: the release's Python with the image's packages, docs/image-python.md).
 
     A build runs the code in its own process when it derives a warmup or sizes shared memory from the
     samples, at every build; ``pure=True`` says the code is pure (what it returns follows from its inputs,
@@ -97,8 +97,19 @@ class PythonStep(Step):
 
     @classmethod
     def standin_for(cls, step: Step, runner: type, files: Mapping[str, str | Path | bytes]) -> PythonStep:
-        """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU."""
-        standin = cls(step.name, runner, inputs=step.inputs, outputs=step.outputs, files=files,
+        """A Python-backend model with ``step``'s name, I/O and settings, running ``runner`` on the CPU: through
+        ``standins/standin_bridge.py``, in conch's Python when the stub's (the image's) lacks the runner's framework."""
+        import json
+
+        from conch.backends.standins.standin_bridge import StandIn
+
+        source = inspect.getsourcefile(runner)
+        assert source is not None  # conch's own runners, files of the package
+        spec = {"module": runner.__module__.rpartition(".")[2], "class": runner.__qualname__,
+                "framework": runner.framework}  # type: ignore[attr-defined]
+        bridged = {**files, f"standin/{Path(source).name}": Path(source),
+                   "standin/runner.json": json.dumps(spec, sort_keys=True).encode()}
+        standin = cls(step.name, StandIn, inputs=step.inputs, outputs=step.outputs, files=bridged,
                       max_batch_size=step.settings.max_batch_size)
         standin.settings = step.settings  # frozen, and validated when the step was declared
         return standin
@@ -215,7 +226,7 @@ class PythonModelStep(Step):
     """A Python-backend model written by hand (a ``TritonPythonModel`` in ``<version>/model.py``): its
     folder is laid out as it is, every file but ``config.pbtxt``, which conch renders from this
     declaration. An environment it names in an ``EXECUTION_ENV_PATH`` parameter is kept as a file of the
-    folder; the local target, whose stub runs the Python conch runs in, does not use it (a note says so)."""
+    folder; the local target does not use it (a note says so): its stub runs the image's Python and packages."""
 
     kind = "python_model"
     platform = Platform.PYTHON
@@ -303,7 +314,7 @@ class PythonModelStep(Step):
         parameters = {k: v for k, v in laid.spec.settings.parameters.items() if k != ENV_PARAMETER}
         spec = replace(laid.spec, settings=replace(laid.spec.settings, parameters=parameters))
         files = {k: v for k, v in laid.files.items() if not k.startswith("../")}  # the unused environment
-        note = (f"{model_name}: the local target runs model.py in the Python conch runs in, not in its "
+        note = (f"{model_name}: the local target runs model.py in the image's Python and packages, not in its "
                 f"{ENV_PARAMETER} {env} (which production uses)")
         return replace(laid, spec=spec, files=files, notes=(*laid.notes, note))
 

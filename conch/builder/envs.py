@@ -14,7 +14,7 @@ from conch.errors import BuildError
 
 
 def local_python() -> str:
-    """The Python of the local server's stub: the interpreter conch runs in."""
+    """The Python conch runs in (the local target packs for the release's Python, as production does)."""
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -23,7 +23,7 @@ class EnvLayout:
 
     def __init__(self, target: Target, release: Release, progress: Progress | None, refresh: bool = False) -> None:
         self.target, self.release, self.progress, self.refresh = target, release, progress, refresh
-        self.python = local_python() if target is Target.LOCAL else release.stub_python
+        self.python = release.stub_python  # the local server's stub runs the release's Python too
         self.home = LOCAL_HOME if target is Target.LOCAL else IMAGE_PYTHON_HOME
         self.files: dict[str, FileSource] = {}
         self.manifest: dict[str, EnvironmentRecord] = {}

@@ -120,10 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from conch.cli.extras import check_command
+    from conch.cli.flags import use_python_flags
     from conch.errors import ConchError
 
     try:
         check_command(args)  # a missing optional package is one line before any work
+        use_python_flags(args)  # --python, --strict: for every local server the command starts
         return int(args.func(args))
     except ConchError as exc:
         error(str(exc))

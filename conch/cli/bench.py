@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from conch.cli.console import bars_shown, document, error, say
 from conch.cli.console import result as shown
 from conch.cli.discovery import bench_archives
-from conch.cli.flags import Subcommands, add_step_names, size
+from conch.cli.flags import Subcommands, add_python_flags, add_step_names, size
 from conch.cli.profiling import bench_profiler, bench_profiles
 from conch.errors import BenchError
 from conch.wire import BODIES
@@ -199,6 +199,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def register(sub: Subcommands) -> None:
     b = sub.add_parser("bench", help="load-test archives with Locust over a ramp of users and report each stage")
+    add_python_flags(b)
     b.add_argument("archives", nargs="*", type=Path, help=".tar.gz archives built by `conch build`, or folders")
     where = b.add_argument_group("target (one of)")
     where.add_argument("--mme", action="store_true", help="conch's local MME over the archives (TargetModel: the "

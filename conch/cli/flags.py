@@ -71,3 +71,27 @@ def add_aws_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")
     sp.add_argument("--endpoint-url", help="one URL for S3, SageMaker and autoscaling (S3/SageMaker-compatible "
                     "servers such as moto); default: AWS")
+
+
+def add_python_flags(p: argparse.ArgumentParser) -> None:
+    """``--python`` and ``--strict``: the interpreter the local server's Python-backend stubs run on, and
+    whether another Python than the image's fails the run (commands that start a local tritonserver)."""
+    p.add_argument("--python", action="append", type=Path, metavar="PATH",
+                   help="an interpreter for the local Python-backend stubs, used for its version's releases "
+                   "(repeatable; default: found in CONCH_PYTHON_3_10-style variables, pyenv, uv, conda, then "
+                   "python3.X on PATH)")
+    p.add_argument("--strict", dest="strict_python", action="store_true",
+                   help="fail when no interpreter of the release's Python is found, instead of running the stubs "
+                   "on conch's Python and saying so in every result (the default in CI: CI=true)")
+
+
+def use_python_flags(args: argparse.Namespace) -> None:
+    """Make ``--python`` and ``--strict`` hold for every server this process (and its children) starts."""
+    import os
+
+    from conch.triton.stub_python import STRICT_ENV, given_interpreter
+
+    for path in getattr(args, "python", None) or ():
+        given_interpreter(path)
+    if getattr(args, "strict_python", False):
+        os.environ[STRICT_ENV] = "1"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, error, result, say
 from conch.cli.discovery import local_builds
-from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags, add_python_flags
 from conch.cli.profiling import load_of
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ def register(sub: Subcommands) -> None:
 
     p = sub.add_parser("profile", help="where the time goes: per-step queue and compute, the critical path, the "
                        "scheduler's share and what to change, from Triton's statistics around a run")
+    add_python_flags(p)
     p.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz archives")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--triton", action="store_true", help="a local tritonserver, loaded as SageMaker loads an "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from conch.cli.console import document, live_rows, progress_bar, result, say
 from conch.cli.discovery import one_line, skipping
-from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_load_flags, add_python_flags
 from conch.cli.profiling import ReplayProfiler
 from conch.scratch import scratch_temp
 from conch.wire import ENDPOINTS
@@ -117,6 +117,7 @@ def payload_options(args: argparse.Namespace) -> tuple[SampleChooser | None, Rec
 
 def register(sub: Subcommands) -> None:
     r = sub.add_parser("replay", help="replay sample payloads on a local Triton, loaded as SageMaker MME loads")
+    add_python_flags(r)
     r.add_argument("paths", nargs="+", type=Path, help="ensemble files/folders (built for local) or .tar.gz")
     r.add_argument("--endpoint", action="append", choices=ENDPOINTS,
                    help="replay through this endpoint only (repeatable; default: every one)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conch.cli.console import document, error, result, say
-from conch.cli.flags import Subcommands, add_ensemble_flags, add_step_names, size
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_python_flags, add_step_names, size
 from conch.scratch import scratch_temp
 
 if TYPE_CHECKING:
@@ -141,11 +141,15 @@ def _summary_at_exit(mme: LocalMME) -> Iterator[None]:
                 f"(Triton's lookup race), {counts['lookup_retries']} retried, {counts['not_ready']} "
                 f"ModelNotReadyException, {counts['timeouts']} invocation timeouts, {counts.get('exposed_starts', 0)} "
                 "tritonserver starts with its SageMaker port open on every interface")
-        (error if lenient(counts) or counts.get("exposed_starts") else say)(line)  # stdout holds the ready line only
+        note = mme.python_note()
+        if note:  # never silent: the Python steps did not run on the image's Python
+            line += f"; the Python-backend stub {note}"
+        (error if lenient(counts) or counts.get("exposed_starts") or note else say)(line)  # stdout: the ready line only
 
 
 def register(sub: Subcommands) -> None:
     s = sub.add_parser("serve", help="a local SageMaker multi-model endpoint (boto3 sagemaker-runtime) until Ctrl-C")
+    add_python_flags(s)
     s.add_argument("paths", nargs="*", type=Path, help="ensemble files/folders (built for local) or .tar.gz, "
                    "all loaded up front")
     s.add_argument("--mme", metavar="SOURCE", help="folder of archives or s3://bucket/prefix; each TargetModel is "

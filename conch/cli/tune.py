@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from conch.cli.console import document, progress_bar, result, say
 from conch.cli.discovery import local_builds
-from conch.cli.flags import Subcommands, add_ensemble_flags
+from conch.cli.flags import Subcommands, add_ensemble_flags, add_python_flags
 
 if TYPE_CHECKING:
     from conch.perf.tune.search import Outcome
@@ -167,6 +167,7 @@ def register(sub: Subcommands) -> None:
     p = sub.add_parser("tune", help="settings per step (instances, dynamic batching, threads) for the highest "
                        "throughput under a p99 target, found by a guided search on the real server and written "
                        "back as a patch to the declaration")
+    add_python_flags(p)
     p.add_argument("paths", nargs="*", help="ensemble files/folders (built for local) or .tar.gz archives; several "
                    "share one endpoint")
     p.add_argument("--p99-ms", type=float, default=1000.0, help="the latency target: p99 in ms (default 1000)")

@@ -28,6 +28,7 @@ from conch.errors import ServeError
 from conch.scratch import scratch_dir
 from conch.triton.http_client import sync_client
 from conch.triton.server import LocalTriton, namespacing_for
+from conch.triton.stub_python import strict_default, stub_python
 
 ENDPOINT_NAME = "local"
 ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateEndpoint's EndpointName
@@ -132,7 +133,9 @@ class LocalMME:
         self.host, self.port = host, port
         self._own_cache = cache_dir is None
         self.cache_dir = Path(cache_dir or tempfile.mkdtemp(prefix="conch-mme-", dir=scratch_dir()))
-        self.triton = LocalTriton(model_namespacing=namespacing_for(release))
+        # the stubs run the release's image Python (a ServeError under --strict or CI where it is not found)
+        self.triton = LocalTriton(model_namespacing=namespacing_for(release),
+                                  stub=stub_python([release], strict=strict_default()))
         self.metrics = Metrics()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -287,6 +290,10 @@ class LocalMME:
         counts = run_counts(None, {**self.metrics.snapshot(), "step_names": self.step_names.value})
         return {**counts, "exposed_starts": self.triton.exposed_starts}
 
+    def python_note(self) -> str:
+        """Empty when the stubs run the release's image Python; else what the summary says ("ran on 3.11; ...")."""
+        return self.triton.stub.note
+
     def ready_line(self) -> dict[str, Any]:
         """What ``conch serve --mme`` prints when ready: where to call, and where everything else is."""
         return {
@@ -295,6 +302,7 @@ class LocalMME:
             "metrics": f"{self.url}/metrics", "source": self.source.describe(), "step_names": self.step_names.value,
             "invocation_timeout_s": self.budgets.invocation_timeout, "load_wait_s": self.budgets.load_wait,
             "retry_lookup": self.retry_lookup,
+            "python": self.triton.stub.describe(),  # the stub's Python, and "ran on 3.11; ..." when not the image's
             "triton": {"sagemaker_port": self.triton.sagemaker_port, "http_port": self.triton.http_port,
                        "grpc_port": self.triton.grpc_port, "log": str(self.triton.log_path)},
         }

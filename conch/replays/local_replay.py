@@ -18,11 +18,13 @@ from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
 from conch.ensembles.samples import OutputCheck, Tolerance
-from conch.errors import ArchiveError, ConchError, ServeError
+from conch.ensembles.target import Release
+from conch.errors import ArchiveError, ConchError, ServeError, ServerExited
 from conch.triton.mme import InvokeError, MultiModelClient
 from conch.triton.mme_contract import root_model_staged
-from conch.triton.server import LocalTriton, ServerExited
-from conch.verdicts import ReplayReport, ReplayRow, judge, not_applicable
+from conch.triton.server import LocalTriton
+from conch.triton.stub_python import StubPython, group_by_python, releases_of, strict_default
+from conch.verdicts import PYTHON_ROW, ReplayReport, ReplayRow, judge, not_applicable
 from conch.wire import ENDPOINTS, json_refusal
 
 DEFAULT_LOAD_TIMEOUT_S = 300.0
@@ -126,16 +128,32 @@ def replay_archives(
     heard: Listener | None = None,
     payloads: Sequence[ReplaySample] | None = None,
     live: Callable[[str], None] | None = None,
+    strict: bool | None = None,
 ) -> ReplayReport:
-    """Load every archive into one server (as an MME does) and replay its samples on each endpoint;
+    """Load every archive into one server (as an MME does; one server per image Python: archives of releases
+    whose images run different Pythons load on separate servers) and replay its samples on each endpoint;
     ``progress`` hears what is being done (an archive loading); ``live`` hears each row as a line when it is in;
     ``done`` hears of each archive once its rows are in (for a progress bar); ``samples`` chooses each
     archive's samples (default: those its manifest carries; ``payloads``: these for every archive);
-    ``heard`` hears every answer judged."""
+    ``heard`` hears every answer judged. An archive whose Python steps ran on another Python than its image's
+    gets a ``python`` row saying so, failed when ``strict`` (default: in CI)."""
     endpoints = check_endpoints(endpoints)
+    strict = strict_default() if strict is None else strict
+    releases = releases_of(archives)
+    groups = group_by_python(dict(zip(map(str, archives), releases, strict=True)))
+    if server is None and len(groups) > 1:  # one server per Python, as each image runs one
+        report = ReplayReport()
+        for paths in groups.values():
+            part = replay_archives(
+                [Path(p) for p in paths], endpoints=endpoints, load_timeout=load_timeout, progress=progress,
+                done=done, samples=samples, heard=heard, payloads=payloads, live=live, strict=strict)
+            report.rows += part.rows
+            report.restarts += part.restarts
+        return report
     report = ReplayReport()
     own = server is None
-    triton = LocalTriton.sized_for(archives) if server is None else server
+    triton = LocalTriton.sized_for(archives, strict=False) if server is None else server  # strict: the rows fail
+    release_of = dict(zip(archives, releases, strict=True))
     held: list[ArchiveModels] = []  # the archives loaded so far: their step names are taken
     try:
         if own:
@@ -159,6 +177,11 @@ def replay_archives(
                 report.rows.append(loaded)
             else:
                 report.rows.append(ReplayRow(name, "-", "load", True, "loaded via POST /models", loaded.load_ms))
+                python = python_row(name, triton.stub, release_of[archive], strict)
+                if python is not None:
+                    report.rows.append(python)
+                    if live:
+                        live(_short(python))
                 chosen = (samples(archive, loaded.manifest) if samples else payloads if payloads is not None
                           else loaded.manifest.samples if loaded.manifest else ())
                 if not chosen:
@@ -192,6 +215,17 @@ def _restarted(triton: LocalTriton, client: MultiModelClient, report: ReplayRepo
     held.clear()
     triton.restart()
     return MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
+
+
+def python_row(name: str, stub: StubPython, release: str, strict: bool) -> ReplayRow | None:
+    """The row of an archive whose Python-backend stubs ran on another Python than its release's image runs
+    (None when they ran on that one): passed unless ``strict``, and never silent."""
+    wanted = Release.of(release).stub_python
+    if stub.version == wanted:
+        return None
+    why = stub.note if stub.wanted == wanted else (f"ran on {stub.version}; the {release} image runs {wanted} (the "
+                                                   "server was started for another release)")
+    return ReplayRow(name, "-", PYTHON_ROW, not strict, why + ("" if strict else "; --strict (and CI) fail on it"))
 
 
 def check_endpoints(endpoints: str | Iterable[str]) -> tuple[str, ...]:

@@ -25,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -35,11 +34,13 @@ from types import TracebackType
 
 import httpx
 
+from conch.backends.standins.standin_bridge import HOST_PYTHON_ENV
 from conch.cache import cached_file
 from conch.errors import ServeError, ServerExited
 from conch.scratch import die_with_parent, scratch_dir
 from conch.triton import network_namespace, shm_regions
 from conch.triton.http_client import sync_client
+from conch.triton.stub_python import StubPython, stub_python
 from conch.triton_wheel import pytriton_paths
 
 STARTUP_TIMEOUT_S = 60.0
@@ -50,7 +51,8 @@ NAMESPACING_FROM = "23.04"  # SageMaker's serve script passes --model-namespacin
 
 
 def python_backend_dir(python_version: str | None = None) -> Path:
-    """A backends folder whose python/ holds the Python backend and the stub for this interpreter.
+    """A backends folder whose python/ holds the Python backend and the stub for this Python version (default:
+    conch's own).
 
     Built once in conch's cache (never inside the installed wheel)."""
     version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -165,7 +167,12 @@ class LocalTriton:
         extra_args: tuple[str, ...] = (),
         shm_default_byte_size: int = 16 * 1024 * 1024,  # SageMaker's Triton image, unless its env says otherwise
         shm_growth_byte_size: int = 1024 * 1024,
+        stub: StubPython | None = None,
+        auto_complete: bool = True,
     ) -> None:
+        """``stub``: the Python its Python-backend stubs run on (default: the default release's, found when the
+        server starts); ``auto_complete=False`` passes ``--disable-auto-complete-config``, which SageMaker's serve
+        script does not (an opt-in for speed, never the default)."""
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="conch-triton-", dir=scratch_dir()))
         self.log_verbose = log_verbose
@@ -173,6 +180,8 @@ class LocalTriton:
         self.model_namespacing = model_namespacing
         self.extra_args = extra_args
         self.shm = (shm_default_byte_size, shm_growth_byte_size)
+        self._stub = stub
+        self.auto_complete = auto_complete
         self.process: subprocess.Popen[bytes] | None = None
         self.http_port = self.grpc_port = self.sagemaker_port = 0
         # ports of listeners that extra_args opens (e.g. --metrics-port), reached on the host's 127.0.0.1 too
@@ -185,13 +194,26 @@ class LocalTriton:
         self._kept: dict[int, Path | None] = {}  # pid of a server that died -> where its log was kept
 
     @classmethod
-    def sized_for(cls, archives: Iterable[Path]) -> LocalTriton:
+    def sized_for(cls, archives: Iterable[Path], strict: bool | None = None) -> LocalTriton:
         """A server whose Python backend shared memory holds these archives, as `conch deploy` sizes it on
-        SageMaker (silently: the build warned about production)."""
+        SageMaker (silently: the build warned about production), and whose stubs run their releases' Python
+        (``strict``, default in CI or after --strict: a ServeError where that Python is not found)."""
         from conch.builder.shm_sizing import archives_settings
+        from conch.triton.stub_python import releases_of, strict_default
 
+        archives = list(archives)
         default, growth = archives_settings(archives)
-        return cls(shm_default_byte_size=default, shm_growth_byte_size=growth)
+        stub = stub_python(releases_of(archives), strict=strict_default() if strict is None else strict)
+        return cls(shm_default_byte_size=default, shm_growth_byte_size=growth, stub=stub)
+
+    @property
+    def stub(self) -> StubPython:
+        """The Python this server's stubs run on (found, and its environment built, on first use)."""
+        if self._stub is None:
+            from conch.triton.stub_python import strict_default
+
+            self._stub = stub_python(strict=strict_default())
+        return self._stub
 
     @property
     def http_url(self) -> str:
@@ -208,7 +230,7 @@ class LocalTriton:
         return [
             str(server_dir / "bin" / "tritonserver"),
             f"--model-repository={repo}",
-            f"--backend-directory={python_backend_dir()}",
+            f"--backend-directory={python_backend_dir(self.stub.version)}",
             "--model-control-mode=explicit",
             "--allow-sagemaker=true",
             f"--sagemaker-port={self.sagemaker_port}",
@@ -219,7 +241,7 @@ class LocalTriton:
             "--grpc-address=127.0.0.1",
             f"--grpc-port={self.grpc_port}",
             "--allow-metrics=false",
-            "--disable-auto-complete-config",
+            *(() if self.auto_complete else ("--disable-auto-complete-config",)),
             f"--model-namespacing={'true' if self.model_namespacing else 'false'}",
             f"--log-verbose={self.log_verbose}",
             "--exit-timeout-secs=5",
@@ -232,13 +254,18 @@ class LocalTriton:
     def environment(self) -> dict[str, str]:
         _, libs = pytriton_paths()
         env = dict(os.environ)
-        # The Python stub links this interpreter's libpython, which an interpreter outside the system's folders
-        # (pyenv, a conda env) keeps in its own LIBDIR: searched last, after the user's own entries, which it
-        # must not shadow.
-        own = sysconfig.get_config_var("LIBDIR") or ""
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", ""), own) if p)
-        # The stub takes sys.prefix from the `python3` on PATH: this interpreter's environment.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        stub = self.stub
+        # The stub links its Python's libpython, which an interpreter outside the system's folders (pyenv, uv, a
+        # conda env) keeps in its own LIBDIR: searched last, after the user's own entries, which it must not shadow.
+        parts = (str(libs), env.get("LD_LIBRARY_PATH", ""), str(stub.interpreter.libdir))
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in parts if p)
+        # The stub takes sys.prefix from the `python3` on PATH: a venv of the release's Python holding what the
+        # image's Python holds, so a step sees the image's packages and its own environment's, not conch's.
+        env["PATH"] = os.pathsep.join([str(stub.environment / "bin"), env.get("PATH", "")])
+        env.pop("VIRTUAL_ENV", None)
+        # A GPU-less stand-in (an ONNX, TorchScript, TensorFlow or DALI step run on the CPU) runs its framework
+        # in conch's own Python, which has it: the image's Python has not (conch/backends/standins/standin_bridge.py).
+        env[HOST_PYTHON_ENV] = sys.executable
         env["SAGEMAKER_MULTI_MODEL"] = "true"
         # coverage.py's documented subprocess measurement would start in every stub (~0.15 s of CPU each, and a data
         # file to combine), and a stub runs only the archive's own files: a coverage run stops at conch's processes.

@@ -15,16 +15,18 @@ import numpy as np
 import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
-from conch.builder.envs import local_python
 from conch.builder.pack import LOCAL_HOME, pack, resolve
 from conch.builder.repository_build import build_ensemble, render_repository
+from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
+from conch.triton.stub_python import find_interpreter
 
 pytestmark = pytest.mark.integration
 
 TABULATE = PythonEnv(requirements=("tabulate==0.9.0",))
+STUB = Release.of(DEFAULT_RELEASE).stub_python  # what the local server's stub runs, and local archives pack for
 
 
 def test_the_server_python_lacks_the_package() -> None:
@@ -57,7 +59,7 @@ def test_conda_free_env_loads_and_answers(unpacked: bool, tmp_path: Path, triton
     archive = build_ensemble(where_ensemble(f"where_{int(unpacked)}", env), tmp_path, "local")
     tabulate_file, prefix, numpy_file = load_and_ask(triton, archive)
     assert tabulate_file.startswith(prefix) and numpy_file.startswith(prefix)
-    assert f"lib/python{local_python()}/site-packages" in tabulate_file
+    assert f"lib/python{STUB}/site-packages" in tabulate_file
     assert sys.prefix not in prefix
     if unpacked:
         assert "/conch-envs/env-" in prefix  # used in place, not extracted
@@ -129,7 +131,8 @@ def make_conda_prefix(root: Path, python: str, packages: tuple[str, ...] = ("tab
     (root / "bin").mkdir(parents=True)
     (root / "bin" / "python3").write_bytes(b"")
     (root / "bin" / "python3").chmod(0o755)
-    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve().parent
+    found = find_interpreter(python)  # the stub's interpreter: the prefix's Python is its version
+    base = found.executable.parent if found else Path(sys.executable).resolve().parent
     (root / "pyvenv.cfg").write_text(f"home = {base}\ninclude-system-site-packages = false\n")
     (root / "conda-meta").mkdir()
     (root / "conda-meta" / "history").write_text("==> 2024-01-01 00:00:00 <==\n")
@@ -137,7 +140,7 @@ def make_conda_prefix(root: Path, python: str, packages: tuple[str, ...] = ("tab
 
 
 def test_conda_pack_path_loads_and_answers(tmp_path: Path, triton: LocalTriton) -> None:
-    prefix = make_conda_prefix(tmp_path / "condaenv", local_python())
+    prefix = make_conda_prefix(tmp_path / "condaenv", STUB)
     assert not (prefix / "bin" / "activate").exists()  # conda-pack must add it
     env = PythonEnv(conda_prefix=prefix)
     archive = build_ensemble(where_ensemble("conda_where", env), tmp_path / "dist", "local")
@@ -158,7 +161,7 @@ def test_a_conda_env_packed_again_from_a_cold_cache_is_the_same_bytes(tmp_path: 
     second pack from an empty cache (conda-pack run again, a second later) builds the same archive. A prefix
     of one small module: what conda-pack adds and stamps is the same for any prefix, and packing numpy twice
     took half a minute (the slow tier packs the loadable prefix twice, in two processes)."""
-    prefix = make_conda_prefix(tmp_path / "condaenv", local_python(), packages=())
+    prefix = make_conda_prefix(tmp_path / "condaenv", STUB, packages=())
     env = PythonEnv(conda_prefix=prefix)
     built = []
     for run in ("a", "b"):
@@ -175,7 +178,7 @@ def test_a_conda_env_packed_again_from_a_cold_cache_is_the_same_bytes(tmp_path: 
         inner = outer.extractfile(member)
         assert inner is not None
         with tarfile.open(fileobj=inner) as env_tar:
-            assert {"bin/activate", "bin/conda-unpack", "lib/python" + local_python() + "/site-packages/small.py"} \
+            assert {"bin/activate", "bin/conda-unpack", "lib/python" + STUB + "/site-packages/small.py"} \
                 <= set(env_tar.getnames())
     assert built[0].read_bytes() == built[1].read_bytes()
 
@@ -222,12 +225,12 @@ def test_an_adopted_archive_of_another_python_is_refused(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("as_folder", [False, True], ids=["tar.gz", "folder"])
 def test_an_adopted_archive_loads_and_answers(as_folder: bool, tmp_path: Path, triton: LocalTriton) -> None:
-    packed = pack(TABULATE, local_python(), home=LOCAL_HOME)  # packed "elsewhere": handed over as a file or folder
+    packed = pack(TABULATE, STUB, home=LOCAL_HOME)  # packed "elsewhere": handed over as a file or folder
     env = PythonEnv(archive=packed.folder if as_folder else packed.archive)
     archive = build_ensemble(where_ensemble(f"adopted_{int(as_folder)}", env), tmp_path, "local")
     tabulate_file, prefix, _ = load_and_ask(triton, archive)
     assert tabulate_file.startswith(prefix) and "python_env_" in prefix
-    assert f"lib/python{local_python()}/site-packages/tabulate" in tabulate_file
+    assert f"lib/python{STUB}/site-packages/tabulate" in tabulate_file
 
 
 def test_an_unpacked_environment_needs_release_23_07() -> None:

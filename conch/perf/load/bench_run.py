@@ -25,8 +25,10 @@ def local_triton(named: Sequence[tuple[Path, str]], load_timeout: float = 300.0)
     from conch.replays.local_replay import stage
     from conch.triton.mme import MultiModelClient
     from conch.triton.server import LocalTriton
+    from conch.triton.stub_python import releases_of, strict_default, stub_python
 
-    with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named)) as triton:
+    stub = stub_python(releases_of([a for a, _ in named]), strict=strict_default())  # the images' Python
+    with LocalTriton(model_namespacing=len({a for a, _ in named}) < len(named), stub=stub) as triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
         for archive, name in named:
             client.load(name, stage(archive, triton, name), load_timeout)
@@ -46,10 +48,12 @@ def local_mme(named: Sequence[tuple[Path, str]], **options: Any) -> Iterator[Any
     """conch's local MME over a folder holding the archives under their TargetModels (``options`` go to
     ``LocalMME``: ``step_names`` is ``shared`` unless given, as on SageMaker); yields the running LocalMME."""
     from conch.endpoint import LocalMME
+    from conch.triton.stub_python import release_of
 
     with scratch_temp("conch-bench-") as tmp:
         for archive, name in named:
             os.symlink(archive.resolve(), Path(tmp) / name)
+        options.setdefault("release", release_of([a for a, _ in named]))  # the archives' image and its Python
         with LocalMME(Path(tmp), **options) as mme:
             yield mme
 

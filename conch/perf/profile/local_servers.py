@@ -145,10 +145,11 @@ def gather(archives: Sequence[Path], folder: Path) -> None:
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
     from conch.endpoint import LocalMME
+    from conch.triton.stub_python import release_of
 
     with scratch_temp("conch-profile-") as folder:  # swept by the next run if this one is killed
         gather(archives, Path(folder))
-        mme = LocalMME(folder, load_timeout=load_timeout)
+        mme = LocalMME(folder, load_timeout=load_timeout, release=release_of(archives))
         trace_file, metrics_url = _instrumented(mme.triton)
         with mme:
             stats = StatsEndpoint(mme.triton.http_url, metrics_url)

@@ -73,11 +73,12 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
 def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], None]
             ) -> Iterator[tuple[StatsEndpoint, list[tuple[str, Manifest, Target]], str]]:
     from conch.endpoint import LocalMME
+    from conch.triton.stub_python import release_of
 
     with scratch_temp("conch-tune-") as tmp:
         folder = Path(tmp)
         gather(archives, folder)
-        mme = LocalMME(folder, load_timeout=load_timeout)
+        mme = LocalMME(folder, load_timeout=load_timeout, release=release_of(archives))
         with mme:
             named = []
             for archive in archives:
