@@ -45,8 +45,10 @@ from conch import Ensemble, PythonStep, Tensor
 
 def small(name):
     ens = Ensemble(name, max_batch_size=8)
-    first = PythonStep("first", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
-    second = PythonStep("second", double, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=8)
+    first = PythonStep("first", double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
+                       max_batch_size=8)
+    second = PythonStep("second", double, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
+                        max_batch_size=8)
     ens.output("Y", second(first(ens.input("X", "FP32", [4]))))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Y": np.full((1, 4), 4, np.float32)})
     return ens

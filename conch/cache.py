@@ -96,7 +96,7 @@ def remembered(kind: str, material: object, compute: Callable[[], Any]) -> Any:
     kept under ``<cache>/<kind>/``: an unchanged rebuild reads it instead of importing the framework that
     computes it. The key also covers conch's code (``own_code``) and the Python and distributions installed
     (``environment``: the framework's version among them). Never for user code, unless ``material`` holds its
-    ``pure_key`` (a sample's expected outputs declared ``cache=True``): otherwise ``compute`` must run nothing
+    ``pure_key`` (a sample's expected outputs declared ``pure=True``): otherwise ``compute`` must run nothing
     but conch and the libraries it imports. A failure is not remembered; a lost race only repeats the work."""
     key = key_of([material, own_code(), environment()])[:32]
     where = cache_dir() / kind / f"{key}.json"

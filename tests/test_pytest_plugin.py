@@ -186,7 +186,8 @@ from _killer_steps import kill_server
 from conch import Ensemble, PythonStep, Tensor
 
 killer = Ensemble("plugin_killer", max_batch_size=4)
-step = PythonStep("kill_server", kill_server, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+step = PythonStep("kill_server", kill_server, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
+                  max_batch_size=4)
 killer.output("Y", step(killer.input("X", "FP32", [4])))
 killer.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
 '''

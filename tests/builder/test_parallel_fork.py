@@ -36,8 +36,8 @@ class Scale(torch.nn.Module):
 
 def scaled(name: str, factor: float) -> Ensemble:
     ens = Ensemble(name, max_batch_size=2)
-    step = TorchScriptStep("scale", torch.jit.script(Scale(factor)), [Tensor("x", "FP32", [WIDTH])],
-                           [Tensor("OUTPUT__0", "FP32", [WIDTH])], max_batch_size=2)
+    step = TorchScriptStep("scale", torch.jit.script(Scale(factor)), inputs=[Tensor("x", "FP32", [WIDTH])],
+                           outputs=[Tensor("OUTPUT__0", "FP32", [WIDTH])], max_batch_size=2)
     ens.output("Y", step(ens.input("X", "FP32", [WIDTH])))
     ens.sample("ones", {"X": np.ones((1, WIDTH), np.float32)},
                {"Y": np.full((1, WIDTH), factor + 1.0, np.float32)})

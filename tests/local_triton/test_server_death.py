@@ -25,8 +25,8 @@ pytestmark = pytest.mark.integration
 def killing(name: str) -> Ensemble:
     """One step whose execute kills the tritonserver running it (SIGKILL to the stub's parent)."""
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("kill_server", basic_steps.kill_server, [Tensor("x", "FP32", [4])],
-                      [Tensor("y", "FP32", [4])], max_batch_size=4)
+    step = PythonStep("kill_server", basic_steps.kill_server, inputs=[Tensor("x", "FP32", [4])],
+                      outputs=[Tensor("y", "FP32", [4])], max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     ens.sample("ones", {"X": np.ones((1, 4), np.float32)}, {"Y": np.ones((1, 4), np.float32)})
     return ens

@@ -33,7 +33,8 @@ needs_312 = pytest.mark.skipif(find_interpreter("3.12") is None, reason="no Pyth
 
 def one_step(name: str, code) -> Ensemble:  # type: ignore[no-untyped-def]
     ens = Ensemble(name, max_batch_size=4)
-    step = PythonStep("twice", code, [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])], max_batch_size=4)
+    step = PythonStep("twice", code, inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])],
+                      max_batch_size=4)
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     x = np.ones((2, 4), np.float32)
     ens.sample("ones", {"X": x}, {"Y": x * 2})
