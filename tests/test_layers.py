@@ -16,9 +16,9 @@ CONCH = Path(__file__).resolve().parent.parent / "conch"
 # Lowest first. A part is a subpackage of conch or a module at its root ("__init__" is the package root).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "version", "startup_lines", "templates"),
-    ("scratch", "aws", "triton_wheel"),
+    ("scratch", "aws", "triton_wheel", "stub_types"),
     ("ensembles",),  # the declaration
-    ("backends", "compiler", "wire", "diagram", "verdicts"),
+    ("backends", "compiler", "wire", "diagram", "verdicts", "image_python"),
     ("executor",),  # the compiled plan run in this process
     ("archive",),  # reading archives
     ("builder",),  # writing them
