@@ -128,8 +128,8 @@ class PythonStep(Step):
             top = rel.split("/")[0]
             if rel in RESERVED_FILES or top == "files":
                 raise BuildError(
-                    f"python step {self.name!r}: {self.source.name} imports {top.removesuffix('.py')}, a module of yours "
-                    f"beside it whose name the model folder uses (model.py, the Python backend's own "
+                    f"python step {self.name!r}: {self.source.name} imports {top.removesuffix('.py')}, a module of "
+                    f"yours beside it whose name the model folder uses (model.py, the Python backend's own "
                     "triton_python_backend_utils, the step's files/); rename that module"
                 )
             files[f"1/{rel}"] = Path(path)
