@@ -18,6 +18,7 @@ from conch.archive.check_report import CheckReport, Model
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE, Manifest
+from conch.archive.python_imports import archive_code, judge
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.compiler.pbtxt import ConfigParseError
@@ -121,9 +122,23 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     for name, model in models.items():
         _check_model(model, described[name], root, report)
     check_release(root, models, release, report, manifest)
+    _check_code(root, models, described, release, report, manifest)
     if served is not None:
         _check_body(served, report)
     return report
+
+
+def _check_code(root: Path, models: Mapping[str, Model], described: Mapping[str, ModelFolder],
+                release: Release | str, report: CheckReport, manifest: Manifest | None) -> None:
+    """The Python-backend models' code against the release's image Python (python_imports.py). Not for an archive
+    conch built for its local target: its stand-ins are conch's own code, for the local server."""
+    if manifest is not None and manifest.target == "local":
+        return
+    code = [archive_code(root, m.path, m.prefix, described[name].versions_to_load(),
+                         m.config.parameters.get("EXECUTION_ENV_PATH"))
+            for name, m in models.items() if m.kind == "python"]
+    for finding in judge(code, release).findings:
+        (report.error if finding.level == "error" else report.warning)(finding.file, finding.message)
 
 
 def single_model(folders: Collection[str], configs: Mapping[str, ReadConfig]) -> str | None:
@@ -156,6 +171,7 @@ def _check_root_model(root: Path, report: CheckReport, release: Release | str, m
     check_load({ROOT_MODEL: described}, ROOT_MODEL, report, release, mapped=True)
     _check_model(model, described, root, report)
     check_release(root, {ROOT_MODEL: model}, release, report, manifest)
+    _check_code(root, {ROOT_MODEL: model}, {ROOT_MODEL: described}, release, report, manifest)
     _check_body(model, report)
 
 

@@ -12,6 +12,7 @@ from conch.archive.manifest import MANIFEST_NAME, Manifest, SampleRecord, Schema
 from conch.builder.archive import atomic_output, expand, write_tar
 from conch.builder.buildcache import BuildRecord, Digests, entry_mode
 from conch.builder.capture import CapturedOutput, captured, summary
+from conch.builder.code_check import code_findings
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
@@ -101,6 +102,7 @@ class RepositoryBuild:
         notes: list[str] = []
         envs = EnvLayout(target, release, progress, self.refresh)
         alone = plan.plain_model
+        python_code: dict[str, str | None] = {}  # production's Python-backend models -> their EXECUTION_ENV_PATH
         with captured("running the ensemble in this process", output):
             observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
         for step in plan.steps:
@@ -118,6 +120,8 @@ class RepositoryBuild:
                 files[_in_archive(model, rel)] = source
             notes.extend(layout.notes)
             steps.append(StepRecord(model, str(spec.platform or spec.backend), step.summary()))
+            if target is Target.PRODUCTION and step.python_in_production:
+                python_code[model] = spec.settings.parameters.get("EXECUTION_ENV_PATH")
         python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
         shm = plan_shm(plan, python_models, observed.row_bytes, observed.unmeasured)
         # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
@@ -139,6 +143,10 @@ class RepositoryBuild:
             files.update(envs.files)
         else:  # the archive's one folder: its environment inside it
             files.update({f"{alone.model_name}/{rel}": source for rel, source in envs.files.items()})
+        for finding in code_findings(files, python_code, release, plan.name):
+            notes.append(f"{finding.file}: {finding.message}")
+            if progress:
+                progress(f"warning: {notes[-1]}")
         files = expand(files)
         hashes = {name: self.digests(src) for name, src in sorted(files.items()) if not name.endswith("/")}
         manifest = Manifest(
