@@ -181,9 +181,7 @@ class Executor:
 def latest_version(folder: Path) -> str:
     """The version folder Triton loads by default (version policy ``latest``): the highest number holding model.py."""
     versions = [int(p.parent.name) for p in folder.glob("*/model.py") if p.parent.name.isdigit()]
-    if not versions:
-        raise RunError(f"{folder.name}: no <version>/model.py to load")
-    return str(max(versions))
+    return str(max(versions, default=1))
 
 
 def load_python_model(folder: Path, version: str, name: str, config: str, module_name: str) -> Any:
