@@ -49,8 +49,8 @@ class TritonPythonModel:
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ("    pass", r"handmade__model: its TritonPythonModel has no execute\(self, requests\), which Triton calls for every "
-               r"batch of requests; define it"),
+    ("    pass", r"handmade__model: its TritonPythonModel has no execute\(self, requests\), which Triton calls for "
+               r"every batch of requests; define it"),
     ("    def execute(self, requests):\n        return []",
      r"ensemble 'handmade', step 'model' \(python_model\): execute\(\) must return a list of one "
      r"pb_utils.InferenceResponse per request; for one request it returned list of 0"),
