@@ -20,7 +20,7 @@ import numpy as np
 from conch.cache import drop_racy_bytecode
 from conch.compiler.compiled import CompiledEnsemble, CompiledStep, compile_ensemble
 from conch.compiler.config_reader import read_config
-from conch.compiler.pbtxt import render_config
+from conch.compiler.pbtxt import check_config, render_config
 from conch.ensembles.dtypes import DType
 from conch.ensembles.ensemble import Ensemble
 from conch.ensembles.run_result import RunResult, StepTrace
@@ -177,7 +177,6 @@ class Executor:
         return instance
 
 
-
 def latest_version(folder: Path) -> str:
     """The version folder Triton loads by default (version policy ``latest``): the highest number holding model.py."""
     versions = [int(p.parent.name) for p in folder.glob("*/model.py") if p.parent.name.isdigit()]
@@ -188,8 +187,6 @@ def load_python_model(folder: Path, version: str, name: str, config: str, module
     """A Python-backend model as the stub loads it (python_backend ``src/pb_stub.cc``): its version folder and
     model folder on ``sys.path``, ``auto_complete_config`` (optional) given the config, the class instantiated and
     ``initialize`` (optional) called with Triton's arguments. ``config`` is the model's config.pbtxt text."""
-    from conch.compiler.pbtxt import check_config
-
     # Triton's JSON of the whole config (its contract with initialize), through the typed reader; check_config
     # parses a rendered text once per process (a build renders, then runs it)
     config_json = json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt").triton_json())

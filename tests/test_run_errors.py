@@ -61,6 +61,8 @@ class TritonPythonModel:
      "pb_utils.get_input_tensor_by_name(requests[0], 'x').as_numpy())])]",
      r"step 'model' \(python_model\): its response has no output 'y' \(it has \['Z'\]\); return one "
      r"pb_utils.Tensor per declared output"),
+    ("    def execute(self, requests):\n        raise ValueError('no model here')",
+     r"ensemble 'handmade', step 'model' \(python_model\) raised ValueError: no model here"),
     ("    @staticmethod\n    def auto_complete_config(config):\n        return config.as_dict()\n"
      "    def execute(self, requests):\n        return []",
      r"handmade__model: auto_complete_config must return the pb_utils.ModelConfig it was given \(Triton refuses "
