@@ -13,7 +13,7 @@ import pytest
 import run_steps
 from conftest import EXAMPLE_FILES, ExampleArchives, linear_ensemble
 from run_pipelines import counter_ensemble, text_ensemble
-from single_models import ADD_SUB_INPUTS, ADD_SUB_MODEL, add_sub_repo, write_repo
+from single_models import ADD_SUB_INPUTS, ADD_SUB_MODEL, add_sub_repo, auto_sum_repo, write_repo
 
 import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
@@ -200,3 +200,19 @@ def test_a_hand_written_model_brought_in_by_import_runs_as_triton_runs_it(
 
 def _lists(arrays: dict[str, np.ndarray]) -> dict[str, list[float]]:
     return {k: v.tolist() for k, v in arrays.items()}
+
+
+def test_an_auto_complete_model_brought_in_by_import_runs_with_the_config_it_completes(tmp_path: Path) -> None:
+    folder = write_repo(auto_sum_repo(), tmp_path / "repo")
+    (imported,) = import_sources([folder], tmp_path / "out", samples=False)
+    assert imported.messages[0] == (
+        "auto_sum/config.pbtxt: none; Triton completes it from auto_sum/<version>/model.py's auto_complete_config "
+        "(auto-complete is on in SageMaker's image): conch declares the config it gives")
+    spec = importlib.util.spec_from_file_location(imported.module.stem, imported.module)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a, b = ADD_SUB_INPUTS["INPUT0"][None], ADD_SUB_INPUTS["INPUT1"][None]  # batching: max_batch_size 4
+    result = conch.run(getattr(module, imported.ensemble), {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(result["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(result["OUTPUT1"], a - b)
