@@ -32,6 +32,7 @@ from conch.stub_types import STUB_TYPES
 from conch.triton_wheel import pytriton_paths
 
 PB_UTILS = "triton_python_backend_utils"
+TRACEBACK = "\nTraceback (most recent call last):"
 
 __all__ = ["Executor", "RunResult", "StepTrace", "run", "sample_inputs"]
 
@@ -120,7 +121,8 @@ class Executor:
         specs = {t.name: t for t in step.inputs}
         arrays = {name: _delivered(array, specs[name]) for name, array in routed.items()}
         start = time.perf_counter()
-        produced = _execute(model, arrays, [t.name for t in step.outputs], compiled.model_name, where)
+        produced = _execute(model, arrays, [t.name for t in step.outputs], compiled.model_name, where,
+                            f"step {step.name!r} of ensemble {self.plan.name!r} ")
         millis = (time.perf_counter() - start) * 1000
         outputs: dict[str, np.ndarray] = {}
         problems: list[str] = []
@@ -220,9 +222,10 @@ def load_python_model(folder: Path, version: str, name: str, config: str, module
     return instance
 
 
-def _execute(model: Any, arrays: Mapping[str, np.ndarray], outputs: list[str], name: str,
-             where: str) -> dict[str, np.ndarray]:
-    """One request through ``execute`` as Triton makes it: a list of one request in, a list of one response out."""
+def _execute(model: Any, arrays: Mapping[str, np.ndarray], outputs: list[str], name: str, where: str,
+             said_by: str) -> dict[str, np.ndarray]:
+    """One request through ``execute`` as Triton makes it: a list of one request in, a list of one response out.
+    ``said_by``: how conch's generated model.py starts the errors it answers with ("step 'x' of ensemble 'e' ")."""
     utils = sys.modules[PB_UTILS]
     if hasattr(model, "check_dims"):  # conch's generated model.py: the run reports dims its own way
         model.check_dims = False
@@ -239,7 +242,10 @@ def _execute(model: Any, arrays: Mapping[str, np.ndarray], outputs: list[str], n
         raise RunError(f"{where}: execute() returned {type(response).__name__} for a request; answer each request "
                        "with a pb_utils.InferenceResponse")
     if response.has_error():
-        raise RunError(f"{where} answered with an error: {response.error().message()}")
+        message = response.error().message().split(TRACEBACK, 1)[0].rstrip()  # the model's stack: not the run's
+        if message.startswith(said_by):  # conch's generated model.py names the step itself: said once
+            raise RunError(f"{where} {message[len(said_by):]}")
+        raise RunError(f"{where} answered with an error: {message}")
     return {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
 
 

@@ -61,6 +61,9 @@ class TritonPythonModel:
      "pb_utils.get_input_tensor_by_name(requests[0], 'x').as_numpy())])]",
      r"step 'model' \(python_model\): its response has no output 'y' \(it has \['Z'\]\); return one "
      r"pb_utils.Tensor per declared output"),
+    ("    def execute(self, requests):\n"
+     "        return [pb_utils.InferenceResponse(error=pb_utils.TritonError('bad x'))]",
+     r"ensemble 'handmade', step 'model' \(python_model\) answered with an error: bad x$"),
     ("    def execute(self, requests):\n        raise ValueError('no model here')",
      r"ensemble 'handmade', step 'model' \(python_model\) raised ValueError: no model here"),
     ("    @staticmethod\n    def auto_complete_config(config):\n        return config.as_dict()\n"
