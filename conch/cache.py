@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import CodeType
@@ -367,6 +368,9 @@ def imported_siblings(origin: Path) -> set[str]:
     return found
 
 
+_AST_LOCK = threading.Lock()
+
+
 def _module_files(base: Path, name: str) -> list[Path]:
     """The files of module ``name`` in folder ``base``: ``name.py``, or every ``.py`` of package ``name/``."""
     module = base / f"{name}.py"
@@ -384,7 +388,9 @@ def _imports(path: Path) -> tuple[tuple[int, str], ...]:
     import ast
 
     try:
-        tree = ast.parse(path.read_bytes())
+        source = path.read_bytes()
+        with _AST_LOCK:  # CPython 3.11 before 3.11.8 breaks ast.parse run in two threads at once (cpython#106905)
+            tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError):
         return ()
     names: list[tuple[int, str]] = []

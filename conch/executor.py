@@ -28,9 +28,11 @@ from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import ConchError, DeclarationError, RunError
 from conch.scratch import scratch_dir
+from conch.stub_types import STUB_TYPES
 from conch.triton_wheel import pytriton_paths
 
 PB_UTILS = "triton_python_backend_utils"
+TRACEBACK = "\nTraceback (most recent call last):"
 
 __all__ = ["Executor", "RunResult", "StepTrace", "run", "sample_inputs"]
 
@@ -63,9 +65,13 @@ class Executor:
 
     def close(self) -> None:
         models, self._models = self._models, {}
+        workdir = str(self._workdir)
+        sys.path[:] = [p for p in sys.path if not p.startswith(workdir)]  # the models' folders, added at load
         try:
             for model in models.values():
-                model.finalize()
+                finalize = getattr(model, "finalize", None)  # optional in Triton's contract
+                if finalize is not None:
+                    finalize()
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -114,16 +120,16 @@ class Executor:
         routed = {name: tensors[id(h)] for name, h in call.inputs.items() if id(h) in tensors}
         specs = {t.name: t for t in step.inputs}
         arrays = {name: _delivered(array, specs[name]) for name, array in routed.items()}
-        batch = next(iter(arrays.values())).shape[0] if step.max_batch_size > 0 and arrays else None
         start = time.perf_counter()
-        try:
-            produced = model._run(arrays, batch, False)  # model.py's per-batch call; dims are checked below, our way
-        except Exception as exc:
-            raise RunError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        produced = _execute(model, arrays, [t.name for t in step.outputs], compiled.model_name, where,
+                            f"step {step.name!r} of ensemble {self.plan.name!r} ")
         millis = (time.perf_counter() - start) * 1000
         outputs: dict[str, np.ndarray] = {}
         problems: list[str] = []
         for spec in step.outputs:
+            if spec.name not in produced:
+                raise RunError(f"{where}: its response has no output {spec.name!r} (it has "
+                               f"{sorted(produced) or 'none'}); return one pb_utils.Tensor per declared output")
             array, problem = _presented(produced[spec.name], spec, step.max_batch_size > 0)
             outputs[spec.name] = array
             if problem:
@@ -159,18 +165,9 @@ class Executor:
                 path.write_bytes(source)
             else:
                 path.symlink_to(Path(source).resolve())
-        before = list(sys.path)  # model.py puts its version folder first on sys.path, as in the stub
+        version = latest_version(folder)
         try:
-            module = _import_model(folder / "1" / "model.py", f"conch_run_{len(self._models)}_{name}")
-            instance = module.TritonPythonModel()
-            instance.initialize({
-                "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
-                "model_instance_device_id": "0", "model_repository": str(folder), "model_version": "1",
-                # Triton's JSON of the whole config (its contract with initialize), through the typed reader;
-                # check_config parses a rendered text once per process (a build renders, then runs it)
-                "model_config": json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt")
-                                           .triton_json()),
-            })
+            instance = load_python_model(folder, version, name, config, f"conch_run_{len(self._models)}_{name}")
         except ConchError:
             raise
         except Exception as exc:
@@ -178,10 +175,78 @@ class Executor:
                 f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        finally:
-            sys.path[:] = before
         self._models[name] = instance
         return instance
+
+
+def latest_version(folder: Path) -> str:
+    """The version folder Triton loads by default (version policy ``latest``): the highest number holding model.py."""
+    versions = [int(p.parent.name) for p in folder.glob("*/model.py") if p.parent.name.isdigit()]
+    return str(max(versions, default=1))
+
+
+def load_python_model(folder: Path, version: str, name: str, config: str, module_name: str) -> Any:
+    """A Python-backend model as the stub loads it (python_backend ``src/pb_stub.cc``): its version folder and
+    model folder on ``sys.path``, ``auto_complete_config`` (optional) given the config, the class instantiated and
+    ``initialize`` (optional) called with Triton's arguments. ``config`` is the model's config.pbtxt text."""
+    # Triton's JSON of the whole config (its contract with initialize), through the typed reader; check_config
+    # parses a rendered text once per process (a build renders, then runs it)
+    config_json = json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt").triton_json())
+    before = list(sys.path)  # a generated model.py prepends its folder: undone below, the stub's own entries kept
+    added = [str(folder / version), str(folder)]
+    sys.path.extend(added)  # as the stub does, for the imports the model makes at load and at run time
+    try:
+        module = _import_model(folder / version / "model.py", module_name)
+        model_class = module.TritonPythonModel
+        auto_complete = getattr(model_class, "auto_complete_config", None)
+        if auto_complete is not None:
+            utils = sys.modules[PB_UTILS]
+            completed = auto_complete(utils.ModelConfig(config_json))
+            if not isinstance(completed, utils.ModelConfig):
+                raise RunError(f"{name}: auto_complete_config must return the pb_utils.ModelConfig it was given "
+                               f"(Triton refuses the model), got {type(completed).__name__}")
+            config_json = json.dumps(completed.as_dict())
+        instance = model_class()
+        initialize = getattr(instance, "initialize", None)
+        if initialize is not None:
+            initialize({
+                "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
+                "model_instance_device_id": "0", "model_repository": str(folder), "model_version": version,
+                "model_config": config_json,
+            })
+    finally:
+        sys.path[:] = [*before, *added]
+    if not callable(getattr(instance, "execute", None)):
+        raise RunError(f"{name}: its TritonPythonModel has no execute(self, requests), which Triton calls for "
+                       "every batch of requests; define it")
+    return instance
+
+
+def _execute(model: Any, arrays: Mapping[str, np.ndarray], outputs: list[str], name: str, where: str,
+             said_by: str) -> dict[str, np.ndarray]:
+    """One request through ``execute`` as Triton makes it: a list of one request in, a list of one response out.
+    ``said_by``: how conch's generated model.py starts the errors it answers with ("step 'x' of ensemble 'e' ")."""
+    utils = sys.modules[PB_UTILS]
+    if hasattr(model, "check_dims"):  # conch's generated model.py: the run reports dims its own way
+        model.check_dims = False
+    try:
+        responses = model.execute([utils.InferenceRequest(arrays, outputs, name)])
+    except Exception as exc:
+        raise RunError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(responses, list | tuple) or len(responses) != 1:
+        raise RunError(f"{where}: execute() must return a list of one pb_utils.InferenceResponse per request; "
+                       f"for one request it returned {type(responses).__name__}"
+                       + (f" of {len(responses)}" if isinstance(responses, list | tuple) else ""))
+    response = responses[0]
+    if not isinstance(response, utils.InferenceResponse):
+        raise RunError(f"{where}: execute() returned {type(response).__name__} for a request; answer each request "
+                       "with a pb_utils.InferenceResponse")
+    if response.has_error():
+        message = response.error().message().split(TRACEBACK, 1)[0].rstrip()  # the model's stack: not the run's
+        if message.startswith(said_by):  # conch's generated model.py names the step itself: said once
+            raise RunError(f"{where} {message[len(said_by):]}")
+        raise RunError(f"{where} answered with an error: {message}")
+    return {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
 
 
 def run(
@@ -241,13 +306,13 @@ def _presented(array: np.ndarray, spec: Tensor, batching: bool) -> tuple[np.ndar
 
 
 def _import_model(path: Path, module_name: str) -> ModuleType:
-    """Import a generated model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
+    """Import a model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
     if PB_UTILS not in sys.modules:
         utils = _import_file(pytriton_paths()[0] / "backends" / "python" / f"{PB_UTILS}.py", PB_UTILS,
                              "; reinstall nvidia-pytriton")
-        for name in ("Tensor", "InferenceResponse", "TritonError"):  # the stub adds these from C++; `_run` needs none
+        for name, kind in STUB_TYPES.items():  # the stub adds these from C++
             if not hasattr(utils, name):
-                setattr(utils, name, None)
+                setattr(utils, name, kind)
         sys.modules[PB_UTILS] = utils
     return _import_file(path, module_name)
 

@@ -3,6 +3,7 @@ disagreements with the declaration named, and the same answers as the local Trit
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import pytest
 import run_steps
 from conftest import EXAMPLE_FILES, ExampleArchives, linear_ensemble
 from run_pipelines import counter_ensemble, text_ensemble
+from single_models import ADD_SUB_INPUTS, ADD_SUB_MODEL, add_sub_repo, auto_sum_repo, write_repo
 
 import conch
 from conch import Ensemble, Executor, PythonStep, RunError, Tensor
 from conch.cli import main
 from conch.ensembles.samples import compare
+from conch.importer.convert import import_sources
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
@@ -165,3 +168,55 @@ def test_run_equals_the_local_triton_replay(file: str, examples: ExampleArchives
                     assert verdict.passed, f"{ens.name} {sample.name!r} {out}: {verdict.detail}"
     finally:
         client.unload(name)
+
+
+def test_a_hand_written_model_brought_in_by_import_runs_as_triton_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Triton's contract: initialize and finalize optional, execute over a list of requests, the latest version
+    folder loaded (its helper module, imported at run time, found beside model.py)."""
+    latest = ADD_SUB_MODEL.replace(b"import triton_python_backend_utils as pb_utils",
+                                   b"import triton_python_backend_utils as pb_utils\nimport importlib")
+    latest = latest.replace(b"a + b", b"importlib.import_module('twice').twice(a + b)")
+    repo = {**add_sub_repo(), "add_sub/3/model.py": latest, "add_sub/3/twice.py": b"def twice(x):\n    return x * 2\n"}
+    folder = write_repo(repo, tmp_path / "repo")
+    (imported,) = import_sources([folder], tmp_path / "out", samples=False)
+    spec = importlib.util.spec_from_file_location(imported.module.stem, imported.module)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ens = getattr(module, imported.ensemble)
+    result = conch.run(ens, ADD_SUB_INPUTS)
+    a, b = ADD_SUB_INPUTS["INPUT0"], ADD_SUB_INPUTS["INPUT1"]
+    np.testing.assert_array_equal(result["OUTPUT0"], (a + b) * 2)  # version 3, not 1
+    np.testing.assert_array_equal(result["OUTPUT1"], a - b)
+    source = tmp_path / "run_imported.py"
+    source.write_text(f"import importlib.util, numpy as np\nspec = importlib.util.spec_from_file_location("
+                      f"'m', {str(imported.module)!r})\nm = importlib.util.module_from_spec(spec)\n"
+                      f"spec.loader.exec_module(m)\nens = m.{imported.ensemble}\n"
+                      f"ens.sample('pair', {{k: np.array(v, np.float32) "
+                      f"for k, v in {_lists(ADD_SUB_INPUTS)}.items()}}, "
+                      f"{{'OUTPUT0': np.array({((a + b) * 2).tolist()}, np.float32), "
+                      f"'OUTPUT1': np.array({(a - b).tolist()}, np.float32)}})\n")
+    assert main(["run", str(source)]) == 0, capsys.readouterr().out
+    assert "expected: ok" in capsys.readouterr().out
+
+
+def _lists(arrays: dict[str, np.ndarray]) -> dict[str, list[float]]:
+    return {k: v.tolist() for k, v in arrays.items()}
+
+
+def test_an_auto_complete_model_brought_in_by_import_runs_with_the_config_it_completes(tmp_path: Path) -> None:
+    folder = write_repo(auto_sum_repo(), tmp_path / "repo")
+    (imported,) = import_sources([folder], tmp_path / "out", samples=False)
+    assert imported.messages[0] == (
+        "auto_sum/config.pbtxt: none; Triton completes it from auto_sum/<version>/model.py's auto_complete_config "
+        "(auto-complete is on in SageMaker's image): conch declares the config it gives")
+    spec = importlib.util.spec_from_file_location(imported.module.stem, imported.module)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a, b = ADD_SUB_INPUTS["INPUT0"][None], ADD_SUB_INPUTS["INPUT1"][None]  # batching: max_batch_size 4
+    result = conch.run(getattr(module, imported.ensemble), {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(result["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(result["OUTPUT1"], a - b)

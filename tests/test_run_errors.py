@@ -4,11 +4,13 @@ the ensemble, the step and its backend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import conch
-from conch import Ensemble, RunError, Tensor
+from conch import Ensemble, PythonModelStep, RunError, Tensor
 from conch.ensembles.config import StepSettings
 from conch.ensembles.layout import Platform
 from conch.ensembles.step import BackendFiles, Step
@@ -36,3 +38,44 @@ def test_a_step_whose_local_layout_is_not_a_python_model_cannot_run_in_process()
     with pytest.raises(RunError, match=r"ensemble 'vision', step 'detector' \(onnx-native\): has no CPU path to run "
                                        r"in this process \(its local layout is not a Python-backend model\)"):
         conch.run(ens, {"X": np.ones((1, 4), np.float32)})
+
+
+HAND_WRITTEN = '''import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+{body}
+'''
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("    pass", r"handmade__model: its TritonPythonModel has no execute\(self, requests\), which Triton calls for "
+               r"every batch of requests; define it"),
+    ("    def execute(self, requests):\n        return []",
+     r"ensemble 'handmade', step 'model' \(python_model\): execute\(\) must return a list of one "
+     r"pb_utils.InferenceResponse per request; for one request it returned list of 0"),
+    ("    def execute(self, requests):\n        return [None]",
+     r"step 'model' \(python_model\): execute\(\) returned NoneType for a request; answer each request with a "
+     r"pb_utils.InferenceResponse"),
+    ("    def execute(self, requests):\n        return [pb_utils.InferenceResponse([pb_utils.Tensor('Z', "
+     "pb_utils.get_input_tensor_by_name(requests[0], 'x').as_numpy())])]",
+     r"step 'model' \(python_model\): its response has no output 'y' \(it has \['Z'\]\); return one "
+     r"pb_utils.Tensor per declared output"),
+    ("    def execute(self, requests):\n"
+     "        return [pb_utils.InferenceResponse(error=pb_utils.TritonError('bad x'))]",
+     r"ensemble 'handmade', step 'model' \(python_model\) answered with an error: bad x$"),
+    ("    def execute(self, requests):\n        raise ValueError('no model here')",
+     r"ensemble 'handmade', step 'model' \(python_model\) raised ValueError: no model here"),
+    ("    @staticmethod\n    def auto_complete_config(config):\n        return config.as_dict()\n"
+     "    def execute(self, requests):\n        return []",
+     r"handmade__model: auto_complete_config must return the pb_utils.ModelConfig it was given \(Triton refuses "
+     r"the model\), got dict"),
+])
+def test_a_hand_written_model_breaking_tritons_contract_is_named(body: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "model" / "1").mkdir(parents=True)
+    (tmp_path / "model" / "1" / "model.py").write_text(HAND_WRITTEN.format(body=body))
+    step = PythonModelStep("model", tmp_path / "model", [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])])
+    ens = Ensemble("handmade")
+    ens.output("Y", step(ens.input("X", "FP32", [4])))
+    with pytest.raises(RunError, match=message):
+        conch.run(ens, {"X": np.ones(4, np.float32)})

@@ -15,9 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from conch.archive.check_report import CheckReport, Model
+from conch.archive.completed_config import auto_completed
 from conch.archive.extract import safe_extract
 from conch.archive.load_rules import ModelFolder, check_load
 from conch.archive.manifest import SHELL_SAFE, Manifest
+from conch.archive.python_imports import archive_code, judge
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.ensembles.target import DEFAULT_RELEASE, Release
@@ -62,8 +64,10 @@ def checked(archive: Path, release: Release | str | None = None) -> Iterator[tup
 
 
 def is_model_repository(folder: Path) -> bool:
-    """Whether ``folder`` is an unpacked model repository (a config.pbtxt at its root or in a folder of it)."""
-    return (folder / "config.pbtxt").is_file() or any(folder.glob("*/config.pbtxt"))
+    """Whether ``folder`` is an unpacked model repository: a config.pbtxt at its root or in a folder of it, or a
+    folder of it holding a Python model that Triton auto-completes (``<version>/model.py``)."""
+    return ((folder / "config.pbtxt").is_file() or any(folder.glob("*/config.pbtxt"))
+            or any(p.parent.name.isdigit() for p in folder.glob("*/*/model.py")))
 
 
 def check_repository(folder: Path, release: Release | str | None = None) -> CheckReport:
@@ -99,7 +103,7 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     if len(folders) > MANY_MODELS:
         report.warning("", f"{len(folders)} folders at the root: past {MANY_MODELS}, SageMaker's Triton front end "
                        "warns 'Several model directories found' (smaller ensembles manage memory better)")
-    models = {m.folder: m for m in (_read_model(p, report) for p in folders) if m is not None}
+    models = {m.folder: m for m in (_read_model(p, report, release=release) for p in folders) if m is not None}
     report.models = len(models)
     report.configs = {name: m.config for name, m in models.items()}
     single_name = single_model([p.name for p in folders], report.configs)
@@ -120,9 +124,23 @@ def check_folder(root: Path, archive: str, release: Release | str | None = None)
     for name, model in models.items():
         _check_model(model, described[name], root, report)
     check_release(root, models, release, report, manifest)
+    _check_code(root, models, described, release, report, manifest)
     if served is not None:
         _check_body(served, report)
     return report
+
+
+def _check_code(root: Path, models: Mapping[str, Model], described: Mapping[str, ModelFolder],
+                release: Release | str, report: CheckReport, manifest: Manifest | None) -> None:
+    """The Python-backend models' code against the release's image Python (python_imports.py). Not for an archive
+    conch built for its local target: its stand-ins are conch's own code, for the local server."""
+    if manifest is not None and manifest.target == "local":
+        return
+    code = [archive_code(root, m.path, m.prefix, described[name].versions_to_load(),
+                         m.config.parameters.get("EXECUTION_ENV_PATH"))
+            for name, m in models.items() if m.kind == "python"]
+    for finding in judge(code, release).findings:
+        (report.error if finding.level == "error" else report.warning)(finding.file, finding.message)
 
 
 def single_model(folders: Collection[str], configs: Mapping[str, ReadConfig]) -> str | None:
@@ -155,6 +173,7 @@ def _check_root_model(root: Path, report: CheckReport, release: Release | str, m
     check_load({ROOT_MODEL: described}, ROOT_MODEL, report, release, mapped=True)
     _check_model(model, described, root, report)
     check_release(root, {ROOT_MODEL: model}, release, report, manifest)
+    _check_code(root, {ROOT_MODEL: model}, {ROOT_MODEL: described}, release, report, manifest)
     _check_body(model, report)
 
 
@@ -166,8 +185,20 @@ def _check_body(model: Model, report: CheckReport) -> None:
         report.warning(f"{model.prefix}config.pbtxt", f"needs binary bodies: {refusal}")
 
 
+def _auto_completed(path: Path, name: str, prefix: str, report: CheckReport, release: Release | str) -> Model | None:
+    """A folder without config.pbtxt whose ``<version>/model.py`` Triton auto-completes, read by the completed
+    config (completed_config.py); None when it is no such folder, or its completion fails (reported)."""
+    completion = auto_completed(path, name, prefix, release)
+    if completion is None:
+        return None
+    (report.error if completion.level == "error" else report.warning)(completion.file, completion.message)
+    if completion.text is None:
+        return None
+    return Model(name, path, completion.text, read_config(completion.text, where=f"{prefix}model.py"), prefix)
+
+
 def _read_model(path: Path, report: CheckReport, folder: str | None = None,
-                prefix: str | None = None) -> Model | None:
+                prefix: str | None = None, release: Release | str | None = None) -> Model | None:
     """The model folder at ``path`` (``folder``, ``prefix``: its name and where its files are in the archive, for
     the archive root read as one model)."""
     name = folder or path.name
@@ -175,9 +206,10 @@ def _read_model(path: Path, report: CheckReport, folder: str | None = None,
         report.error(f"{name}/", f"model folder {name!r} is not a safe name: Triton starts Python stubs through a "
                      "shell with this path; use ASCII letters, digits, '_', '.' and '-' only")
     config_path = path / "config.pbtxt"
-    if not config_path.is_file():
-        return None  # not a model (e.g. conch-envs/); Triton only loads what the ensemble names
     prefix = f"{name}/" if prefix is None else prefix
+    if not config_path.is_file():
+        # a Python model Triton auto-completes (SageMaker's flags), or not a model (e.g. conch-envs/)
+        return _auto_completed(path, name, prefix, report, release) if release is not None else None
     file = f"{prefix}config.pbtxt"
     try:
         text = config_path.read_text(encoding="utf-8")
@@ -204,8 +236,10 @@ def _find_ensemble(models: dict[str, Model], report: CheckReport, folders: list[
                          "platform:(\\s)*\"ensemble\" (in a comment?), so SageMaker may serve it; remove that text")
     ensembles = [m for m in matched if m.config.is_ensemble]
     if not ensembles and not models:
-        report.error("", "holds no model folder (a folder with a config.pbtxt) at its root; put the model's folder "
-                     "(config.pbtxt and 1/) at the archive root")
+        if not report.errors:  # else a folder that is not read as a model is named already
+            report.error("", "holds no model folder (a folder with a config.pbtxt, or a Python model's "
+                         "<version>/model.py that Triton auto-completes) at its root; put the model's folder "
+                         "(config.pbtxt and 1/) at the archive root")
         return None
     if not ensembles:
         _no_ensemble(models, folders, report)

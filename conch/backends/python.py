@@ -11,6 +11,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from conch.cache import imported_siblings
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
 from conch.ensembles.layout import FileSource, Platform, StepLayout
@@ -19,6 +20,8 @@ from conch.ensembles.target import Release, Target
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
 from conch.templates import render
+
+RESERVED_FILES = ("model.py", "triton_python_backend_utils.py")  # in a step's version folder, beside its module
 
 
 class PythonStep(Step):
@@ -32,8 +35,9 @@ class PythonStep(Step):
     model instance; its optional ``setup(context)`` runs at load (``context.file(name)`` finds the
     step's files), ``__call__(**inputs)`` per batch, and the optional ``teardown()`` at unload.
 
-    The code's module is copied into the model folder and imported there, so it must be a module of
-    its own that does not import conch (conch does not run inside Triton). ``env`` names the packages it
+    The code's module is copied into the model folder and imported there, with the modules and packages beside
+    it that it imports (at any depth, at module or function level), so it must be a module of its own that does
+    not import conch (conch does not run inside Triton). ``env`` names the packages it
     needs beyond the Triton image's Python (see PythonEnv); without it, the step runs in the image's
     own Python (locally too: the release's Python with the image's packages, docs/image-python.md).
 
@@ -149,10 +153,17 @@ class PythonStep(Step):
             outputs=[(t.name, t.dtype.numpy_name, t.dtype.wire, list(t.reshape if t.reshape is not None else t.dims))
                      for t in self.outputs],
         )
-        files: dict[str, FileSource] = {
-            "1/model.py": model_py.encode(),
-            f"1/{self.module_name}.py": self.source,
-        }
+        files: dict[str, FileSource] = {"1/model.py": model_py.encode()}
+        for path in sorted(imported_siblings(self.source)):  # the module, and the user's modules beside it it imports
+            rel = Path(path).relative_to(self.source.parent).as_posix()
+            top = rel.split("/")[0]
+            if rel in RESERVED_FILES or top == "files":
+                raise BuildError(
+                    f"python step {self.name!r}: {self.source.name} imports {top.removesuffix('.py')}, a module of "
+                    f"yours beside it whose name the model folder uses (model.py, the Python backend's own "
+                    "triton_python_backend_utils, the step's files/); rename that module"
+                )
+            files[f"1/{rel}"] = Path(path)
         files.update({f"1/files/{k}": v for k, v in self.files.items()})
         return BackendFiles(files)
 

@@ -13,6 +13,7 @@ from conch.atomic_write import atomic_output
 from conch.builder.archive import expand, write_tar
 from conch.builder.buildcache import BuildRecord, Digests, entry_mode
 from conch.builder.capture import CapturedOutput, captured, summary
+from conch.builder.code_check import code_findings
 from conch.builder.envs import EnvLayout
 from conch.builder.observe import observe
 from conch.builder.pack import Progress
@@ -103,6 +104,7 @@ class RepositoryBuild:
         envs = EnvLayout(target, release, progress, self.refresh)
         alone = plan.plain_model
         notes.extend(_unkeyed(plan, progress))
+        python_code: dict[str, str | None] = {}  # production's Python-backend models -> their EXECUTION_ENV_PATH
         with captured("running the ensemble in this process", output):
             observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
         for step in plan.steps:
@@ -120,6 +122,8 @@ class RepositoryBuild:
                 files[_in_archive(model, rel)] = source
             notes.extend(layout.notes)
             steps.append(StepRecord(model, str(spec.platform or spec.backend), step.summary()))
+            if target is Target.PRODUCTION and step.python_in_production:
+                python_code[model] = spec.settings.parameters.get("EXECUTION_ENV_PATH")
         python_models = [s.model_name for s in steps if s.served_as == Platform.PYTHON]
         shm = plan_shm(plan, python_models, observed.row_bytes, observed.unmeasured)
         # the warning is about production, whatever the target: a local build's stand-ins all run on the Python
@@ -141,6 +145,10 @@ class RepositoryBuild:
             files.update(envs.files)
         else:  # the archive's one folder: its environment inside it
             files.update({f"{alone.model_name}/{rel}": source for rel, source in envs.files.items()})
+        for finding in code_findings(files, python_code, release, plan.name):
+            notes.append(f"{finding.file}: {finding.message}")
+            if progress:
+                progress(f"warning: {notes[-1]}")
         files = expand(files)
         hashes = {name: self.digests(src) for name, src in sorted(files.items()) if not name.endswith("/")}
         manifest = Manifest(

@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conch.archive.completed_config import auto_completed
 from conch.archive.extract import safe_extract
 from conch.archive.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from conch.compiler.config_reader import ReadConfig, read_config
 from conch.compiler.pbtxt import parse_config
 from conch.ensembles.layout import Platform
+from conch.ensembles.target import DEFAULT_RELEASE
 from conch.errors import BuildError, ConchError
 
 
@@ -79,13 +81,23 @@ def read_repository(source: Path, root: Path) -> Repository:
     repo = Repository(source, root)
     for entry in entries:
         config_file = entry / "config.pbtxt"
-        if not entry.is_dir() or not config_file.is_file():
+        where = f"{entry.name}/config.pbtxt"
+        completed = None
+        if entry.is_dir() and not config_file.is_file():  # a Python model Triton auto-completes (SageMaker's flags)
+            completed = auto_completed(entry, entry.name, f"{entry.name}/", DEFAULT_RELEASE)
+            if completed is not None and completed.text is None:
+                raise BuildError(f"{completed.file}: {completed.message}")
+        if not entry.is_dir() or not (config_file.is_file() or completed is not None):
             if entry.name == MANIFEST_NAME:
                 repo.manifest = parse_manifest(entry.read_bytes(), source)
             repo.beside.append(entry.name)
             continue
-        where = f"{entry.name}/config.pbtxt"
-        config = parse_config(config_file.read_text(encoding="utf-8"), where)
+        if completed is not None and completed.text is not None:
+            repo.messages.append(f"{where}: none; Triton completes it from {entry.name}/<version>/model.py's "
+                                 "auto_complete_config (auto-complete is on in SageMaker's image): conch declares "
+                                 "the config it gives")
+        text = config_file.read_text(encoding="utf-8") if completed is None else str(completed.text)
+        config = parse_config(text, where)
         if config.name and config.name != entry.name:
             repo.messages.append(f"{where}: name: {config.name!r} differs from its folder {entry.name!r} (Triton "
                                  "needs them equal); conch names the model after the folder")

@@ -65,8 +65,9 @@ def test_two_models_without_an_ensemble_are_refused(tmp_path: Path) -> None:
 
 def test_an_archive_without_a_model_folder_is_refused(tmp_path: Path) -> None:
     text = "\n".join(check_archive_models(pack_repo({"notes/readme.txt": b"x"}, tmp_path / "m.tar.gz"))[0].lines())
-    assert text == ("m.tar.gz: error: holds no model folder (a folder with a config.pbtxt) at its root; put the "
-                    "model's folder (config.pbtxt and 1/) at the archive root")
+    assert text == ("m.tar.gz: error: holds no model folder (a folder with a config.pbtxt, or a Python model's "
+                    "<version>/model.py that Triton auto-completes) at its root; put the model's folder (config.pbtxt "
+                    "and 1/) at the archive root")
 
 
 def test_a_root_config_hides_the_model_folders_beside_it(tmp_path: Path) -> None:

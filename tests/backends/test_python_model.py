@@ -4,6 +4,9 @@ their declared dims, not only dtype and batch size."""
 
 from __future__ import annotations
 
+import importlib
+import sys
+import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 
 from conch import DynamicBatching, Ensemble, PythonStep, Tensor
 from conch.builder.repository_build import build_ensemble
+from conch.errors import BuildError
 from conch.replays.local_replay import stage
 from conch.triton.mme import InvokeError, MultiModelClient
 from conch.triton.server import LocalTriton
@@ -66,3 +70,67 @@ def test_an_output_of_other_dims_than_declared_names_step_and_output(
     message = str(caught.value)
     assert f"step 'summed' of ensemble '{ens.name}'" in message
     assert "output 'total'" in message and f"declared with dims {dims}" in message
+
+
+HELPER_STEPS = '''import numpy as np
+import scale_helper
+
+
+def scaled(x):
+    from textops import shout  # at function level: a package beside the module
+    return (scale_helper.scale(x) + shout.offset()).astype(np.float32)
+'''
+
+
+def helper_module(tmp_path: Path, steps: str = HELPER_STEPS, extra: dict[str, str] | None = None) -> object:
+    """A steps module (helper_steps.py) with the user's own modules beside it, imported as a user's would be."""
+    code = tmp_path / "code"
+    files = {"helper_steps.py": steps, "scale_helper.py": "from scale_deep import FACTOR\n\ndef scale(x):\n"
+             "    return x * FACTOR\n", "scale_deep.py": "FACTOR = 3\n", "textops/__init__.py": "",
+             "textops/shout.py": "from . import base\n\ndef offset():\n    return base.ONE\n",
+             "textops/base.py": "ONE = 1\n", "unused_helper.py": "raise RuntimeError('never imported')\n",
+             **(extra or {})}
+    for name, text in files.items():
+        (code / name).parent.mkdir(parents=True, exist_ok=True)
+        (code / name).write_text(text)
+    sys.path.insert(0, str(code))
+    try:
+        return importlib.import_module("helper_steps")
+    finally:
+        sys.path.remove(str(code))
+        for name in ("helper_steps", "scale_helper", "scale_deep", "textops", "textops.shout", "textops.base"):
+            sys.modules.pop(name, None)
+
+
+def test_a_steps_module_importing_helpers_beside_it_builds_an_archive_that_loads(
+        tmp_path: Path, triton: LocalTriton) -> None:
+    module = helper_module(tmp_path)
+    ens = Ensemble("helpers", max_batch_size=4)
+    step = PythonStep("scaled", module.scaled, [Tensor("x", "FP32", [2])],  # type: ignore[attr-defined]
+                      [Tensor("y", "FP32", [2])], max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [2])))
+    archive = build_ensemble(ens, tmp_path / "built", "production")
+    with tarfile.open(archive) as tar:
+        shipped = sorted(n for n in tar.getnames() if n.startswith("helpers__scaled/1/") and n.endswith(".py"))
+    assert [n.removeprefix("helpers__scaled/1/") for n in shipped] == [
+        "helper_steps.py", "model.py", "scale_deep.py", "scale_helper.py", "textops/__init__.py", "textops/base.py",
+        "textops/shout.py"]
+    client, name = load(triton, ens, tmp_path)
+    try:
+        answer = client.invoke_binary(name, {"X": np.ones((2, 2), np.float32)})
+        np.testing.assert_array_equal(answer["Y"], np.full((2, 2), 4, np.float32))
+    finally:
+        client.unload(name)
+
+
+def test_a_helper_module_named_like_a_file_of_the_model_folder_is_refused(tmp_path: Path) -> None:
+    steps = "import numpy as np\nimport model\n\n\ndef passthrough(x):\n    return model.same(x)\n"
+    module = helper_module(tmp_path, steps, {"model.py": "def same(x):\n    return x\n"})
+    ens = Ensemble("reserved", max_batch_size=4)
+    step = PythonStep("same", module.passthrough, [Tensor("x", "FP32", [2])],  # type: ignore[attr-defined]
+                      [Tensor("y", "FP32", [2])], max_batch_size=4)
+    ens.output("Y", step(ens.input("X", "FP32", [2])))
+    with pytest.raises(BuildError, match=r"python step 'same': helper_steps.py imports model, a module of yours beside "
+                       r"it whose name the model folder uses \(model.py, the Python backend's own "
+                       r"triton_python_backend_utils, the step's files/\); rename that module"):
+        build_ensemble(ens, tmp_path / "built", "production")

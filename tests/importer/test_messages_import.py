@@ -9,6 +9,7 @@ from pathlib import Path
 import handmade
 import pytest
 from seed_archives import bert_repo, pack_repo
+from single_models import AUTO_SUM_MODEL, write_repo
 
 from conch.cli import main
 from conch.errors import BuildError
@@ -77,3 +78,12 @@ def test_an_existing_module_is_not_replaced_and_nothing_is_unpacked(tmp_path: Pa
         import_sources([archive], out, samples=False)
     assert (out / "ensemble.py").read_text() == "# written by hand\n"
     assert sorted(p.name for p in out.iterdir()) == ["ensemble.py"]
+
+
+def test_a_model_whose_auto_complete_fails_is_refused_as_triton_refuses_it(tmp_path: Path) -> None:
+    broken = AUTO_SUM_MODEL.replace(b"config.set_max_batch_size(4)", b"raise RuntimeError('no config today')")
+    folder = write_repo({"auto_sum/1/model.py": broken}, tmp_path / "repo")
+    with pytest.raises(BuildError, match=r"auto_sum/1/model.py: auto_complete_config fails on Python 3\.\d+, so Triton "
+                       r"refuses to load 'auto_sum' \(there is no config.pbtxt to load instead\): RuntimeError: no "
+                       r"config today"):
+        import_sources([folder], tmp_path / "out", samples=False)

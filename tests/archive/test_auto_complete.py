@@ -1,0 +1,74 @@
+"""A Python model folder without config.pbtxt, which Triton with SageMaker's flags (auto-complete on) loads with
+the config its model.py's auto_complete_config gives: `conch check` runs that function and judges the folder by
+the completed config, as an archive, a model folder or through the local MME."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from seed_archives import pack_repo
+from single_models import AUTO_SUM_MODEL, auto_sum_repo, write_repo
+
+from conch.archive.verify import check_repository, checked, is_model_repository
+from conch.cli import main
+from conch.replays.local_replay import stage
+from conch.triton.mme import MultiModelClient
+from conch.triton.server import LocalTriton
+
+
+def test_an_auto_complete_folder_passes_check_judged_by_its_completed_config(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = pack_repo(auto_sum_repo(), tmp_path / "auto_sum.tar.gz")
+    with checked(archive) as (report, _):
+        assert report.ok, report.lines()
+        assert report.single == "auto_sum"
+        config = report.configs["auto_sum"]
+        assert config.served == "python" and config.max_batch_size == 4
+        assert [(t.name, t.data_type, list(t.dims)) for t in config.io("input")] == [
+            ("INPUT0", "TYPE_FP32", [4]), ("INPUT1", "TYPE_FP32", [4])]
+        assert config.carried.HasField("dynamic_batching")
+    folder = write_repo(auto_sum_repo(), tmp_path / "repo")
+    assert is_model_repository(folder)
+    assert main(["check", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert ("repo/auto_sum/: warning: has no config.pbtxt: Triton with SageMaker's flags (auto-complete on) loads it "
+            "with the config auto_sum/1/model.py's auto_complete_config gives, which conch ran on Python") in out
+    assert "and checks here (max_batch_size 4, INPUT0, INPUT1, OUTPUT0, OUTPUT1); write a config.pbtxt" in out
+
+
+def test_an_auto_complete_function_that_fails_is_refused_as_triton_refuses_the_model(tmp_path: Path) -> None:
+    broken = AUTO_SUM_MODEL.replace(b"config.set_max_batch_size(4)", b"config.set_max_batch_size(4)\n"
+                                    b"        config.add_input({'name': 'INPUT0', 'data_type': 'TYPE_INT8', "
+                                    b"'dims': [4]})")
+    report = check_repository(write_repo({"auto_sum/1/model.py": broken}, tmp_path / "repo"))
+    (error,) = report.errors
+    assert error.file == "auto_sum/1/model.py"
+    assert re.match(r"auto_complete_config fails on Python 3\.\d+, so Triton refuses to load 'auto_sum' \(there is no "
+                    r"config.pbtxt to load instead\): ValueError: unable to load model 'auto_sum', configuration "
+                    r"expects datatype TYPE_FP32 for input 'INPUT0', model provides TYPE_INT8", error.message)
+
+
+def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
+    """As python_backend's pytorch example is kept without an environment: torch is not in the image."""
+    model = AUTO_SUM_MODEL.replace(b"import numpy as np\n", b"import numpy as np\nimport torch\n")
+    report = check_repository(write_repo({"auto_sum/1/model.py": model}, tmp_path / "repo"))
+    assert [f.message.split(",")[0] for f in report.errors] == ["line 2: imports torch"]
+
+
+@pytest.mark.integration
+def test_an_auto_complete_archive_answers_through_the_local_server(tmp_path: Path, triton: LocalTriton) -> None:
+    archive = pack_repo(auto_sum_repo(), tmp_path / "auto_sum.tar.gz")
+    if "--disable-auto-complete-config" in triton.command():
+        pytest.xfail("the local tritonserver still runs with --disable-auto-complete-config (issue 39, runtime side)")
+    client = MultiModelClient(triton.sagemaker_url, triton.http_url)
+    client.load(archive.name, stage(archive, triton), timeout=120)
+    try:
+        a, b = np.arange(8, dtype=np.float32).reshape(2, 4), np.ones((2, 4), np.float32)
+        answer = client.invoke_binary(archive.name, {"INPUT0": a, "INPUT1": b})
+        np.testing.assert_array_equal(answer["OUTPUT0"], a + b)
+        np.testing.assert_array_equal(answer["OUTPUT1"], a - b)
+    finally:
+        client.unload(archive.name)
