@@ -61,8 +61,7 @@ def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path)
 @pytest.mark.integration
 def test_an_auto_complete_archive_answers_through_the_local_server(tmp_path: Path, triton: LocalTriton) -> None:
     archive = pack_repo(auto_sum_repo(), tmp_path / "auto_sum.tar.gz")
-    if "--disable-auto-complete-config" in triton.command():
-        pytest.xfail("the local tritonserver still runs with --disable-auto-complete-config (issue 39, runtime side)")
+    assert "--disable-auto-complete-config" not in triton.command()  # as SageMaker's serve script starts it
     client = MultiModelClient(triton.sagemaker_url, triton.http_url)
     client.load(archive.name, stage(archive, triton), timeout=120)
     try:
