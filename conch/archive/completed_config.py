@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 
 from conch.archive import auto_complete
 from conch.ensembles.target import Release
-from conch.image_python import find_python
+from conch.image_python import find_interpreter
 from conch.scratch import scratch_temp
 from conch.triton_wheel import pytriton_paths
 
@@ -74,7 +74,8 @@ def auto_completed(path: Path, name: str, prefix: str, release: Release | str) -
 
 def _run(request: dict[str, object], python: str) -> tuple[dict[str, Any] | None, str]:
     """The answer of auto_complete.py by the release's Python (when it can import Triton's utils), else by conch's."""
-    release_python = find_python(python)
+    found = find_interpreter(python)
+    release_python = found.executable if found is not None else None
     tried = []
     for interpreter in ([str(release_python)] if release_python else []) + [sys.executable]:
         with scratch_temp("conch-complete-") as tmp:

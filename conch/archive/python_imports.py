@@ -22,7 +22,7 @@ from conch.archive import import_scan
 from conch.archive.release_check import ENV_PREFIX
 from conch.cache import file_sha256, remembered
 from conch.ensembles.target import Release
-from conch.image_python import find_python, image_packages, stdlib_modules, stdlib_since
+from conch.image_python import find_interpreter, image_packages, stdlib_modules, stdlib_since
 
 Level = Literal["error", "warning"]
 _SITE = re.compile(r"(?:^|/)lib/python3\.\d+/site-packages/([^/]+)")
@@ -165,7 +165,8 @@ def _scan(files: list[str], python: str) -> tuple[dict[str, Any], str]:
     own, with the release's grammar as far as ``ast`` can tell), and which Python that was."""
     if not files:
         return {}, python
-    interpreter = find_python(python)
+    found = find_interpreter(python)
+    interpreter = found.executable if found is not None else None
     if interpreter is not None:
         try:
             done = subprocess.run([str(interpreter), "-I", "-S", import_scan.__file__], input=json.dumps(files),

@@ -89,7 +89,8 @@ def use_python_flags(args: argparse.Namespace) -> None:
     """Make ``--python`` and ``--strict`` hold for every server this process (and its children) starts."""
     import os
 
-    from conch.triton.stub_python import STRICT_ENV, given_interpreter
+    from conch.image_python import given_interpreter
+    from conch.triton.stub_python import STRICT_ENV
 
     for path in getattr(args, "python", None) or ():
         given_interpreter(path)

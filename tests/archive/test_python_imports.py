@@ -23,7 +23,7 @@ from conch.archive.verify import check_repository, checked
 from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.errors import BuildError
-from conch.image_python import find_python, image_packages, stdlib_modules, stdlib_since
+from conch.image_python import find_interpreter, image_packages, stdlib_modules, stdlib_since
 
 YAML_STEPS = '''import numpy as np
 import yaml
@@ -95,7 +95,7 @@ def test_the_build_names_them_too_and_a_release_whose_python_has_the_module_take
 
 def test_code_that_does_not_compile_on_the_releases_python_is_refused_with_the_compilers_words(
         tmp_path: Path) -> None:
-    if find_python("3.10") is None:
+    if find_interpreter("3.10") is None:
         pytest.skip("no Python 3.10 on this machine (pyenv install 3.10)")
     text = ("def grouped(x):\n    try:\n        return x\n    except* ValueError:\n        raise\n")  # 3.11 syntax
     module = steps_module(tmp_path, "star_steps", text)
@@ -107,7 +107,7 @@ def test_code_that_does_not_compile_on_the_releases_python_is_refused_with_the_c
 
 def test_a_hand_made_archive_is_judged_with_its_environment_and_by_the_releases_own_compiler(
         tmp_path: Path) -> None:
-    if find_python("3.10") is None or find_python("3.12") is None:
+    if find_interpreter("3.10") is None or find_interpreter("3.12") is None:
         pytest.skip("needs Python 3.10 and 3.12 on this machine (pyenv)")
     env = io.BytesIO()
     with tarfile.open(fileobj=env, mode="w:gz") as tar:

@@ -18,10 +18,10 @@ from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
 from conch.builder.pack import LOCAL_HOME, pack, resolve
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.ensembles.target import DEFAULT_RELEASE, Release
+from conch.image_python import find_interpreter
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
-from conch.triton.stub_python import find_interpreter
 
 pytestmark = pytest.mark.integration
 

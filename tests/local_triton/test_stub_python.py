@@ -14,15 +14,9 @@ import pytest
 from conch import Ensemble, PythonStep, ServeError, Tensor
 from conch.builder.repository_build import build_ensemble
 from conch.ensembles.target import Release
+from conch.image_python import INTERPRETER_ENV, find_interpreter, given_interpreter, image_packages, image_requirements
 from conch.replays.local_replay import replay_archives
-from conch.triton.stub_python import (
-    ENV_PREFIX,
-    STRICT_ENV,
-    find_interpreter,
-    given_interpreter,
-    image_packages,
-    stub_python,
-)
+from conch.triton.stub_python import STRICT_ENV, stub_python
 from conch.verdicts import PYTHON_ROW
 
 HOST = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -44,7 +38,7 @@ def one_step(name: str, code) -> Ensemble:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def no_310(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine where no Python 3.10 is kept anywhere conch looks."""
-    for name in ("PYENV_ROOT", "UV_PYTHON_INSTALL_DIR", "CONDA_PREFIX", "CI", STRICT_ENV, ENV_PREFIX + "3_10"):
+    for name in ("PYENV_ROOT", "UV_PYTHON_INSTALL_DIR", "CONDA_PREFIX", "CI", STRICT_ENV, INTERPRETER_ENV + "3_10"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     kept = [p for p in os.environ.get("PATH", "").split(os.pathsep) if not Path(p, "python3.10").exists()]
@@ -52,9 +46,11 @@ def no_310(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_image_packages_follow_build_py() -> None:
-    assert image_packages(Release.of("23.05")) == ("pip", "setuptools", "wheel", "numpy<2")
-    assert image_packages(Release.of("24.10")) == ("pip", "setuptools", "wheel", "numpy<2", "virtualenv")
-    assert image_packages(Release.of("25.01")) == image_packages(Release.of("24.10"))
+    assert image_requirements(Release.of("23.05")) == ("pip", "setuptools", "wheel", "numpy<2")
+    assert image_requirements(Release.of("24.10")) == ("pip", "setuptools", "wheel", "numpy<2", "virtualenv")
+    assert image_requirements(Release.of("25.01")) == image_requirements(Release.of("24.10"))
+    # what conch check takes the image to provide follows the same table: virtualenv from 24.04 only
+    assert "virtualenv" not in image_packages("23.05") and "virtualenv" in image_packages("24.10")
 
 
 @needs_310
@@ -69,11 +65,11 @@ def test_the_stub_of_24_10_runs_310_with_the_image_packages_only() -> None:
 
 
 def test_python_gives_the_interpreter_of_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_PREFIX + HOST.replace(".", "_"), raising=False)
+    monkeypatch.delenv(INTERPRETER_ENV + HOST.replace(".", "_"), raising=False)
     found = given_interpreter(Path(sys.executable))
-    assert found.version == HOST and os.environ[ENV_PREFIX + HOST.replace(".", "_")] == sys.executable
+    assert found.version == HOST and os.environ[INTERPRETER_ENV + HOST.replace(".", "_")] == sys.executable
     again = find_interpreter(HOST)
-    assert again is not None and again.found_by == ENV_PREFIX + HOST.replace(".", "_")
+    assert again is not None and again.found_by == INTERPRETER_ENV + HOST.replace(".", "_")
 
 
 def test_python_that_is_not_an_interpreter_is_refused(tmp_path: Path) -> None:
