@@ -123,6 +123,7 @@ def jpeg(height: int, width: int, seed: int) -> bytes:
 def test_standin_runner_decodes_a_zero_padded_batch(tmp_path: Path) -> None:
     standin = decode().standin()
     for name, source in standin.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)  # the runner's own file is in standin/
         (tmp_path / name).write_bytes(source if isinstance(source, bytes) else source.read_bytes())
     runner = DaliRunner()
     runner.setup(_Context(tmp_path))

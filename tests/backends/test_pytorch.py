@@ -121,7 +121,7 @@ def test_standin_carries_the_binding() -> None:
     repo = render_repository(ens, "local", RELEASE)
     spec = json.loads(repo.files["bind__difference/1/files/standin.json"])  # type: ignore[arg-type]
     assert spec == {"inputs": ["a", "b"], "outputs": [["OUTPUT__0", 0], ["OUTPUT__1", 1]]}
-    assert "bind__difference/1/torchscript_runner.py" in repo.files
+    assert "bind__difference/1/files/standin/torchscript_runner.py" in repo.files
 
 
 @pytest.mark.integration

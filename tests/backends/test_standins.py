@@ -36,6 +36,7 @@ class Context:
 def lay_out(step: Step, folder: Path) -> Context:
     """The stand-in's files, as the build puts them in the model folder's files/."""
     for name, source in step.standin().files.items():  # type: ignore[attr-defined]
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # the runner's own file is in standin/
         (folder / name).write_bytes(source if isinstance(source, bytes) else Path(source).read_bytes())
     return Context(folder)
 
