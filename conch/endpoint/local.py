@@ -237,18 +237,8 @@ class LocalMME:
         # header stays (SageMaker's answers carry one). log_config=None: uvicorn's default runs
         # logging.config.dictConfig, which closes every logging handler of the process (absl's closes the stream it
         # holds); its loggers go to the process's logging instead
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, proxy_headers=False,
-                                server_header=False, http="auto", loop="auto", log_config=None)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="conch-mme-front", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + FRONT_START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise ServeError(f"the local MME front did not start on {self.host}:{self.port} (port taken?)")
-            time.sleep(0.02)
-        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self._server, self._thread, self.port = start_front(app, self.host, self.port, "the local MME front",
+                                                            "conch-mme-front")
 
     def stop(self) -> None:
         self._stopping.set()
@@ -316,3 +306,22 @@ class LocalMME:
 
 
 logging.getLogger("conch.endpoint").addHandler(logging.NullHandler())
+
+
+def start_front(app: Any, host: str, port: int, what: str, thread_name: str,
+                ) -> tuple[uvicorn.Server, threading.Thread, int]:
+    """Serve ``app`` on uvicorn in a thread of its own, as SageMaker's front answers (see the options above);
+    return the server, its thread and the port it bound (``port`` 0: the kernel's pick). ServeError naming
+    ``what`` when it does not start."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, proxy_headers=False,
+                            server_header=False, http="auto", loop="auto", log_config=None)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=thread_name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + FRONT_START_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise ServeError(f"{what} did not start on {host}:{port} (port taken?)")
+        time.sleep(0.02)
+    return server, thread, int(server.servers[0].sockets[0].getsockname()[1])

@@ -22,7 +22,7 @@ from conch.endpoint.components import (
     refuse_unfit,
 )
 from conch.endpoint.hop import INVOKE_TIMEOUT_S
-from conch.endpoint.local import ENDPOINT_NAME, ENDPOINT_NAME_PATTERN, FRONT_START_TIMEOUT_S, KEEP_ALIVE_S
+from conch.endpoint.local import ENDPOINT_NAME, ENDPOINT_NAME_PATTERN, start_front
 from conch.errors import ServeError
 from conch.triton.http_client import sync_client
 from conch.wire import component_name
@@ -124,18 +124,8 @@ class LocalComponents:
     def _start_front(self) -> None:
         app = create_component_app(self.endpoint_name, self.components, self.metrics, self.scale,
                                    self.invocation_timeout)
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning", access_log=False,
-                                lifespan="on", timeout_keep_alive=KEEP_ALIVE_S, proxy_headers=False,
-                                server_header=False, http="auto", loop="auto", log_config=None)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="conch-components-front", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + FRONT_START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise ServeError(f"the local endpoint's front did not start on {self.host}:{self.port} (port taken?)")
-            time.sleep(0.02)
-        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        self._server, self._thread, self.port = start_front(app, self.host, self.port,
+                                                            "the local endpoint's front", "conch-components-front")
 
     def stop(self) -> None:
         if self._server is not None:
