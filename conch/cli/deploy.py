@@ -14,31 +14,42 @@ from conch.cli.flags import Subcommands, add_aws_flags, size
 from conch.sagemaker.autoscaling import METRICS
 
 if TYPE_CHECKING:
-    from conch.sagemaker.autoscaling import Autoscaling
-    from conch.sagemaker.s3 import Upload
-
-
-def cmd_deploy(args: argparse.Namespace) -> int:
     from conch.aws import AwsTarget
-    from conch.builder.discover import sort_paths
-    from conch.sagemaker.endpoint import EndpointSpec
-    from conch.sagemaker.images import triton_image
-    from conch.sagemaker.rollout import archives_release, check_archives, deploy
+    from conch.ensembles.target import Release
+    from conch.sagemaker.autoscaling import Autoscaling
+    from conch.sagemaker.s3 import ModelLocation, Upload
+
+
+def _target(args: argparse.Namespace, archives: Sequence[Path],
+            ) -> tuple[Release, AwsTarget, ModelLocation, dict[str, str], list[str]]:
+    """What a deploy goes to, for an MME and for inference components alike: the archives' release, the AWS
+    target (a recorder under --dry-run), the S3 location, and the container's environment with what it says."""
+    from conch.aws import AwsTarget
+    from conch.sagemaker.rollout import archives_release
     from conch.sagemaker.s3 import ModelLocation
     from conch.sagemaker.shm_environment import shm_environment
 
-    archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
-    checked = check_archives(archives)
-    if args.components:
-        return _deploy_components(args, archives, checked)
     release = archives_release(archives, args.release)
     aws = AwsTarget.resolve(args.region, args.endpoint_url)
     if args.dry_run:
         from conch.sagemaker.dry_run import DryRunAws
 
         aws = DryRunAws(aws.region, aws.endpoint_url)
-    location = ModelLocation(args.bucket, args.prefix)
     environment, said = shm_environment(archives, _pairs(args.env or []))
+    return release, aws, ModelLocation(args.bucket, args.prefix), environment, said
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from conch.builder.discover import sort_paths
+    from conch.sagemaker.endpoint import EndpointSpec
+    from conch.sagemaker.images import triton_image
+    from conch.sagemaker.rollout import check_archives, deploy
+
+    archives = sort_paths(args.archives, archives_for="deploy", must_exist=True).archives
+    checked = check_archives(archives)
+    if args.components:
+        return _deploy_components(args, archives, checked)
+    release, aws, location, environment, said = _target(args, archives)
     spec = EndpointSpec(
         args.endpoint, args.role, location.model_data_url, triton_image(release, aws.region, args.image),
         args.instance_type, args.instance_count, args.variant, environment,
@@ -94,25 +105,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 def _deploy_components(args: argparse.Namespace, archives: Sequence[Path], checked: Mapping[Path, Any]) -> int:
     """`conch deploy --components`: one model and one inference component per archive, on one endpoint."""
-    from conch.aws import AwsTarget
     from conch.sagemaker.component_rollout import deploy_components, upload_for_components
     from conch.sagemaker.components import ComponentEndpoint
     from conch.sagemaker.images import triton_image
-    from conch.sagemaker.rollout import archives_release
-    from conch.sagemaker.s3 import ModelLocation
-    from conch.sagemaker.shm_environment import shm_environment
 
     if args.names or args.copies:
         raise _usage("--as and --copies stamp copies for an MME; with --components each archive is one component: "
                      "scale its copies with --copy-count, --min-copies and --max-copies")
-    release = archives_release(archives, args.release)
-    aws = AwsTarget.resolve(args.region, args.endpoint_url)
-    if args.dry_run:
-        from conch.sagemaker.dry_run import DryRunAws
-
-        aws = DryRunAws(aws.region, aws.endpoint_url)
-    location = ModelLocation(args.bucket, args.prefix)
-    environment, said = shm_environment(archives, _pairs(args.env or []))
+    release, aws, location, environment, said = _target(args, archives)
     components = _components(args, archives, checked, location)
     spec = ComponentEndpoint(
         args.endpoint, args.role, triton_image(release, aws.region, args.image), tuple(components),
