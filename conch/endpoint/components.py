@@ -85,7 +85,7 @@ class Copy:
         try:
             self.triton.start()
             safe_extract(self.archive, folder)
-            with MultiModelClient(self.triton.sagemaker_url, self.triton.http_url) as client:
+            with MultiModelClient(self.triton.sagemaker_url, self.triton.http_url, server=self.triton) as client:
                 client.load(self.archive.name, root_model_staged(folder), COPY_START_TIMEOUT_S)
         except Exception as exc:  # the copy reports it; the thread must end cleanly
             self.failed = str(exc)
@@ -99,7 +99,8 @@ class Copy:
 
     @property
     def serving(self) -> bool:
-        return self.ready.is_set() and self.failed is None and not self._stop.is_set()
+        # a copy whose tritonserver died serves nothing: it is not routed to (its death is in the server's log)
+        return self.ready.is_set() and self.failed is None and not self._stop.is_set() and self.triton.running()
 
     def stop(self) -> None:
         self._stop.set()
