@@ -15,23 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from conch.ensembles.backends_table import AUTOFILL_ENTRIES, BY_NAME, PLATFORM_BACKENDS
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 
 ENSEMBLE = "ensemble"
 # core src/constants.h: sub-folders of a model folder that are never versions (kWarmupDataFolder, ...)
 NOT_VERSIONS = ("warmup", "initial_state", "configs")
-# core AutoCompleteBackendFields: the file in the first version folder that names a backend, in Triton's order;
-# the one table of backends, platforms and file names (GetBackendType / GetBackendTypeFromPlatform read the same)
-_FILE_BACKENDS = (("model.savedmodel/", "tensorflow", "tensorflow_savedmodel"),
-                  ("model.graphdef", "tensorflow", "tensorflow_graphdef"),
-                  ("model.plan", "tensorrt", "tensorrt_plan"), ("model.onnx", "onnxruntime", "onnxruntime_onnx"),
-                  ("model.onnx/", "onnxruntime", "onnxruntime_onnx"), ("model.xml", "openvino", ""),
-                  ("model.pt", "pytorch", "pytorch_libtorch"), ("model.py", "python", ""))
-_PLATFORM_BACKENDS = {platform: backend for _, backend, platform in _FILE_BACKENDS if platform}
-_FILENAME_BACKENDS = {entry.rstrip("/"): backend for entry, backend, _ in _FILE_BACKENDS}
-# the backends whose platform Triton knows, with those platforms (sorted)
-_BACKEND_PLATFORMS = {b: tuple(sorted(p for p, pb in _PLATFORM_BACKENDS.items() if pb == b))
-                      for b in _PLATFORM_BACKENDS.values()}
+# core AutoCompleteBackendFields: the file in the first version folder that names a backend, in Triton's order,
+# and GetBackendTypeFromPlatform / GetBackendType: read from the one table of backends (ensembles/backends_table.py)
+_FILENAME_BACKENDS = {entry.rstrip("/"): backend for entry, backend, _ in AUTOFILL_ENTRIES}
 # ModelConfig fields by the release whose proto first has them (common protobuf/model_config.proto at each rYY.MM
 # tag); a config using one does not parse on an older release
 FIELDS_SINCE = {
@@ -206,9 +198,9 @@ def check_config(model: ModelFolder, report: Report, release: Release | str = DE
     elif backend and platform == ENSEMBLE:
         report.error(file, f"sets backend {backend!r} on an ensemble; Triton wants platform \"ensemble\" and no "
                      "backend: remove the backend line")
-    elif backend in _BACKEND_PLATFORMS and platform not in _BACKEND_PLATFORMS[backend]:
+    elif backend in BY_NAME and BY_NAME[backend].platforms and platform not in BY_NAME[backend].platforms:
         report.error(file, f"pairs platform {platform!r} with backend {backend!r}, which Triton refuses; use "
-                     f"platform {_BACKEND_PLATFORMS[backend][0]!r} or drop the platform")
+                     f"platform {BY_NAME[backend].platforms[0]!r} or drop the platform")
     if config.max_batch_size < 0:
         report.error(file, f"max_batch_size {config.max_batch_size} is negative; use 0 (no batching) or more")
     _batching(config, file, report)
@@ -288,12 +280,12 @@ def _autofilled(model: ModelFolder, report: Report) -> tuple[str, str | None]:
         return platform, backend
     first = sorted(model.subdirs)[:1]
     files = model.subdirs[first[0]] if first else frozenset()
-    if not backend and platform in _PLATFORM_BACKENDS:
-        return platform, _PLATFORM_BACKENDS[platform]
+    if not backend and platform in PLATFORM_BACKENDS:
+        return platform, PLATFORM_BACKENDS[platform]
     if not backend and filename in _FILENAME_BACKENDS:
         return platform, _FILENAME_BACKENDS[filename]
     if not backend and not platform and not filename:
-        for entry, found, found_platform in _FILE_BACKENDS:
+        for entry, found, found_platform in AUTOFILL_ENTRIES:
             if entry in files:
                 return found_platform, found
         if "." not in model.folder:

@@ -22,6 +22,7 @@ from conch.archive.manifest import SHELL_SAFE, Manifest
 from conch.archive.python_imports import archive_code, judge
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
+from conch.ensembles.backends_table import MODEL_FILES
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import ArchiveError, ConfigParseError
 from conch.scratch import scratch_temp
@@ -33,13 +34,6 @@ MANY_MODELS = 5  # past this many folders the front end warns about memory manag
 ENV_DIR = "conch-envs"  # at the archive root, beside the model folders; not a model (no config.pbtxt)
 # Folder and file names reach `bash -c` when Triton starts a Python stub: letters, digits and _ . - only.
 SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_.$/-]+")
-MODEL_FILES = {
-    "tensorrt_plan": ("model.plan",), "tensorrt": ("model.plan",),
-    "onnxruntime_onnx": ("model.onnx",), "onnxruntime": ("model.onnx",),
-    "pytorch_libtorch": ("model.pt",), "pytorch": ("model.pt", "model.py"),
-    "tensorflow_graphdef": ("model.graphdef",), "tensorflow_savedmodel": ("model.savedmodel",),
-    "python": ("model.py",), "dali": ("model.dali", "dali.py"),
-}
 ENV_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 ROOT_MODEL = "model"  # the folder SageMaker unpacks into (/opt/ml/models/<hash>/model): a root config's model
 

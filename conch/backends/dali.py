@@ -28,6 +28,7 @@ from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.dali_runner import DaliRunner
 from conch.cache import cached_file, key_of, own_code, pure_key, refreshed_key, remembered
+from conch.ensembles.backends_table import default_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -37,7 +38,7 @@ from conch.ensembles.tensors import Tensor, dims_compatible, whole
 from conch.errors import BuildError, ConchError, DeclarationError
 from conch.templates import render
 
-FILENAME = "model.dali"
+FILENAME = default_file(Platform.DALI)  # its default model file (ensembles/backends_table.py)
 _PROBE_SIZE = 8  # each -1 of a probe input
 _REMEMBERED_FORMAT = 1  # bump when what serialize_pipeline or the CPU check does changes
 _DALI_WHEELS = ("nvidia-dali-cuda120", "nvidia-dali-cuda130", "nvidia-dali-cuda110", "nvidia-dali")

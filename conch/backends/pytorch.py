@@ -26,6 +26,7 @@ from conch.backends.python import PythonStep
 from conch.backends.standins.torchscript_runner import TorchScriptRunner
 from conch.backends.torchscript_names import canonical_names
 from conch.cache import file_sha256, remembered, stat_identity
+from conch.ensembles.backends_table import default_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -34,7 +35,7 @@ from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import BuildError, ConchError, DeclarationError
 
-FILENAME = "model.pt"
+FILENAME = default_file(Platform.PYTORCH_LIBTORCH)  # its default model file (ensembles/backends_table.py)
 # Size used for -1 dims (and the batch) when probing the module with zeros.
 _PROBE_SIZE = 2
 

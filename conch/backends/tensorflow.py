@@ -15,6 +15,7 @@ from typing_extensions import Unpack
 from conch.backends.artifact import Artifact
 from conch.backends.python import PythonStep
 from conch.backends.standins.tensorflow_runner import GraphDefRunner
+from conch.ensembles.backends_table import default_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -24,7 +25,7 @@ from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError, DeclarationError
 from conch.startup_lines import startup_lines_dropped
 
-FILENAME = "model.graphdef"
+FILENAME = default_file(Platform.TENSORFLOW_GRAPHDEF)  # its default model file (ensembles/backends_table.py)
 _INPUT_OPS = ("Placeholder", "PlaceholderV2")
 _NOT_OUTPUTS = ("Const", "NoOp", *_INPUT_OPS)
 

@@ -22,6 +22,7 @@ from conch.backends.onnx import read_onnx_io
 from conch.backends.python import PythonStep
 from conch.backends.standins.onnxruntime_runner import OnnxRuntimeRunner
 from conch.cache import cached_file
+from conch.ensembles.backends_table import default_file
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import Platform
@@ -30,7 +31,7 @@ from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, ConchError, DeclarationError
 
-FILENAME = "model.plan"
+FILENAME = default_file(Platform.TENSORRT_PLAN)  # its default model file (ensembles/backends_table.py)
 WORKSPACE_BYTES = 1 << 30
 
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from google.protobuf import text_format
 
 from conch.compiler.pbtxt import check_config, model_config_proto, parse_config, render_config
+from conch.ensembles.backends_table import BY_NAME
 from conch.ensembles.config import (
     DynamicBatching,
     InstanceGroup,
@@ -38,9 +39,6 @@ from conch.errors import BuildError, ConchError
 # module (the executor reads configs through it), and every command imports conch
 model_config_pb2 = model_config_proto()
 
-# Backends whose config names a backend, not a platform, with the platform conch writes for them.
-_BACKEND_PLATFORMS = {"onnxruntime": Platform.ONNXRUNTIME_ONNX, "pytorch": Platform.PYTORCH_LIBTORCH,
-                      "tensorrt": Platform.TENSORRT_PLAN}
 _TENSOR_FIELDS = {"name", "data_type", "dims", "reshape", "optional", "label_filename"}
 _STEP_FIELDS = {"model_name", "model_version", "input_map", "output_map"}
 
@@ -241,12 +239,12 @@ def _served_by(config: Any, where: str, problems: list[str]) -> Platform:
             problems.append(f"backend: {config.backend!r} beside platform {config.platform!r}; conch writes the "
                             "platform alone")
         return served
-    if config.backend in ("python", "dali"):
-        return Platform(config.backend)
-    if config.backend in _BACKEND_PLATFORMS:
-        served = _BACKEND_PLATFORMS[config.backend]
-        problems.append(f"backend: {config.backend!r} is written as platform {served.value!r}")
-        return served
+    known = BY_NAME.get(config.backend)
+    served_by = known.served_by if known else None
+    if served_by is not None:  # a backend conch writes as its platform (python and dali have none)
+        if not served_by.is_backend:
+            problems.append(f"backend: {config.backend!r} is written as platform {served_by.value!r}")
+        return served_by
     raise BuildError(f"{where}: backend {config.backend!r} has no conch step (conch has python, dali, and the "
                      f"platforms {', '.join(p.value for p in Platform if not p.is_backend)})")
 

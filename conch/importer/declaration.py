@@ -11,20 +11,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conch.ensembles.backends_table import STEPS, default_file
 from conch.ensembles.config import InstanceGroup, InstanceKind, StepSettings, Warmup
 from conch.ensembles.layout import Platform
 from conch.ensembles.tensors import Tensor
 from conch.importer.repository import ModelFolder, Repository
 
-# Each step kind: its class, and the model file it lays out in the version folder (None: the folder).
-STEP_KINDS: dict[Platform, tuple[str, str | None]] = {
-    Platform.ONNXRUNTIME_ONNX: ("OnnxStep", "model.onnx"),
-    Platform.PYTORCH_LIBTORCH: ("TorchScriptStep", "model.pt"),
-    Platform.TENSORFLOW_GRAPHDEF: ("TensorFlowStep", "model.graphdef"),
-    Platform.TENSORRT_PLAN: ("TensorRTStep", "model.plan"),
-    Platform.DALI: ("DaliStep", "model.dali"),
-    Platform.PYTHON: ("PythonModelStep", None),
-}
 _FILE_ARGUMENT = {"TensorRTStep": "plan="}
 _READS_IO = ("OnnxStep", "TensorFlowStep", "TensorRTStep")  # steps that read undeclared I/O from their file
 
@@ -81,7 +73,7 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
             decl.messages.append(f"{where}: ensemble_scheduling step {st.model_name!r}: no model folder of that "
                                  "name (or its config could not be read)")
             continue
-        if model.platform not in STEP_KINDS:
+        if model.platform not in STEPS:
             decl.messages.append(f"{model.name}/config.pbtxt: platform: {model.platform.value!r} has no conch step")
             continue
         if st.model_version not in (-1, 1):
@@ -89,8 +81,8 @@ def declare(repo: Repository, ensemble: ModelFolder, out_file: Path, samples: st
                                  f"{st.model_version}: conch's ensembles run the step's version 1 or latest (-1)")
         steps.append((names(model.name.removeprefix(f"{ensemble.name}__") or model.name), model))
     folder = out_file.parent.resolve()
-    used = sorted({m.platform for _, m in steps}, key=lambda p: STEP_KINDS[p][0])
-    classes = sorted({"Ensemble", "Tensor", *(STEP_KINDS[p][0] for p in used), *_setting_classes(steps)})
+    used = sorted({m.platform for _, m in steps}, key=lambda p: STEPS[p][0])
+    classes = sorted({"Ensemble", "Tensor", *(STEPS[p][0] for p in used), *_setting_classes(steps)})
     lines = [
         _docstring(f"Ensemble {ensemble.name!r}, imported by `conch import` from {repo.source.name}: its models keep "
                    "their\nnames, files and settings; `conch build` turns this file back into the same archive. "
@@ -163,7 +155,7 @@ def _tensor(t: Tensor, model: ModelFolder) -> str:
 
 def _step(var: str, model: ModelFolder, messages: list[str]) -> list[str]:
     spec = model.read.spec
-    cls, filename = STEP_KINDS[model.platform]
+    cls, filename = STEPS[model.platform]
     _kept_files(model, filename, messages)
     path = f"MODELS / {_q(model.name)}" if filename is None else f"MODELS / {_q(model.name + '/1/' + filename)}"
     lines = [f"{var} = {cls}(", f"    {_q(model.name)},", f"    {_FILE_ARGUMENT.get(cls, '')}{path},"]
@@ -198,7 +190,7 @@ def _declares_outputs(model: ModelFolder) -> bool:
     from conch.backends import dali_serialized
     from conch.errors import ConchError
 
-    path = model.folder / "1" / "model.dali"
+    path = model.folder / "1" / default_file(Platform.DALI)
     try:
         raw = path.read_bytes()
         declared = [(t.dtype, len(t.dims)) for t in model.read.spec.outputs]
@@ -356,7 +348,7 @@ def _file_outputs(model: ModelFolder, messages: list[str]) -> tuple[Tensor, ...]
     """The outputs a model file declares, for a config that leaves them to Triton's auto-complete."""
     import conch
 
-    cls, filename = STEP_KINDS[model.platform]
+    cls, filename = STEPS[model.platform]
     where = f"{model.name}/config.pbtxt"
     if cls not in _READS_IO or filename is None:
         messages.append(f"{where}: output: not declared, and conch cannot read a {model.platform.value} model's "

@@ -1,0 +1,105 @@
+"""The one table of Triton's backends: for each, its name, the platforms Triton maps to it, its default model
+files and whether each is a folder, the other files it loads in their place, and conch's step for it. Every
+reader of a backend fact reads it here: Triton's load rules (archive/load_rules.py), `conch check`'s model-file
+check (archive/verify.py), the typed config reader (compiler/config_reader.py), `conch import`
+(importer/declaration.py) and the backends' own file names (backends/).
+
+Sources (Triton core r24.10, the core of server 2.51):
+- names of backends, platforms and default files: core `src/constants.h` (kOnnxRuntimeOnnxPlatform,
+  kOnnxRuntimeOnnxFilename, kOnnxRuntimeBackend, ...);
+- platform -> backend: core `src/model_config_utils.cc` GetBackendTypeFromPlatform / GetBackendType;
+- which file in the first version folder names a backend, in which order, and whether it may be a folder: core
+  `src/model_config_utils.cc` AutoCompleteBackendFields (it checks IsDirectory for model.savedmodel, which must
+  be one, and for model.graphdef, model.plan and model.pt, which must not; model.onnx may be either);
+- PyTorch's model.py: the same function leaves default_model_filename unset when `runtime` is "model.py" (the
+  PyTorch 2 Python runtime of pytorch_backend);
+- DALI: not known to core's autofill; its backend loads model.dali, or dali.py serialized at load (dali_backend
+  README, "Autoserialization").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conch.ensembles.layout import Platform
+
+_CORE = "core src/model_config_utils.cc AutoCompleteBackendFields, src/constants.h r24.10"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A default model file in a version folder: its name, the platform Triton's autofill sets when it finds it
+    ("" when it sets a backend alone), and whether it is a folder (None: a file or a folder)."""
+
+    name: str
+    platform: str = ""
+    folder: bool | None = False
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """How it stands in a folder listing (a folder's name ends in '/'), file first."""
+        return {False: (self.name,), True: (f"{self.name}/",), None: (self.name, f"{self.name}/")}[self.folder]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One Triton backend."""
+
+    name: str  # the config's ``backend:``
+    files: tuple[ModelFile, ...]  # its default model files, in the order Triton's autofill looks for them
+    autofilled: bool  # whether core's autofill recognises its files (else only the config names it)
+    also_loads: tuple[str, ...] = ()  # files the backend loads in place of its default one
+    served_by: Platform | None = None  # what conch writes for a config naming this backend alone
+    source: str = _CORE
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platforms Triton maps to this backend, sorted."""
+        return tuple(sorted({f.platform for f in self.files if f.platform}))
+
+    @property
+    def model_files(self) -> tuple[str, ...]:
+        """Every file name the backend loads from a version folder: its default ones, then the others."""
+        return tuple(f.name for f in self.files) + self.also_loads
+
+
+# In core autofill's order (tensorflow, tensorrt, onnxruntime, openvino, pytorch, python), then the backends it
+# does not know.
+BACKENDS: tuple[Backend, ...] = (
+    Backend("tensorflow", (ModelFile("model.savedmodel", "tensorflow_savedmodel", folder=True),
+                           ModelFile("model.graphdef", "tensorflow_graphdef")), autofilled=True),
+    Backend("tensorrt", (ModelFile("model.plan", "tensorrt_plan"),), autofilled=True,
+            served_by=Platform.TENSORRT_PLAN),
+    Backend("onnxruntime", (ModelFile("model.onnx", "onnxruntime_onnx", folder=None),), autofilled=True,
+            served_by=Platform.ONNXRUNTIME_ONNX),
+    Backend("openvino", (ModelFile("model.xml"),), autofilled=True),
+    Backend("pytorch", (ModelFile("model.pt", "pytorch_libtorch"),), autofilled=True, also_loads=("model.py",),
+            served_by=Platform.PYTORCH_LIBTORCH),
+    Backend("python", (ModelFile("model.py"),), autofilled=True, served_by=Platform.PYTHON),
+    Backend("dali", (ModelFile("model.dali"),), autofilled=False, also_loads=("dali.py",), served_by=Platform.DALI,
+            source="dali_backend README (Autoserialization)"),
+)
+BY_NAME = {b.name: b for b in BACKENDS}
+# platform -> backend (GetBackendTypeFromPlatform)
+PLATFORM_BACKENDS = {p: b.name for b in BACKENDS for p in b.platforms}
+# (entry in a version folder, backend, platform) in autofill's order; a folder's entry ends in '/'
+AUTOFILL_ENTRIES = tuple((entry, b.name, f.platform) for b in BACKENDS if b.autofilled for f in b.files
+                         for entry in f.entries)
+# a platform, or a backend conch has a step for, -> the model files it loads from a version folder (the others,
+# openvino's model.xml with its model.bin and a tensorflow backend without its platform, are not checked)
+MODEL_FILES = {**{b.name: b.model_files for b in BACKENDS if b.served_by},
+               **{f.platform: (f.name,) for b in BACKENDS for f in b.files if f.platform}}
+
+
+def default_file(platform: Platform) -> str:
+    """The default model file of what ``platform`` names (a platform, or a backend without one)."""
+    return MODEL_FILES[platform.value][0]
+
+
+# conch's step class for each Platform, and the file it lays out in the version folder (None: the whole folder,
+# as a Python model is a folder of code)
+_STEP_CLASSES = {Platform.ONNXRUNTIME_ONNX: "OnnxStep", Platform.PYTORCH_LIBTORCH: "TorchScriptStep",
+                 Platform.TENSORFLOW_GRAPHDEF: "TensorFlowStep", Platform.TENSORRT_PLAN: "TensorRTStep",
+                 Platform.DALI: "DaliStep", Platform.PYTHON: "PythonModelStep"}
+STEPS: dict[Platform, tuple[str, str | None]] = {
+    p: (cls, None if p is Platform.PYTHON else default_file(p)) for p, cls in _STEP_CLASSES.items()}
