@@ -13,6 +13,7 @@ Sources (Triton core r24.10, the core of server 2.51):
   be one, and for model.graphdef, model.plan and model.pt, which must not; model.onnx may be either);
 - PyTorch's model.py: the same function leaves default_model_filename unset when `runtime` is "model.py" (the
   PyTorch 2 Python runtime of pytorch_backend);
+- the local server's backends: the nvidia-pytriton wheel's `tritonserver/backends/` holds python alone;
 - DALI: not known to core's autofill; its backend loads model.dali, or dali.py serialized at load (dali_backend
   README, "Autoserialization").
 """
@@ -50,6 +51,7 @@ class Backend:
     autofilled: bool  # whether core's autofill recognises its files (else only the config names it)
     also_loads: tuple[str, ...] = ()  # files the backend loads in place of its default one
     served_by: Platform | None = None  # what conch writes for a config naming this backend alone
+    in_wheel: bool = False  # whether the nvidia-pytriton wheel's tritonserver carries it (its backends/ folder)
     source: str = _CORE
 
     @property
@@ -75,11 +77,13 @@ BACKENDS: tuple[Backend, ...] = (
     Backend("openvino", (ModelFile("model.xml"),), autofilled=True),
     Backend("pytorch", (ModelFile("model.pt", "pytorch_libtorch"),), autofilled=True, also_loads=("model.py",),
             served_by=Platform.PYTORCH_LIBTORCH),
-    Backend("python", (ModelFile("model.py"),), autofilled=True, served_by=Platform.PYTHON),
+    Backend("python", (ModelFile("model.py"),), autofilled=True, served_by=Platform.PYTHON, in_wheel=True),
     Backend("dali", (ModelFile("model.dali"),), autofilled=False, also_loads=("dali.py",), served_by=Platform.DALI,
             source="dali_backend README (Autoserialization)"),
 )
 BY_NAME = {b.name: b for b in BACKENDS}
+# what the local tritonserver (the nvidia-pytriton wheel's) runs besides the ensemble scheduler
+WHEEL_BACKENDS = tuple(b.name for b in BACKENDS if b.in_wheel)
 # platform -> backend (GetBackendTypeFromPlatform)
 PLATFORM_BACKENDS = {p: b.name for b in BACKENDS for p in b.platforms}
 # (entry in a version folder, backend, platform) in autofill's order; a folder's entry ends in '/'

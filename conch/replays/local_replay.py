@@ -17,6 +17,7 @@ from conch.archive.fleet_check import ArchiveModels
 from conch.archive.manifest import MANIFEST_NAME, Manifest, read_manifest
 from conch.archive.verify import ROOT_MODEL, check_folder
 from conch.compiler.config_reader import ReadConfig
+from conch.ensembles.backends_table import WHEEL_BACKENDS
 from conch.ensembles.samples import OutputCheck, Tolerance
 from conch.ensembles.target import Release
 from conch.errors import ArchiveError, ConchError, ServeError, ServerExited
@@ -28,7 +29,6 @@ from conch.verdicts import PYTHON_ROW, ReplayReport, ReplayRow, judge, not_appli
 from conch.wire import ENDPOINTS, json_refusal
 
 DEFAULT_LOAD_TIMEOUT_S = 300.0
-LOCAL_BACKENDS = ("python",)  # what the nvidia-pytriton server carries besides the ensemble scheduler
 
 
 def stage(archive: Path, triton: LocalTriton, name: str | None = None) -> Path:
@@ -363,19 +363,18 @@ def check_backends(archive: Path, manifest: Manifest | None, configs: Mapping[st
                    command: str = "replay") -> None:
     """ServeError when a model needs a backend the local server lacks (``configs``: the staged archive's, read
     when it has no manifest); ``command`` (replay, profile) names what to do with a local build instead."""
-    if manifest is not None:
-        lacking = [f"{s.model_name} ({s.served_as})" for s in manifest.steps if s.served_as not in LOCAL_BACKENDS]
-        if lacking:
-            raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {', '.join(lacking)} need "
-                             f"backends the local server lacks; {command} a `conch build --target local` build (same "
-                             "names and I/O, CPU stand-ins)")
+    served = ({s.model_name: s.served_as for s in manifest.steps} if manifest is not None
+              else {name: c.served for name, c in sorted(configs.items()) if not c.is_ensemble})
+    lacking = ", ".join(f"{name} ({kind})" for name, kind in served.items() if kind not in WHEEL_BACKENDS)
+    if not lacking:
         return
-    lacking = [f"{name} ({c.served})" for name, c in sorted(configs.items())
-               if not c.is_ensemble and c.served not in LOCAL_BACKENDS]
-    if lacking:
-        raise ServeError(f"{archive.name} holds model(s) {', '.join(lacking)} whose backends the local server lacks "
-                         f"(it runs {', '.join(LOCAL_BACKENDS)} models); {command} them where their backend runs "
-                         "(`conch deploy`), or declare them in conch for a local build with CPU stand-ins")
+    if manifest is not None:  # a conch build: its local build runs
+        raise ServeError(f"{archive.name} is a {manifest.target} build whose steps {lacking} need backends the local "
+                         f"server lacks; {command} a `conch build --target local` build (same names and I/O, CPU "
+                         "stand-ins)")
+    raise ServeError(f"{archive.name} holds model(s) {lacking} whose backends the local server lacks (it runs "
+                     f"{', '.join(WHEEL_BACKENDS)} models); {command} them where their backend runs (`conch deploy`), "
+                     "or declare them in conch for a local build with CPU stand-ins")
 
 
 def _tensors(config: ReadConfig | None) -> list[tuple[str, str, str]]:

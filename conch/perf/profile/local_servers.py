@@ -144,26 +144,39 @@ def gather(archives: Sequence[Path], folder: Path) -> None:
 
 def _on_mme(archives: Sequence[Path], load_for: LoadFor, load_timeout: float,
             progress: Callable[[str], None]) -> Outcomes:
+    with serving_mme(archives, load_timeout, instrumented=True) as (mme, stats, trace_file):
+        for archive in archives:
+            name = target_name(archive)
+            try:
+                manifest = load_on_mme(mme, archive, progress)
+                load = load_for(manifest)
+                progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
+                yield archive, measure(stats, front_of(mme, name), name, load, f"the local MME ({mme.url})",
+                                       warmup=sample_bodies(manifest) or None, trace_file=trace_file)
+            except ConchError as exc:
+                yield archive, exc
+
+
+@contextmanager
+def serving_mme(archives: Sequence[Path], load_timeout: float, instrumented: bool = False
+                ) -> Iterator[tuple[LocalMME, StatsEndpoint, Path | None]]:
+    """A local MME over copies of ``archives`` (in a scratch folder, swept by the next run if this one is
+    killed), running: (the MME, its tritonserver's statistics, the trace file when ``instrumented``: metrics
+    and a trace on, as a profile reads them). Nothing is loaded yet (load_on_mme)."""
     from conch.endpoint import LocalMME
     from conch.triton.stub_python import release_of
 
-    with scratch_temp("conch-profile-") as folder:  # swept by the next run if this one is killed
+    with scratch_temp("conch-mme-") as folder:
         gather(archives, Path(folder))
         mme = LocalMME(folder, load_timeout=load_timeout, release=release_of(archives))
-        trace_file, metrics_url = _instrumented(mme.triton)
+        trace_file, metrics_url = _instrumented(mme.triton) if instrumented else (None, None)
         with mme:
-            stats = StatsEndpoint(mme.triton.http_url, metrics_url)
-            for archive in archives:
-                name = target_name(archive)
-                try:
-                    manifest = load_on_mme(mme, archive, progress)
-                    load = load_for(manifest)
-                    progress(f"profiling {name}: {load.requests} requests at concurrency {load.concurrency}")
-                    target = Target.front(mme.url, mme.endpoint_name, name)
-                    yield archive, measure(stats, target, name, load, f"the local MME ({mme.url})",
-                                           warmup=sample_bodies(manifest) or None, trace_file=trace_file)
-                except ConchError as exc:
-                    yield archive, exc
+            yield mme, StatsEndpoint(mme.triton.http_url, metrics_url), trace_file
+
+
+def front_of(mme: LocalMME, name: str) -> Target:
+    """Where requests for TargetModel ``name`` go on ``mme``: its SageMaker runtime front."""
+    return Target.front(mme.url, mme.endpoint_name, name)
 
 
 @contextmanager

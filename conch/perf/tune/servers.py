@@ -12,16 +12,13 @@ from typing import Any, cast
 from conch.archive.manifest import Manifest, read_manifest
 from conch.errors import BenchError, ConchError
 from conch.perf.profile.load import Target
-from conch.perf.profile.local_servers import gather, load_on_mme, load_staged, sample_bodies
+from conch.perf.profile.local_servers import MODES, front_of, load_on_mme, load_staged, sample_bodies, serving_mme
 from conch.perf.profile.server_statistics import StatsEndpoint
 from conch.perf.tune.space import StepSpace
 from conch.perf.tune.trial import TrialServer, Workload, weights_of
 from conch.replays.local_replay import DEFAULT_LOAD_TIMEOUT_S, target_name
-from conch.scratch import scratch_temp
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
-
-MODES = ("triton", "mme")
 
 
 def steps_of(name: str, manifest: Manifest) -> list[StepSpace]:
@@ -72,19 +69,9 @@ def local_server(archives: Sequence[Path], *, mode: str = "triton", mix: Mapping
 @contextmanager
 def _on_mme(archives: Sequence[Path], load_timeout: float, say: Callable[[str], None]
             ) -> Iterator[tuple[StatsEndpoint, list[tuple[str, Manifest, Target]], str]]:
-    from conch.endpoint import LocalMME
-    from conch.triton.stub_python import release_of
-
-    with scratch_temp("conch-tune-") as tmp:
-        folder = Path(tmp)
-        gather(archives, folder)
-        mme = LocalMME(folder, load_timeout=load_timeout, release=release_of(archives))
-        with mme:
-            named = []
-            for archive in archives:
-                name = target_name(archive)
-                named.append((name, load_on_mme(mme, archive, say), Target.front(mme.url, mme.endpoint_name, name)))
-            yield StatsEndpoint(mme.triton.http_url), named, f"the local MME ({mme.url})"
+    with serving_mme(archives, load_timeout) as (mme, stats, _):
+        named = [(target_name(a), load_on_mme(mme, a, say), front_of(mme, target_name(a))) for a in archives]
+        yield stats, named, f"the local MME ({mme.url})"
 
 
 def remote_server(url: str, archives: Sequence[Path], *, mix: Mapping[str, float] | str | None = None,
