@@ -278,6 +278,9 @@ def _autofilled(model: ModelFolder, report: Report) -> tuple[str, str | None]:
     platform, backend, filename = config.platform, config.backend, config.default_model_filename
     if platform == ENSEMBLE or (platform and backend):
         return platform, backend
+    known = BY_NAME.get(backend)
+    if known is not None and not platform and len(known.platforms) == 1:  # a backend of one platform is given it
+        return known.platforms[0], backend
     first = sorted(model.subdirs)[:1]
     files = model.subdirs[first[0]] if first else frozenset()
     if not backend and platform in PLATFORM_BACKENDS:

@@ -22,7 +22,7 @@ from conch.archive.manifest import SHELL_SAFE, Manifest
 from conch.archive.python_imports import archive_code, judge
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
-from conch.ensembles.backends_table import MODEL_FILES
+from conch.ensembles.backends_table import model_files
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import ArchiveError, ConfigParseError
 from conch.scratch import scratch_temp
@@ -271,7 +271,7 @@ def _check_model(model: Model, described: ModelFolder, root: Path, report: Check
         return
     kind = model.kind
     default = config.carried.default_model_filename
-    wanted = (default,) if default else MODEL_FILES.get(kind, ())
+    wanted = (default,) if default else model_files(kind, config.carried.runtime)
     if not wanted and kind:
         report.warning(file, f"conch does not know which model file backend {kind!r} needs; not checked")
     for version in served if wanted else []:

@@ -11,8 +11,9 @@ Sources (Triton core r24.10, the core of server 2.51):
 - which file in the first version folder names a backend, in which order, and whether it may be a folder: core
   `src/model_config_utils.cc` AutoCompleteBackendFields (it checks IsDirectory for model.savedmodel, which must
   be one, and for model.graphdef, model.plan and model.pt, which must not; model.onnx may be either);
-- PyTorch's model.py: the same function leaves default_model_filename unset when `runtime` is "model.py" (the
-  PyTorch 2 Python runtime of pytorch_backend);
+- PyTorch's runtimes: libtorch (the default) loads model.pt alone (pytorch_backend `src/libtorch.cc` r24.10);
+  with `runtime: "model.py"` core's autofill leaves default_model_filename unset and pytorch_backend's Python
+  runtime loads model.py, else model.pt (pytorch_backend `src/model.py` _get_model_path r24.10);
 - the local server's backends: the nvidia-pytriton wheel's `tritonserver/backends/` holds python alone;
 - DALI: not known to core's autofill; its backend loads model.dali, or dali.py serialized at load (dali_backend
   README, "Autoserialization").
@@ -50,6 +51,7 @@ class Backend:
     files: tuple[ModelFile, ...]  # its default model files, in the order Triton's autofill looks for them
     autofilled: bool  # whether core's autofill recognises its files (else only the config names it)
     also_loads: tuple[str, ...] = ()  # files the backend loads in place of its default one
+    runtimes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (the config's runtime, the files that one loads)
     served_by: Platform | None = None  # what conch writes for a config naming this backend alone
     in_wheel: bool = False  # whether the nvidia-pytriton wheel's tritonserver carries it (its backends/ folder)
     source: str = _CORE
@@ -75,8 +77,9 @@ BACKENDS: tuple[Backend, ...] = (
     Backend("onnxruntime", (ModelFile("model.onnx", "onnxruntime_onnx", folder=None),), autofilled=True,
             served_by=Platform.ONNXRUNTIME_ONNX),
     Backend("openvino", (ModelFile("model.xml"),), autofilled=True),
-    Backend("pytorch", (ModelFile("model.pt", "pytorch_libtorch"),), autofilled=True, also_loads=("model.py",),
-            served_by=Platform.PYTORCH_LIBTORCH),
+    Backend("pytorch", (ModelFile("model.pt", "pytorch_libtorch"),), autofilled=True,
+            runtimes=(("model.py", ("model.py", "model.pt")),), served_by=Platform.PYTORCH_LIBTORCH,
+            source=f"{_CORE}; pytorch_backend src/libtorch.cc (model.pt), src/model.py _get_model_path r24.10"),
     Backend("python", (ModelFile("model.py"),), autofilled=True, served_by=Platform.PYTHON, in_wheel=True),
     Backend("dali", (ModelFile("model.dali"),), autofilled=False, also_loads=("dali.py",), served_by=Platform.DALI,
             source="dali_backend README (Autoserialization)"),
@@ -93,6 +96,13 @@ AUTOFILL_ENTRIES = tuple((entry, b.name, f.platform) for b in BACKENDS if b.auto
 # openvino's model.xml with its model.bin and a tensorflow backend without its platform, are not checked)
 MODEL_FILES = {**{b.name: b.model_files for b in BACKENDS if b.served_by},
                **{f.platform: (f.name,) for b in BACKENDS for f in b.files if f.platform}}
+
+
+def model_files(kind: str, runtime: str = "") -> tuple[str, ...]:
+    """The model files a config served by ``kind`` (its platform, else its backend) with ``runtime`` (its runtime
+    field) loads from a version folder, any one of them; () when conch does not know."""
+    backend = BY_NAME.get(PLATFORM_BACKENDS.get(kind, kind))
+    return dict(backend.runtimes).get(runtime, MODEL_FILES.get(kind, ())) if backend else MODEL_FILES.get(kind, ())
 
 
 def default_file(platform: Platform) -> str:

@@ -202,3 +202,16 @@ def test_a_version_policy_conch_declares_is_read_typed_and_serves_version_1(tmp_
     repo = {**{k: v for k, v in repo.items() if k != "bert-trt/1/model.plan"}, "bert-trt/1": None}
     assert only_error(check_repo(tmp_path, repo)).splitlines() == [
         "hand.tar.gz/bert-trt/1/: error: lacks model.plan, the model file tensorrt_plan loads"]
+
+
+def test_a_pytorch_model_needs_model_pt_unless_its_runtime_is_model_py(tmp_path: Path) -> None:
+    """libtorch (pytorch_backend src/libtorch.cc r24.10) loads model.pt alone; with runtime "model.py" the
+    Python runtime (src/model.py) loads model.py or model.pt. conch took model.py for libtorch too. A config
+    naming backend "pytorch" alone is given platform pytorch_libtorch (core AutoCompleteBackendFields r24.10):
+    conch called it a refused platform/backend pair."""
+    repo = edit(bert_repo(), "bert-trt/config.pbtxt", 'platform: "tensorrt_plan"', 'backend: "pytorch"')
+    repo = {**{k: v for k, v in repo.items() if k != "bert-trt/1/model.plan"}, "bert-trt/1/model.py": b"# a model"}
+    assert only_error(check_repo(tmp_path, repo)).splitlines() == [
+        "hand.tar.gz/bert-trt/1/: error: lacks model.pt, the model file pytorch loads"]
+    repo = edit(repo, "bert-trt/config.pbtxt", 'backend: "pytorch"', 'backend: "pytorch"\nruntime: "model.py"')
+    assert check_repo(tmp_path, repo, "runtime.tar.gz").ok

@@ -10,6 +10,7 @@ from conch.ensembles.backends_table import (
     PLATFORM_BACKENDS,
     STEPS,
     default_file,
+    model_files,
 )
 from conch.ensembles.layout import Platform
 
@@ -43,6 +44,15 @@ def test_every_platform_conch_writes_has_its_default_file_and_step() -> None:
 
 
 def test_the_files_checked_are_those_of_backends_conch_has_a_step_for() -> None:
-    assert MODEL_FILES["pytorch"] == ("model.pt", "model.py")  # pytorch_backend's model.py runtime
+    assert MODEL_FILES["pytorch"] == MODEL_FILES["pytorch_libtorch"] == ("model.pt",)  # libtorch, the default
     assert MODEL_FILES["dali"] == ("model.dali", "dali.py")  # dali_backend's autoserialization
     assert "openvino" not in MODEL_FILES and "tensorflow" not in MODEL_FILES
+
+
+def test_pytorchs_python_runtime_loads_model_py_or_model_pt() -> None:
+    """pytorch_backend src/model.py _get_model_path r24.10; libtorch (src/libtorch.cc) loads model.pt alone."""
+    for kind in ("pytorch", "pytorch_libtorch"):
+        assert model_files(kind, "model.py") == ("model.py", "model.pt")
+        assert model_files(kind) == ("model.pt",)
+    assert model_files("python", "model.py") == ("model.py",)
+    assert model_files("mystery") == ()
