@@ -1,8 +1,10 @@
 """The one table of Triton's backends: for each, its name, the platforms Triton maps to it, its default model
-files and whether each is a folder, the other files it loads in their place, and conch's step for it. Every
-reader of a backend fact reads it here: Triton's load rules (archive/load_rules.py), `conch check`'s model-file
-check (archive/verify.py), the typed config reader (compiler/config_reader.py), `conch import`
-(importer/declaration.py) and the backends' own file names (backends/).
+files and whether each is a folder, the files it loads in their place (by runtime), what conch writes for it,
+whether the local server carries it; and conch's step class for each Platform. Every reader of a backend fact
+reads it here: Triton's load rules (archive/load_rules.py), `conch check`'s model-file check
+(archive/verify.py), the typed config reader (compiler/config_reader.py), `conch import`
+(importer/declaration.py), replay's backend check (replays/local_replay.py) and the backends' own file names
+(backends/).
 
 Sources (Triton core r24.10, the core of server 2.51):
 - names of backends, platforms and default files: core `src/constants.h` (kOnnxRuntimeOnnxPlatform,
@@ -102,7 +104,8 @@ def model_files(kind: str, runtime: str = "") -> tuple[str, ...]:
     """The model files a config served by ``kind`` (its platform, else its backend) with ``runtime`` (its runtime
     field) loads from a version folder, any one of them; () when conch does not know."""
     backend = BY_NAME.get(PLATFORM_BACKENDS.get(kind, kind))
-    return dict(backend.runtimes).get(runtime, MODEL_FILES.get(kind, ())) if backend else MODEL_FILES.get(kind, ())
+    by_runtime = dict(backend.runtimes) if backend else {}
+    return by_runtime.get(runtime, MODEL_FILES.get(kind, ()))
 
 
 def default_file(platform: Platform) -> str:
