@@ -221,7 +221,28 @@ def _read_model(path: Path, report: CheckReport, folder: str | None = None,
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
+    if release is not None and config.served == "python" and _completes(path):
+        return _completed_file(Model(name, path, text, config, prefix), report, release)
     return Model(name, path, text, config, prefix)
+
+
+def _completes(path: Path) -> bool:
+    """Whether a Python model folder's latest model.py defines ``auto_complete_config`` (read as text: only such
+    a model is run to complete its config)."""
+    versions = sorted((p for p in path.glob("*/model.py") if p.parent.name.isdigit()), key=lambda p: int(p.parent.name))
+    return bool(versions) and "auto_complete_config" in versions[-1].read_text(encoding="utf-8", errors="replace")
+
+
+def _completed_file(model: Model, report: CheckReport, release: Release | str) -> Model:
+    """A Python model whose config.pbtxt its ``auto_complete_config`` completes, as Triton with SageMaker's flags
+    loads it (completed_config.py); the file as written when the completion fails (reported)."""
+    completion = auto_completed(model.path, model.folder, model.prefix, release, config=model.text)
+    if completion is None or completion.level == "ok" or completion.text is None:
+        return model
+    (report.error if completion.level == "error" else report.warning)(completion.file, completion.message)
+    if completion.level == "error" or completion.text == model.text:
+        return model
+    return replace(model, config=read_config(completion.text, where=f"{model.prefix}config.pbtxt"))
 
 
 def _find_ensemble(models: dict[str, Model], report: CheckReport, folders: list[Path]) -> Model | None:

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from load_rule_cases import MODEL_PY, Base, Case, cases
 from seed_archives import pack_repo
 from single_models import AUTO_SUM_MODEL, auto_sum_repo, write_repo
 
-from conch.archive.verify import check_repository, checked, is_model_repository
+from conch.archive.verify import check_folder, check_repository, checked, is_model_repository
 from conch.cli import main
+from conch.image_python import find_interpreter
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
@@ -51,11 +53,37 @@ def test_an_auto_complete_function_that_fails_is_refused_as_triton_refuses_the_m
                     r"expects datatype TYPE_FP32 for input 'INPUT0', model provides TYPE_INT8", error.message)
 
 
+def test_a_config_pbtxt_that_auto_complete_config_completes_is_judged_completed(tmp_path: Path) -> None:
+    """Triton with SageMaker's flags runs a Python model's auto_complete_config over its config.pbtxt too: the
+    load-rule case io_by_auto_complete (a config without inputs or outputs) loads, and says so; a function that
+    leaves the config as it is says nothing."""
+    case = next(c for c in cases() if c.id == "io_by_auto_complete")
+    report = check_folder(case.write(tmp_path), case.id, "24.10")
+    assert report.errors == []
+    (said,) = [f.message for f in report.findings if "auto_complete_config" in f.message]
+    assert said.startswith(f"is completed by {case.served.removesuffix('ens')}add/1/model.py's auto_complete_config "
+                           "(run on Python ")
+    assert "(max_batch_size 0, IN, OUT)" in said
+    same = "class TritonPythonModel:\n    auto_complete_config = staticmethod(lambda c: c)\n"
+    unchanged = Base("k_", more={"k_add/1/model.py": MODEL_PY.replace("class TritonPythonModel:\n", same)})
+    repo = Case("unchanged", "auto-complete", unchanged.files(), "k_ens").write(tmp_path)
+    report = check_folder(repo, "unchanged", "24.10")
+    assert not [f for f in report.findings if "auto_complete_config" in f.message or f.level == "error"]
+
+
 def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
-    """As python_backend's pytorch example is kept without an environment: torch is not in the image."""
+    """As python_backend's pytorch example is kept without an environment: torch is not in the image. With the
+    release's Python on this machine, auto_complete_config runs in the image's packages as Triton runs it, and
+    fails there first (Triton refuses the model at auto-complete); without it, the import check names torch."""
     model = AUTO_SUM_MODEL.replace(b"import numpy as np\n", b"import numpy as np\nimport torch\n")
     report = check_repository(write_repo({"auto_sum/1/model.py": model}, tmp_path / "repo"))
-    assert [f.message.split(",")[0] for f in report.errors] == ["line 2: imports torch"]
+    (first,) = [f.message for f in report.errors]
+    if find_interpreter("3.10") is not None:
+        assert first.startswith("auto_complete_config fails on Python 3.10, so Triton refuses to load 'auto_sum'")
+        assert "ModuleNotFoundError: No module named 'torch'; the image's Python holds only" in first
+        assert first.endswith("(env= on a conch step; EXECUTION_ENV_PATH in a config.pbtxt)")
+    else:
+        assert first.split(",")[0] == "line 2: imports torch"
 
 
 @pytest.mark.integration
