@@ -56,7 +56,7 @@ def auto_completed(path: Path, name: str, prefix: str, release: Release | str,
                            "instance_group": [], "parameters": {}} if config is None else _as_json(config))}
     answer, python = _run(request, release)
     if config is not None:
-        return _completed_file(answer, python, model_py, name, prefix, config)
+        return _completed_file(answer, python, model_py, name, prefix, config, release)
     if answer is None:
         return Completion(None, "warning", f"{prefix}", f"has no config.pbtxt, so Triton (with SageMaker's flags: "
                           f"auto-complete on) completes one from {model_py}'s auto_complete_config; conch could not "
@@ -70,8 +70,8 @@ def auto_completed(path: Path, name: str, prefix: str, release: Release | str,
         completed = json_format.ParseDict(answer["config"], model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
     except (json_format.ParseError, TypeError, ValueError) as exc:
         return Completion(None, "error", model_py, f"auto_complete_config gives a config Triton cannot read: {exc}")
-    image = ("" if python == release.stub_python
-             else f" (conch's own; Triton {release}'s image runs {release.stub_python})")
+    other = _other(python, release)
+    image = f" ({other})" if other else ""
     io = ", ".join(f"{t.name}" for t in [*completed.input, *completed.output]) or "no inputs or outputs"
     return Completion(text_format.MessageToString(completed), "warning", f"{prefix}",
                       f"has no config.pbtxt: Triton with SageMaker's flags (auto-complete on) loads it with the config "
@@ -81,7 +81,7 @@ def auto_completed(path: Path, name: str, prefix: str, release: Release | str,
 
 
 def _completed_file(answer: dict[str, Any] | None, python: str, model_py: str, name: str, prefix: str,
-                    text: str) -> Completion:
+                    text: str, release: Release) -> Completion:
     """The Completion of a folder whose config.pbtxt Triton completes: its own text when auto-complete cannot be
     run here or leaves it as it is."""
     if answer is None:
@@ -100,11 +100,18 @@ def _completed_file(answer: dict[str, Any] | None, python: str, model_py: str, n
     if completed == written:
         return Completion(text, "ok", model_py, "")
     io = ", ".join(t.name for t in [*completed.input, *completed.output]) or "no inputs or outputs"
+    other = _other(python, release)
+    ran = f"Python {python}; {other}" if other else f"Python {python}"
     return Completion(text_format.MessageToString(completed), "warning", f"{prefix}config.pbtxt",
-                      f"is completed by {model_py}'s auto_complete_config (run on Python {python}): Triton with "
+                      f"is completed by {model_py}'s auto_complete_config (run on {ran}): Triton with "
                       f"SageMaker's flags (auto-complete on) loads {name!r} with the completed config (max_batch_size "
                       f"{completed.max_batch_size}, {io}), which conch checks here; a server started with "
                       "--disable-auto-complete-config would load the file as written")
+
+
+def _other(python: str, release: Release) -> str:
+    """What to say when auto-complete ran on another Python than the image's (conch's own), else ""."""
+    return "" if python == release.stub_python else f"conch's own; Triton {release}'s image runs {release.stub_python}"
 
 
 def _fix(error: str) -> str:

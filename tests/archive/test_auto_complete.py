@@ -5,6 +5,7 @@ the completed config, as an archive, a model folder or through the local MME."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,22 @@ def test_a_config_pbtxt_that_auto_complete_config_completes_is_judged_completed(
     repo = Case("unchanged", "auto-complete", unchanged.files(), "k_ens").write(tmp_path)
     report = check_folder(repo, "unchanged", "24.10")
     assert not [f for f in report.findings if "auto_complete_config" in f.message or f.level == "error"]
+
+
+
+def test_without_the_images_packages_conch_s_own_python_completes_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold cache and an index that does not answer: the image's venv cannot be made, so conch's own Python runs
+    auto_complete_config, and the finding names it."""
+    for name, value in {"CONCH_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                        "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "", "PIP_NO_CACHE_DIR": "1",
+                        "PIP_RETRIES": "0"}.items():
+        monkeypatch.setenv(name, value)
+    case = next(c for c in cases() if c.id == "io_by_auto_complete")
+    report = check_folder(case.write(tmp_path), case.id, "24.10")
+    (said,) = [f.message for f in report.findings if "auto_complete_config" in f.message]
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"(run on Python {own}; conch's own; Triton 24.10's image runs 3.10)" in said
 
 
 def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
