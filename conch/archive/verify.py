@@ -23,7 +23,7 @@ from conch.archive.python_imports import archive_code, judge
 from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.ensembles.target import DEFAULT_RELEASE, Release
-from conch.errors import ArchiveError, ConfigParseError
+from conch.errors import ArchiveError, BuildError, ConfigParseError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal
 
@@ -223,7 +223,39 @@ def _read_model(path: Path, report: CheckReport, folder: str | None = None,
         return None
     if release is not None and config.served == "python" and _completes(path):
         return _completed_file(Model(name, path, text, config, prefix), report, release)
+    if config.served in ONNX_SERVED and not config.inputs and not config.outputs:
+        return _onnx_completed(Model(name, path, text, config, prefix), report)
     return Model(name, path, text, config, prefix)
+
+
+ONNX_SERVED = ("onnxruntime_onnx", "onnxruntime")
+
+
+def _onnx_completed(model: Model, report: CheckReport) -> Model:
+    """An ONNX model whose config leaves its inputs and outputs out: ONNX Runtime's backend completes them from
+    the model file with SageMaker's flags (auto-complete on), so conch reads them from the latest
+    ``<version>/model.onnx`` and checks them (the file as written when it cannot be read: refused as Triton
+    refuses a model it cannot complete)."""
+    versions = sorted((p for p in model.path.glob("*/model.onnx") if p.parent.name.isdigit() and p.is_file()),
+                      key=lambda p: int(p.parent.name))
+    if not versions:
+        return model
+    from conch.backends.onnx import read_onnx_io  # onnx is read only for such a model
+
+    try:
+        inputs, outputs = read_onnx_io(versions[-1], model.config.max_batch_size > 0, model.folder)
+    except BuildError:
+        return model
+    message = model.config.message()
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        for tensor in tensors:
+            getattr(message, kind).add(name=tensor.name, data_type=tensor.dtype.triton, dims=list(tensor.dims))
+    where = f"{model.prefix}{versions[-1].parent.name}/model.onnx"
+    report.warning(f"{model.prefix}config.pbtxt", f"names no inputs or outputs: ONNX Runtime's backend completes "
+                   f"them from {where} with SageMaker's flags (auto-complete on), and conch checks them as read "
+                   f"from it ({', '.join(t.name for t in (*inputs, *outputs))}); max_batch_size is judged as written "
+                   "(the backend may raise a 0 when every first dimension is dynamic)")
+    return replace(model, config=read_config(message, where=f"{model.prefix}config.pbtxt"))
 
 
 def _completes(path: Path) -> bool:

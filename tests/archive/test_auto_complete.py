@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from load_rule_cases import MODEL_PY, Base, Case, cases
 from seed_archives import pack_repo
-from single_models import AUTO_SUM_MODEL, auto_sum_repo, write_repo
+from single_models import AUTO_SUM_MODEL, auto_sum_repo, simple_onnx, write_repo
 
 from conch.archive.verify import check_folder, check_repository, checked, is_model_repository
 from conch.cli import main
@@ -86,6 +86,24 @@ def test_without_the_images_packages_conch_s_own_python_completes_and_says_so(
     (said,) = [f.message for f in report.findings if "auto_complete_config" in f.message]
     own = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert f"(run on Python {own}; conch's own; Triton 24.10's image runs 3.10)" in said
+
+
+
+def test_an_onnx_config_without_inputs_or_outputs_is_judged_by_its_model_file(tmp_path: Path) -> None:
+    """ONNX Runtime's backend completes the tensors from model.onnx with SageMaker's flags: conch reads them from
+    the file (conch once refused such a config: no inputs), and a file it cannot read leaves the config as written."""
+    bare = 'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+    report = check_repository(write_repo({"simple/config.pbtxt": bare.encode(), "simple/1/model.onnx": simple_onnx()},
+                                         tmp_path / "repo"))
+    assert report.ok, report.lines()
+    (said,) = [f.message for f in report.findings if "ONNX Runtime" in f.message]
+    assert said.startswith("names no inputs or outputs: ONNX Runtime's backend completes them from "
+                           "simple/1/model.onnx with SageMaker's flags (auto-complete on), and conch checks them as "
+                           "read from it (INPUT0, INPUT1, OUTPUT0, OUTPUT1)")
+    assert report.configs["simple"].inputs[0].dims == (16,)
+    broken = check_repository(write_repo({"simple/config.pbtxt": bare.encode(), "simple/1/model.onnx": b"no onnx"},
+                                         tmp_path / "broken"))
+    assert not [f for f in broken.findings if "ONNX Runtime" in f.message]
 
 
 def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
