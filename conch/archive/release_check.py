@@ -61,9 +61,9 @@ def _environment(model: Model, value: str, root: Path, manifest: Manifest | None
         return  # the archive check reports it
     rel = path.relative_to(root.resolve()).as_posix()
     record = manifest.environments.get(rel) if manifest is not None else None
-    local = manifest is not None and manifest.target == "local"  # packed for the local server's stub, not an image's
+    # the local target packs for the release's Python as production does (the same bytes): judged the same
     python = record.python if record is not None else env_python(path)
-    if python and not local and python != release.stub_python:
+    if python and python != release.stub_python:
         report.error(f"{model.prefix}config.pbtxt", f"its environment {rel} is for Python {python}, but the "
                      f"Python-backend stub of Triton {release} runs Python {release.stub_python} and cannot load it: "
                      f"rebuild with `conch build --release {release}` (or pack the environment with Python "

@@ -24,7 +24,7 @@ from conch.archive.release_check import ENV_PREFIX, built_for, check_release
 from conch.compiler.config_reader import ReadConfig, WrittenTensor, read_config
 from conch.ensembles.backends_table import model_files
 from conch.ensembles.target import DEFAULT_RELEASE, Release
-from conch.errors import ArchiveError, ConfigParseError
+from conch.errors import ArchiveError, BuildError, ConfigParseError
 from conch.scratch import scratch_temp
 from conch.wire import json_refusal
 
@@ -215,7 +215,60 @@ def _read_model(path: Path, report: CheckReport, folder: str | None = None,
     except ConfigParseError as exc:
         report.error(file, f"does not parse as Triton's ModelConfig: {exc.reason}")
         return None
+    if release is not None and config.served == "python" and _completes(path):
+        return _completed_file(Model(name, path, text, config, prefix), report, release)
+    if config.served in ONNX_SERVED and not config.inputs and not config.outputs:
+        return _onnx_completed(Model(name, path, text, config, prefix), report)
     return Model(name, path, text, config, prefix)
+
+
+ONNX_SERVED = ("onnxruntime_onnx", "onnxruntime")
+
+
+def _onnx_completed(model: Model, report: CheckReport) -> Model:
+    """An ONNX model whose config leaves its inputs and outputs out: ONNX Runtime's backend completes them from
+    the model file with SageMaker's flags (auto-complete on), so conch reads them from the latest
+    ``<version>/model.onnx`` and checks them (the file as written when it cannot be read: refused as Triton
+    refuses a model it cannot complete)."""
+    versions = sorted((p for p in model.path.glob("*/model.onnx") if p.parent.name.isdigit() and p.is_file()),
+                      key=lambda p: int(p.parent.name))
+    if not versions:
+        return model
+    from conch.backends.onnx import read_onnx_io  # onnx is read only for such a model
+
+    try:
+        inputs, outputs = read_onnx_io(versions[-1], model.config.max_batch_size > 0, model.folder)
+    except BuildError:
+        return model
+    message = model.config.message()
+    for kind, tensors in (("input", inputs), ("output", outputs)):
+        for tensor in tensors:
+            getattr(message, kind).add(name=tensor.name, data_type=tensor.dtype.triton, dims=list(tensor.dims))
+    where = f"{model.prefix}{versions[-1].parent.name}/model.onnx"
+    report.warning(f"{model.prefix}config.pbtxt", f"names no inputs or outputs: ONNX Runtime's backend completes "
+                   f"them from {where} with SageMaker's flags (auto-complete on), and conch checks them as read "
+                   f"from it ({', '.join(t.name for t in (*inputs, *outputs))}); max_batch_size is judged as written "
+                   "(the backend may raise a 0 when every first dimension is dynamic)")
+    return replace(model, config=read_config(message, where=f"{model.prefix}config.pbtxt"))
+
+
+def _completes(path: Path) -> bool:
+    """Whether a Python model folder's latest model.py defines ``auto_complete_config`` (read as text: only such
+    a model is run to complete its config)."""
+    versions = sorted((p for p in path.glob("*/model.py") if p.parent.name.isdigit()), key=lambda p: int(p.parent.name))
+    return bool(versions) and "auto_complete_config" in versions[-1].read_text(encoding="utf-8", errors="replace")
+
+
+def _completed_file(model: Model, report: CheckReport, release: Release | str) -> Model:
+    """A Python model whose config.pbtxt its ``auto_complete_config`` completes, as Triton with SageMaker's flags
+    loads it (completed_config.py); the file as written when the completion fails (reported)."""
+    completion = auto_completed(model.path, model.folder, model.prefix, release, config=model.text)
+    if completion is None or completion.level == "ok" or completion.text is None:
+        return model
+    (report.error if completion.level == "error" else report.warning)(completion.file, completion.message)
+    if completion.level == "error" or completion.text == model.text:
+        return model
+    return replace(model, config=read_config(completion.text, where=f"{model.prefix}config.pbtxt"))
 
 
 def _find_ensemble(models: dict[str, Model], report: CheckReport, folders: list[Path]) -> Model | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,9 @@ from typing_extensions import Unpack
 from conch.cache import imported_siblings
 from conch.ensembles.config import SettingsArgs, StepSettings
 from conch.ensembles.environment import PythonEnv
-from conch.ensembles.layout import FileSource, Platform, StepLayout
+from conch.ensembles.layout import FileSource, Platform
 from conch.ensembles.step import BackendFiles, Step, positional_io, pure_flag, renamed_source
-from conch.ensembles.target import Release, Target
+from conch.ensembles.target import Release
 from conch.ensembles.tensors import Tensor
 from conch.errors import BuildError, DeclarationError
 from conch.templates import render
@@ -237,7 +236,8 @@ class PythonModelStep(Step):
     """A Python-backend model written by hand (a ``TritonPythonModel`` in ``<version>/model.py``): its
     folder is laid out as it is, every file but ``config.pbtxt``, which conch renders from this
     declaration. An environment it names in an ``EXECUTION_ENV_PATH`` parameter is kept as a file of the
-    folder; the local target does not use it (a note says so): its stub runs the image's Python and packages."""
+    folder, on the local target too: its stub runs the release's Python, which loads the environment production
+    loads (docs/image-python.md)."""
 
     kind = "python_model"
     platform = Platform.PYTHON
@@ -316,18 +316,6 @@ class PythonModelStep(Step):
                                  "does not exist")
             files[f"../{key}"] = source
         return BackendFiles(files)
-
-    def layout(self, model_name: str, target: Target, release: Release, ensemble: str) -> StepLayout:
-        laid = super().layout(model_name, target, release, ensemble)
-        env = laid.spec.settings.parameters.get(ENV_PARAMETER)
-        if target is not Target.LOCAL or env is None:
-            return laid
-        parameters = {k: v for k, v in laid.spec.settings.parameters.items() if k != ENV_PARAMETER}
-        spec = replace(laid.spec, settings=replace(laid.spec.settings, parameters=parameters))
-        files = {k: v for k, v in laid.files.items() if not k.startswith("../")}  # the unused environment
-        note = (f"{model_name}: the local target runs model.py in the image's Python and packages, not in its "
-                f"{ENV_PARAMETER} {env} (which production uses)")
-        return replace(laid, spec=spec, files=files, notes=(*laid.notes, note))
 
     def details(self) -> dict[str, object]:
         return {"versions": list(self.versions)}

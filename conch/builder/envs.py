@@ -6,7 +6,7 @@ import sys
 from dataclasses import replace
 
 from conch.archive.manifest import EnvironmentRecord
-from conch.builder.pack import IMAGE_PYTHON_HOME, LOCAL_HOME, PackedEnv, Progress, pack
+from conch.builder.pack import PackedEnv, Progress, pack
 from conch.ensembles.environment import ENV_DIR, PythonEnv
 from conch.ensembles.layout import FileSource, ModelSpec
 from conch.ensembles.target import Release, Target
@@ -23,8 +23,8 @@ class EnvLayout:
 
     def __init__(self, target: Target, release: Release, progress: Progress | None, refresh: bool = False) -> None:
         self.target, self.release, self.progress, self.refresh = target, release, progress, refresh
-        self.python = release.stub_python  # the local server's stub runs the release's Python too
-        self.home = LOCAL_HOME if target is Target.LOCAL else IMAGE_PYTHON_HOME
+        # the local server's stub runs the release's Python too, so both targets pack the same bytes
+        self.python = release.stub_python
         self.files: dict[str, FileSource] = {}
         self.manifest: dict[str, EnvironmentRecord] = {}
         self._paths: dict[PythonEnv, str] = {}
@@ -57,7 +57,7 @@ class EnvLayout:
         return replace(spec, settings=replace(spec.settings, parameters=parameters))
 
     def _add(self, env: PythonEnv) -> str:
-        packed: PackedEnv = pack(env, self.python, home=self.home, progress=self.progress, refresh=self.refresh)
+        packed: PackedEnv = pack(env, self.python, progress=self.progress, refresh=self.refresh)
         stem = f"{env.name}-{packed.key[:12]}"
         rel = f"{ENV_DIR}/{stem}" if env.unpacked else f"{ENV_DIR}/{stem}.tar.gz"
         self.files[rel] = packed.folder if env.unpacked else packed.archive

@@ -30,9 +30,6 @@ LAYOUT_VERSION = "2"  # bump when the on-disk layout or the archive writer chang
 # crashes the stub on the first request; Triton server issue 8301, "known issues" of 2.51 and 2.52).
 NUMPY_PIN = "numpy<2"
 IMAGE_PYTHON_HOME = "/usr/bin"  # where the Triton images keep their Python
-# home= of local-target envs: found on the serving machine when the env activates, never the build machine's.
-LOCAL_HOME = "local"
-
 # Triton sources <env>/bin/activate up to 25.07; from 25.08 it sets PATH itself. Both find bin/python3
 # first on PATH, and the stub takes sys.prefix (so site-packages) from it via pyvenv.cfg.
 ACTIVATE = """# Written by conch: puts this environment's bin/ first on PATH for Triton's Python-backend stub.
@@ -41,18 +38,6 @@ export PATH="$_conch_env/bin:$PATH"
 export VIRTUAL_ENV="$_conch_env"
 unset PYTHONHOME _conch_env
 """
-# Local target: the server here puts its Python's folder first on PATH; point pyvenv.cfg at that Python
-# (of the stub's minor version) before the stub reads it, so the archive records no build-machine path.
-FIND_HOME = """_conch_py="$(command -v python{python} || true)"
-if [ -n "$_conch_py" ]; then
-  _conch_env="$(cd "$(dirname "${{BASH_SOURCE[0]:-$0}}")/.." && pwd)"
-  printf 'home = %s\\ninclude-system-site-packages = false\\nversion = {python}\\n' \\
-    "$(dirname "$(readlink -f "$_conch_py")")" > "$_conch_env/pyvenv.cfg.$$" && \\
-    mv -f "$_conch_env/pyvenv.cfg.$$" "$_conch_env/pyvenv.cfg"
-fi
-unset _conch_py
-"""
-
 Progress = Callable[[str], None]
 
 
@@ -184,11 +169,13 @@ def _pack_requirements(env: PythonEnv, python: str, home: str, say: Progress, re
 def _write_skeleton(root: Path, python: str, home: str) -> None:
     bin_dir = root / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "activate").write_text((FIND_HOME.format(python=python) if home == LOCAL_HOME else "") + ACTIVATE)
+    (bin_dir / "activate").write_text(ACTIVATE)
     # Never run: the stub only needs a `python3` on PATH inside the env to locate pyvenv.cfg.
     (bin_dir / "python3").write_bytes(b"")
     (bin_dir / "python3").chmod(0o755)
-    home = IMAGE_PYTHON_HOME if home == LOCAL_HOME else home
+    # home: the image's Python, for the local target too (the same bytes as production's). The local stub finds
+    # its standard library all the same: where home holds none of its version, Python falls back to the prefix
+    # its libpython was built for, the interpreter the local server runs (docs/image-python.md).
     (root / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\nversion = {python}\n")
 
 

@@ -139,6 +139,22 @@ def _add2(p: str, config: str | None = None) -> dict[str, str | None]:
     return python_model(f"{p}add2", config or model(f"{p}add2", [tensor("IN")], [tensor("OUT")]))
 
 
+# A Python step's config without inputs or outputs: its model.py's auto_complete_config gives them.
+_BARE = 'name: "{p}add"\nbackend: "python"\nmax_batch_size: 0\n'
+
+
+def _completing(dims: str) -> str:
+    """A model.py whose auto_complete_config adds input IN and output OUT (TYPE_FP32, ``dims``)."""
+    return ("class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(config):\n"
+            f'        config.add_input({{"name": "IN", "data_type": "TYPE_FP32", "dims": {dims}}})\n'
+            f'        config.add_output({{"name": "OUT", "data_type": "TYPE_FP32", "dims": {dims}}})\n'
+            "        return config\n\n    def execute(self, requests):\n        return []\n")
+
+
+_RAISING = ("class TritonPythonModel:\n    @staticmethod\n    def auto_complete_config(config):\n"
+            "        raise ValueError('no tokenizer here')\n\n    def execute(self, requests):\n        return []\n")
+
+
 LOADS, REFUSED = False, True
 # (id, rule, repository for a prefix, whether Triton 2.51 refuses it (its words: TRITON_2_51), conch's words: the
 # cause Triton reports first, then every other cause)
@@ -376,6 +392,16 @@ CASES: list[tuple[str, str, object, bool, tuple[str, ...]]] = [
         p, step_config=model(f"{p}add", [tensor("IN", "5")], [tensor("OUT")])), REFUSED,
      ("step 'PREFadd' input 'IN' has shape [5] but ensemble input 'INPUT0' has shape [4] (batch included; -1 matches "
       "any size; tensor 'INPUT0'); make them agree",)),
+    # -- a Python model's auto_complete_config, which Triton runs with SageMaker's flags even when config.pbtxt is
+    # there (python_backend ModelState: the stub completes the config before the model loads; issue 39)
+    ("io_by_auto_complete", "auto-complete", lambda p: _with(
+        p, step_config=_BARE.format(p=p), more={f"{p}add/1/model.py": _completing("[ 4 ]")}), LOADS, ()),
+    ("auto_complete_gives_other_shape", "auto-complete", lambda p: _with(
+        p, step_config=_BARE.format(p=p), more={f"{p}add/1/model.py": _completing("[ 5 ]")}), REFUSED,
+     ("step 'PREFadd' input 'IN' has shape [5] but ensemble input 'INPUT0' has shape [4]",)),
+    ("auto_complete_config_raises", "auto-complete", lambda p: _with(
+        p, more={f"{p}add/1/model.py": _RAISING}), REFUSED,
+     ("auto_complete_config fails", "no tokenizer here")),
 ]
 
 
@@ -392,7 +418,15 @@ def cases() -> list[Case]:
 
 
 # Triton 2.51's words for each refused case (its load answer, then the poll failures it logged), as the real
-# tritonserver gave them; PREF stands for the case's prefix and ROOT for the folder holding the repositories.
+# tritonserver gave them with SageMaker's flags (auto-complete on: server docker/sagemaker/serve does not pass
+# --disable-auto-complete-config); PREF stands for the case's prefix and ROOT for the folder holding the
+# repositories.
+# AT_LOAD: a step's own config refused by ValidateModelIOConfig and the checks after it. With auto-complete off,
+# Triton refused it at poll ("contains models that are not available or ambiguous: PREFadd\nPREFadd: <words>");
+# with it on, the config is completed first (by the backend) and the same rule refuses it at the step's load, in
+# the same words: the verdict and its cause are unchanged (issue 39).
+AT_LOAD = ("load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded version. "
+           "Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument: {};")
 TRITON_2_51 = {
     "no_backend_no_model_file": (
         "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
@@ -457,16 +491,13 @@ TRITON_2_51 = {
     "intermediate_unread": (
         "failed to load 'PREFens', failed to poll from model repository\nPREFens: ensemble tensor 'SPARE' is "
         "unused in ensemble 'PREFens'"),
-    "input_without_dims": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' must specify 'dims' for PREFadd"),
-    "zero_dim": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' dimension must be integer >= 1, or -1 to indicate a "
-        "variable-size dimension for PREFadd"),
-    "reshape_size_differs": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' has different size for dims and reshape for PREFadd"),
+    "input_without_dims": AT_LOAD.format(
+        "model input 'IN' must specify 'dims' for PREFadd"),
+    "zero_dim": AT_LOAD.format(
+        "model input 'IN' dimension must be integer >= 1, or -1 to indicate a variable-size dimension "
+        "for PREFadd"),
+    "reshape_size_differs": AT_LOAD.format(
+        "model input 'IN' has different size for dims and reshape for PREFadd"),
     "cpu_group_with_gpus": (
         "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded "
         "version. Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Invalid "
@@ -556,46 +587,32 @@ TRITON_2_51 = {
         "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
         "ambiguous: PREFadd\nPREFadd: Response Cache does not currently support model PREFadd with "
         "'decoupled' transaction policy. Please disable the response cache."),
-    "tensor_without_name": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input must specify 'name' for PREFadd"),
-    "tensor_without_data_type": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' must specify 'data_type' for PREFadd"),
-    "empty_reshape_without_batching": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' cannot have empty reshape for non-batching model as "
-        "scalar tensors are not supported for PREFadd"),
-    "zero_in_reshape": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input 'IN' reshape dimensions must be integer >= 1, or -1 to "
-        "indicate a variable-size dimension for PREFadd"),
-    "nchw_without_3_dims": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: model input NHWC/NCHW require 3 dims for PREFadd"),
-    "shape_tensor_off_tensorrt": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: shape tensors are only supported for TensorRT platform for PREFadd"),
-    "non_linear_io_off_tensorrt": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: Non-linear IO format is only supported for the TensorRT platform for "
-        "PREFadd"),
-    "batch_input_two_sources": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: batch input kind 'BATCH_ELEMENT_COUNT' expects 1 source input, got 2 "
-        "for PREFadd"),
-    "batch_input_wrong_type": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: batch input data type must be TYPE_INT32 or TYPE_FP32 for PREFadd"),
-    "batch_input_unknown_source": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: unknown source input name 'NO' for PREFadd"),
-    "batch_output_unknown_source": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: unknown source input name 'NO' for PREFadd"),
-    "batch_output_unknown_target": (
-        "load failed for model 'PREFens': ensemble PREFens contains models that are not available or "
-        "ambiguous: PREFadd\nPREFadd: unknown target output name 'NO' for PREFadd"),
+    "tensor_without_name": AT_LOAD.format(
+        "model input must specify 'name' for PREFadd"),
+    "tensor_without_data_type": AT_LOAD.format(
+        "model input 'IN' must specify 'data_type' for PREFadd"),
+    "empty_reshape_without_batching": AT_LOAD.format(
+        "model input 'IN' cannot have empty reshape for non-batching model as scalar tensors are not "
+        "supported for PREFadd"),
+    "zero_in_reshape": AT_LOAD.format(
+        "model input 'IN' reshape dimensions must be integer >= 1, or -1 to indicate a variable-size "
+        "dimension for PREFadd"),
+    "nchw_without_3_dims": AT_LOAD.format(
+        "model input NHWC/NCHW require 3 dims for PREFadd"),
+    "shape_tensor_off_tensorrt": AT_LOAD.format(
+        "shape tensors are only supported for TensorRT platform for PREFadd"),
+    "non_linear_io_off_tensorrt": AT_LOAD.format(
+        "Non-linear IO format is only supported for the TensorRT platform for PREFadd"),
+    "batch_input_two_sources": AT_LOAD.format(
+        "batch input kind 'BATCH_ELEMENT_COUNT' expects 1 source input, got 2 for PREFadd"),
+    "batch_input_wrong_type": AT_LOAD.format(
+        "batch input data type must be TYPE_INT32 or TYPE_FP32 for PREFadd"),
+    "batch_input_unknown_source": AT_LOAD.format(
+        "unknown source input name 'NO' for PREFadd"),
+    "batch_output_unknown_source": AT_LOAD.format(
+        "unknown source input name 'NO' for PREFadd"),
+    "batch_output_unknown_target": AT_LOAD.format(
+        "unknown target output name 'NO' for PREFadd"),
     "profile_off_tensorrt": (
         "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded "
         "version. Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Invalid "
@@ -617,4 +634,11 @@ TRITON_2_51 = {
         "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded "
         "version. Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Unsupported: "
         "Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: true';"),
+    "auto_complete_gives_other_shape": (
+        "load failed for model 'PREFens': in ensemble PREFens, ensemble tensor INPUT0: inconsistent shape: [4] is "
+        "inferred from model PREFens while [5] is inferred from model PREFadd"),
+    "auto_complete_config_raises": (
+        "load failed for model 'PREFens': ensemble 'PREFens' depends on 'PREFadd' which has no loaded version. "
+        "Model 'PREFadd' loading failed with error: version 1 is at UNAVAILABLE state: Internal: ValueError: no "
+        "tokenizer here\n\nAt:\n  ROOT/auto_complete_config_raises/PREFadd/1/model.py(4): auto_complete_config\n;"),
 }

@@ -5,15 +5,18 @@ the completed config, as an archive, a model folder or through the local MME."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from load_rule_cases import MODEL_PY, Base, Case, cases
 from seed_archives import pack_repo
-from single_models import AUTO_SUM_MODEL, auto_sum_repo, write_repo
+from single_models import AUTO_SUM_MODEL, auto_sum_repo, simple_onnx, write_repo
 
-from conch.archive.verify import check_repository, checked, is_model_repository
+from conch.archive.verify import check_folder, check_repository, checked, is_model_repository
 from conch.cli import main
+from conch.image_python import find_interpreter
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
@@ -51,11 +54,71 @@ def test_an_auto_complete_function_that_fails_is_refused_as_triton_refuses_the_m
                     r"expects datatype TYPE_FP32 for input 'INPUT0', model provides TYPE_INT8", error.message)
 
 
+def test_a_config_pbtxt_that_auto_complete_config_completes_is_judged_completed(tmp_path: Path) -> None:
+    """Triton with SageMaker's flags runs a Python model's auto_complete_config over its config.pbtxt too: the
+    load-rule case io_by_auto_complete (a config without inputs or outputs) loads, and says so; a function that
+    leaves the config as it is says nothing."""
+    case = next(c for c in cases() if c.id == "io_by_auto_complete")
+    report = check_folder(case.write(tmp_path), case.id, "24.10")
+    assert report.errors == []
+    (said,) = [f.message for f in report.findings if "auto_complete_config" in f.message]
+    assert said.startswith(f"is completed by {case.served.removesuffix('ens')}add/1/model.py's auto_complete_config "
+                           "(run on Python ")
+    assert "(max_batch_size 0, IN, OUT)" in said
+    same = "class TritonPythonModel:\n    auto_complete_config = staticmethod(lambda c: c)\n"
+    unchanged = Base("k_", more={"k_add/1/model.py": MODEL_PY.replace("class TritonPythonModel:\n", same)})
+    repo = Case("unchanged", "auto-complete", unchanged.files(), "k_ens").write(tmp_path)
+    report = check_folder(repo, "unchanged", "24.10")
+    assert not [f for f in report.findings if "auto_complete_config" in f.message or f.level == "error"]
+
+
+
+def test_without_the_images_packages_conch_s_own_python_completes_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold cache and an index that does not answer: the image's venv cannot be made, so conch's own Python runs
+    auto_complete_config, and the finding names it."""
+    for name, value in {"CONCH_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                        "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "", "PIP_NO_CACHE_DIR": "1",
+                        "PIP_RETRIES": "0"}.items():
+        monkeypatch.setenv(name, value)
+    case = next(c for c in cases() if c.id == "io_by_auto_complete")
+    report = check_folder(case.write(tmp_path), case.id, "24.10")
+    (said,) = [f.message for f in report.findings if "auto_complete_config" in f.message]
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"(run on Python {own}; conch's own; Triton 24.10's image runs 3.10)" in said
+
+
+
+def test_an_onnx_config_without_inputs_or_outputs_is_judged_by_its_model_file(tmp_path: Path) -> None:
+    """ONNX Runtime's backend completes the tensors from model.onnx with SageMaker's flags: conch reads them from
+    the file (conch once refused such a config: no inputs), and a file it cannot read leaves the config as written."""
+    bare = 'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+    report = check_repository(write_repo({"simple/config.pbtxt": bare.encode(), "simple/1/model.onnx": simple_onnx()},
+                                         tmp_path / "repo"))
+    assert report.ok, report.lines()
+    (said,) = [f.message for f in report.findings if "ONNX Runtime" in f.message]
+    assert said.startswith("names no inputs or outputs: ONNX Runtime's backend completes them from "
+                           "simple/1/model.onnx with SageMaker's flags (auto-complete on), and conch checks them as "
+                           "read from it (INPUT0, INPUT1, OUTPUT0, OUTPUT1)")
+    assert report.configs["simple"].inputs[0].dims == (16,)
+    broken = check_repository(write_repo({"simple/config.pbtxt": bare.encode(), "simple/1/model.onnx": b"no onnx"},
+                                         tmp_path / "broken"))
+    assert not [f for f in broken.findings if "ONNX Runtime" in f.message]
+
+
 def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
-    """As python_backend's pytorch example is kept without an environment: torch is not in the image."""
+    """As python_backend's pytorch example is kept without an environment: torch is not in the image. With the
+    release's Python on this machine, auto_complete_config runs in the image's packages as Triton runs it, and
+    fails there first (Triton refuses the model at auto-complete); without it, the import check names torch."""
     model = AUTO_SUM_MODEL.replace(b"import numpy as np\n", b"import numpy as np\nimport torch\n")
     report = check_repository(write_repo({"auto_sum/1/model.py": model}, tmp_path / "repo"))
-    assert [f.message.split(",")[0] for f in report.errors] == ["line 2: imports torch"]
+    (first,) = [f.message for f in report.errors]
+    if find_interpreter("3.10") is not None:
+        assert first.startswith("auto_complete_config fails on Python 3.10, so Triton refuses to load 'auto_sum'")
+        assert "ModuleNotFoundError: No module named 'torch'; the image's Python holds only" in first
+        assert first.endswith("(env= on a conch step; EXECUTION_ENV_PATH in a config.pbtxt)")
+    else:
+        assert first.split(",")[0] == "line 2: imports torch"
 
 
 @pytest.mark.integration

@@ -87,6 +87,19 @@ def test_the_upgrade_check_says_how_many_findings_differ(tmp_path: Path) -> None
     assert sum("runs Python 3.12 and cannot load it" in line for line in found) == 2
 
 
+
+def test_a_local_archives_environment_is_judged_as_productions(tmp_path: Path) -> None:
+    """The local target packs an environment for the release's Python, the bytes production ships: on 26.05 (Python
+    3.12) its 3.10 environments cannot load either."""
+    built = build_ensemble(linear_ensemble("loc"), tmp_path, "local")
+    with tarfile.open(built) as tar:
+        member = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("conch-manifest.json")))
+        assert member is not None
+        manifest = member.read()
+    assert json.loads(manifest)["target"] == "local"
+    archive = pack_repo({**bert_repo(), "conch-manifest.json": manifest}, tmp_path / "bert.tar.gz")
+    assert sum("runs Python 3.12 and cannot load it" in line for line in lines(archive, "26.05")) == 2
+
 def test_without_a_release_an_archive_is_checked_for_the_one_it_was_built_for(tmp_path: Path) -> None:
     """An archive built for 25.11 is checked for 25.11 unless another release is asked for."""
     archive = build_ensemble(linear_ensemble("newer"), tmp_path, "production", release="25.11")

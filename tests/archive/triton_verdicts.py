@@ -24,9 +24,8 @@ def triton_verdicts(repositories: Iterable[tuple[Path, str]], workdir: Path) -> 
     pairs = list(repositories)
     args = tuple(f"--model-repository={repo}" for repo, _ in pairs)
     verdicts: dict[str, str] = {}
-    # recorded with auto-complete off (the harness's flags when the cases were written): with SageMaker's flags
-    # Triton words some refusals differently (a Python model's config is completed first; issue 39)
-    with LocalTriton(workdir, extra_args=args, auto_complete=False) as server:
+    # SageMaker's flags (server docker/sagemaker/serve): auto-complete on, as LocalTriton starts it by default
+    with LocalTriton(workdir, extra_args=args) as server:
         for _, name in pairs:
             seen = server.log_path.stat().st_size
             answer = httpx.post(f"{server.http_url}/v2/repository/models/{name}/load", timeout=LOAD_TIMEOUT_S)

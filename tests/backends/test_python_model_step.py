@@ -38,9 +38,9 @@ def test_the_folder_is_laid_out_as_it_is_with_the_environment_beside(tmp_path: P
     assert {k for k in files if k.startswith(("scale/", "envs/"))} == {
         "scale/config.pbtxt", "scale/1/model.py", "scale/1/helpers/lookup.json", "envs/shared-env.tar.gz"}
     assert b"EXECUTION_ENV_PATH" in files["scale/config.pbtxt"]  # type: ignore[operator]
-    local = _repository(step, "local")
-    assert "envs/shared-env.tar.gz" not in local
-    assert b"EXECUTION_ENV_PATH" not in local["scale/config.pbtxt"]  # type: ignore[operator]
+    local = _repository(step, "local")  # kept as production keeps it: the local stub runs the release's Python
+    assert local["envs/shared-env.tar.gz"] == env
+    assert b"EXECUTION_ENV_PATH" in local["scale/config.pbtxt"]  # type: ignore[operator]
 
 
 def test_a_folder_without_a_model_py_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import pytest
 
 from conch.atomic_write import atomic_output
 from conch.builder.archive import expand, write_tar
-from conch.builder.pack import LOCAL_HOME, _write_skeleton
 from conch.scratch import scratch_dir, sweep
 
 
@@ -105,20 +104,6 @@ def test_killed_build_leaves_nothing_the_next_run_does_not_remove(tmp_path: Path
                    env=env, check=True, capture_output=True)
     assert not list(out.parent.glob("*.part")) and out.read_bytes() == b"x"
     assert not list((tmp_path / "cache" / "scratch").iterdir())
-
-
-def test_local_env_records_no_host_python(tmp_path: Path) -> None:
-    _write_skeleton(tmp_path, "3.11", LOCAL_HOME)
-    assert (tmp_path / "pyvenv.cfg").read_text().startswith("home = /usr/bin\n")
-    activate = (tmp_path / "bin" / "activate").read_text()
-    assert sys.base_prefix not in activate and "command -v python3.11" in activate
-    fake_bin = tmp_path / "fake"
-    fake_bin.mkdir()
-    (fake_bin / "python3.11").symlink_to(sys.executable)
-    subprocess.run(["bash", "-c", f"source {tmp_path}/bin/activate"], check=True,
-                   env={"PATH": f"{fake_bin}:/usr/bin:/bin"})
-    home = Path(os.path.realpath(sys.executable)).parent
-    assert (tmp_path / "pyvenv.cfg").read_text().startswith(f"home = {home}\n")
 
 
 def all_bytes(archive: Path) -> bytes:

@@ -3,6 +3,7 @@ tritonserver: the step imports a package the server's own Python does not have."
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from conch import BuildError, Ensemble, PackError, PythonEnv, PythonStep, Tensor
-from conch.builder.pack import LOCAL_HOME, pack, resolve
+from conch.builder.pack import pack, resolve
 from conch.builder.repository_build import build_ensemble, render_repository
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.image_python import find_interpreter
@@ -87,6 +88,24 @@ def test_production_env_is_packed_for_the_release_python() -> None:
     assert "bin/activate" in names and "bin/python3" in names
     assert any(n.startswith("lib/python3.10/site-packages/tabulate") for n in names)
     assert "home = /usr/bin" in pyvenv and not any("/bin/tabulate" in n for n in names)
+
+
+def test_the_local_target_packs_the_bytes_production_ships(local_index: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env= packed for the local target is production's archive member, byte for byte (its pyvenv.cfg names
+    the image's /usr/bin, its bin/activate is production's), each packed from a cold cache of its own."""
+    env = PythonEnv(requirements=("conch-fixture-wheel==1.0",))
+    members = {}
+    for target in ("local", "production"):
+        monkeypatch.setenv("CONCH_CACHE_DIR", str(tmp_path / target))
+        repo = render_repository(where_ensemble("same", env), target, "24.10")
+        members[target] = {n: Path(str(f)).read_bytes() for n, f in repo.files.items() if n.startswith("conch-envs/")}
+    assert len(members["local"]) == 1 and members["local"] == members["production"]
+    (data,) = members["local"].values()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        pyvenv = tar.extractfile("pyvenv.cfg").read().decode()  # type: ignore[union-attr]
+        activate = tar.extractfile("bin/activate").read().decode()  # type: ignore[union-attr]
+    assert pyvenv.startswith("home = /usr/bin\n") and "pyvenv.cfg" not in activate
 
 
 def test_second_pack_comes_from_the_cache_and_is_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,8 +217,6 @@ def test_not_a_conda_env(tmp_path: Path) -> None:
 
 
 def _tar_gz(path: Path, members: dict[str, bytes]) -> Path:
-    import io
-
     with tarfile.open(path, "w:gz") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
@@ -225,7 +242,7 @@ def test_an_adopted_archive_of_another_python_is_refused(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("as_folder", [False, True], ids=["tar.gz", "folder"])
 def test_an_adopted_archive_loads_and_answers(as_folder: bool, tmp_path: Path, triton: LocalTriton) -> None:
-    packed = pack(TABULATE, STUB, home=LOCAL_HOME)  # packed "elsewhere": handed over as a file or folder
+    packed = pack(TABULATE, STUB)  # packed "elsewhere": handed over as a file or folder
     env = PythonEnv(archive=packed.folder if as_folder else packed.archive)
     archive = build_ensemble(where_ensemble(f"adopted_{int(as_folder)}", env), tmp_path, "local")
     tabulate_file, prefix, _ = load_and_ask(triton, archive)
