@@ -68,6 +68,7 @@ def test_the_sample_digest_follows_the_siblings_the_file_imports_not_what_this_p
     assert code_digest(samples_here.expected) != before
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_an_ensemble_whose_samples_import_torch_builds_and_replays_from_its_own_folder(tmp_path: Path) -> None:
     """The issue's case: `cd ensembles && conch build resnet_pytorch.py --target local` (torch in the

@@ -95,6 +95,7 @@ def test_the_four_examples_replay_green(examples: ExampleArchives, triton) -> No
     assert {r.ensemble for r in report.rows} == {f.replace(".py", ".tar.gz") for f in FILES}
 
 
+@pytest.mark.slow
 def test_torch_tf_and_dali_archives_are_byte_identical_across_processes_and_caches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -127,7 +127,8 @@ def all_bytes_of(data: bytes) -> bytes:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("target", ["local", "production"])
+# the local target packs production's bytes (test_pack.py proves it): its case is in the slow tier
+@pytest.mark.parametrize("target", [pytest.param("local", marks=pytest.mark.slow), "production"])
 def test_no_build_machine_path_in_an_archive_with_an_environment(tmp_path: Path, target: str) -> None:
     from test_pack import TABULATE, where_ensemble
 

@@ -108,6 +108,7 @@ def distinct(count: int, folder: Path) -> list[Path]:
     return [build_ensemble(linear_ensemble(f"own{i:03d}"), folder, "local") for i in range(count)]
 
 
+@pytest.mark.slow
 def test_ten_names_of_one_archive_behind_four_slots(moto_server: str, linear_archive: Path) -> None:
     """The default run's fleet: loaded and unloaded over and over, which copies sharing step names do not
     survive on Triton 2.51 (--step-names shared crashed it here after 18 to 85 loads): isolate, as deployed.

@@ -172,6 +172,7 @@ def test_replay_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
     watched(["conch.cli", "replay", str(archive)], tmp_path)
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_bench_on_the_local_mme_listens_on_loopback_only_while_it_runs(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("netns_bench"), tmp_path / "dist", "local")
@@ -196,6 +197,7 @@ def test_a_port_extra_args_need_that_is_taken_is_named(tmp_path: Path) -> None:
         assert not server.running()
 
 
+@pytest.mark.slow
 def test_pytest_conch_without_namespaces_warns_in_its_summary_unless_allowed(tmp_path: Path) -> None:
     archive = build_ensemble(linear_ensemble("netns_plugin"), tmp_path / "dist", "local")
     env = conch_env(**{network_namespace.UNSHARE_ENV: "/nonexistent/unshare"})

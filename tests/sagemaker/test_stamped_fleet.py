@@ -99,6 +99,7 @@ def serve(moto: Moto, bucket: str, prefix: str, names: list[str], max_loaded: in
     return metrics
 
 
+@pytest.mark.slow
 def test_twenty_raw_copies_fail_the_check_and_deployed_with_copies_serve_under_their_own_step_names(
         moto: Moto, bucket: str, built: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The same 20 copies uploaded raw fail the check naming the collision; `conch deploy --copies 20` stamps
