@@ -12,10 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from conch.cache import cache_dir, key_of
 from conch.ensembles.target import Release
 from conch.errors import ServeError
 
@@ -63,6 +65,14 @@ def stdlib_since(module: str, python: str) -> str | None:
         if version > (major, minor) and module in stdlib_modules(f"{version[0]}.{version[1]}"):
             return f"{version[0]}.{version[1]}"
     return None
+
+
+def requirement_of(module: str) -> str:
+    """The distribution installed here that provides ``module`` (PyYAML for yaml), as a requirement string."""
+    from importlib.metadata import packages_distributions
+
+    found = packages_distributions().get(module)
+    return f'"{found[0]}"' if found else f'"<the package of {module}>"'
 
 
 INTERPRETER_ENV = "CONCH_PYTHON_"  # CONCH_PYTHON_3_10=/path/to/python3.10: the interpreter of that version to use
@@ -146,6 +156,13 @@ def find_interpreter(version: str) -> Interpreter | None:
     return None
 
 
+def other_python(ran: str, wanted: str, images: str) -> str:
+    """What every result of a run on another Python than the image's says: ``ran on 3.11; the 24.10 image runs
+    3.10 (no Python 3.10 found: ...)``."""
+    return (f"ran on {ran}; the {images} image runs {wanted} (no Python {wanted} found: install one with pyenv, "
+            f"uv or conda, or give --python PATH or {INTERPRETER_ENV}{wanted.replace('.', '_')})")
+
+
 def given_interpreter(path: Path) -> Interpreter:
     """``--python PATH``: the interpreter there, made the one its version uses (through ``CONCH_PYTHON_X_Y``, so
     the servers this process and its children start use it); ServeError when it cannot run the stub."""
@@ -165,3 +182,59 @@ def host_interpreter() -> Interpreter:
         raise ServeError(f"conch's Python {sys.executable} has no shared libpython, so the local Python-backend "
                          "stub cannot run on it; install an interpreter of the release's Python (pyenv, uv, conda)")
     return found
+
+
+PLATFORM = "manylinux2014_x86_64"  # the wheels of the image environment (as the packer's)
+IMAGE_PYTHON_DIR_ENV = "CONCH_IMAGE_PYTHON_DIR"  # where image environments are kept (default <cache>/image-python)
+
+
+def image_environment(interpreter: Interpreter, packages: tuple[str, ...]) -> Path:
+    """A venv of ``interpreter`` holding ``packages`` (and not the interpreter's own site-packages), built once in
+    ``<cache>/image-python/`` (or ``$CONCH_IMAGE_PYTHON_DIR``) under a key of what it holds and published whole."""
+    stat = interpreter.executable.stat()
+    key = key_of([str(interpreter.executable), interpreter.full_version, stat.st_size, stat.st_mtime_ns,
+                  list(packages), PLATFORM])[:20]
+    root = Path(os.environ.get(IMAGE_PYTHON_DIR_ENV) or cache_dir() / "image-python")
+    final = root / f"py{interpreter.version}-{key}"
+    if (final / "pins.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        _build_environment(interpreter, packages, tmp / "env")
+        os.replace(tmp / "env", final)
+    except OSError:
+        if not (final / "pins.json").is_file():  # published meanwhile by another process is fine
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _build_environment(interpreter: Interpreter, packages: tuple[str, ...], root: Path) -> None:
+    made = subprocess.run([str(interpreter.executable), "-m", "venv", "--without-pip", str(root)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise ServeError(f"could not make a venv of {interpreter.executable}: {made.stderr.strip()[-400:]}")
+    site = root / "lib" / f"python{interpreter.version}" / "site-packages"
+    # conch's pip fetches the wheels for that Python, as the packer does for a step's environment
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
+               "--no-compile", "--target", str(site), "--only-binary=:all:", "--platform", PLATFORM,
+               "--python-version", interpreter.version, "--implementation", "cp", *packages]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ServeError(f"could not install the image's Python packages ({', '.join(packages)}) for Python "
+                         f"{interpreter.version}:\n{done.stderr.strip()[-800:]}")
+    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with conch's shebang: the image has its own
+    pins = sorted(p.name.removesuffix(".dist-info") for p in site.glob("*.dist-info"))
+    (root / "pins.json").write_text(json.dumps({"python": interpreter.full_version, "interpreter":
+                                                str(interpreter.executable), "packages": list(packages),
+                                                "pins": pins}, indent=1) + "\n")
+
+
+STRICT_ENV = "CONCH_STRICT_PYTHON"  # set by --strict: this process and its children refuse another Python
+
+
+def strict_default() -> bool:
+    """Whether a run on another Python than the image's fails: in CI (``CI=true``), or after ``--strict``."""
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))

@@ -6,29 +6,24 @@ than production without saying it."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conch.cache import cache_dir, key_of
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import ServeError
-from conch.image_python import (
+from conch.image_python import (  # noqa: F401  (STRICT_ENV, strict_default: the names the CLI and servers use)
     INTERPRETER_ENV,
+    STRICT_ENV,
     Interpreter,
     find_interpreter,
     host_interpreter,
+    image_environment,
     image_requirements,
+    other_python,
+    strict_default,
 )
-
-PLATFORM = "manylinux2014_x86_64"
 
 
 @dataclass(frozen=True)
@@ -54,10 +49,7 @@ class StubPython:
         """Empty when faithful; else what every result says: ``ran on 3.11; the 24.10 image runs 3.10``."""
         if self.faithful:
             return ""
-        images = ", ".join(self.releases) or DEFAULT_RELEASE
-        return (f"ran on {self.version}; the {images} image runs {self.wanted} (no Python {self.wanted} found: "
-                f"install one with pyenv, uv or conda, or give --python PATH or {INTERPRETER_ENV}"
-                f"{self.wanted.replace('.', '_')})")
+        return other_python(self.version, self.wanted, ", ".join(self.releases) or DEFAULT_RELEASE)
 
     def describe(self) -> str:
         """One line for a log or a summary."""
@@ -92,57 +84,6 @@ def group_by_python(releases: dict[str, str]) -> dict[str, list[str]]:
     for item, release in releases.items():
         groups.setdefault(Release.of(release).stub_python, []).append(item)
     return groups
-
-
-def image_environment(interpreter: Interpreter, packages: tuple[str, ...]) -> Path:
-    """A venv of ``interpreter`` holding ``packages`` (and not the interpreter's own site-packages), built once in
-    ``<cache>/image-python/`` under a key of what it holds and published whole."""
-    stat = interpreter.executable.stat()
-    key = key_of([str(interpreter.executable), interpreter.full_version, stat.st_size, stat.st_mtime_ns,
-                  list(packages), PLATFORM])[:20]
-    final = cache_dir() / "image-python" / f"py{interpreter.version}-{key}"
-    if (final / "pins.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        _build_environment(interpreter, packages, tmp / "env")
-        os.replace(tmp / "env", final)
-    except OSError:
-        if not (final / "pins.json").is_file():  # published meanwhile by another process is fine
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def _build_environment(interpreter: Interpreter, packages: tuple[str, ...], root: Path) -> None:
-    made = subprocess.run([str(interpreter.executable), "-m", "venv", "--without-pip", str(root)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        raise ServeError(f"could not make a venv of {interpreter.executable}: {made.stderr.strip()[-400:]}")
-    site = root / "lib" / f"python{interpreter.version}" / "site-packages"
-    # conch's pip fetches the wheels for that Python, as the packer does for a step's environment
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-               "--no-compile", "--target", str(site), "--only-binary=:all:", "--platform", PLATFORM,
-               "--python-version", interpreter.version, "--implementation", "cp", *packages]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ServeError(f"could not install the image's Python packages ({', '.join(packages)}) for Python "
-                         f"{interpreter.version}:\n{done.stderr.strip()[-800:]}")
-    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with conch's shebang: the image has its own
-    pins = sorted(p.name.removesuffix(".dist-info") for p in site.glob("*.dist-info"))
-    (root / "pins.json").write_text(json.dumps({"python": interpreter.full_version, "interpreter":
-                                                str(interpreter.executable), "packages": list(packages),
-                                                "pins": pins}, indent=1) + "\n")
-
-
-STRICT_ENV = "CONCH_STRICT_PYTHON"  # set by --strict: this process and its children refuse another Python
-
-
-def strict_default() -> bool:
-    """Whether a run on another Python than the image's fails: in CI (``CI=true``), or after ``--strict``."""
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))
 
 
 def release_of(archives: Iterable[Path]) -> str:
