@@ -70,6 +70,18 @@ def _failure(exc):
     return json.dumps(found).encode()
 
 
+def _broken(responses, utils):
+    """How ``execute``'s answer to one request breaks Triton's contract (conch.executor says it the same way)."""
+    if not isinstance(responses, (list, tuple)) or len(responses) != 1:
+        shape = type(responses).__name__ + (f" of {len(responses)}" if isinstance(responses, (list, tuple)) else "")
+        return ("execute() must return a list of one pb_utils.InferenceResponse per request; for one request it "
+                f"returned {shape}")
+    if not isinstance(responses[0], utils.InferenceResponse):
+        return (f"execute() returned {type(responses[0]).__name__} for a request; answer each request with a "
+                "pb_utils.InferenceResponse")
+    return ""
+
+
 def _serve(utils_path, types_path, bridge_path):
     """The child: load the model of the hello frame, then answer one request per frame until stdin closes."""
     out = os.fdopen(os.dup(1), "wb")
@@ -103,12 +115,9 @@ def _serve(utils_path, types_path, bridge_path):
         except Exception as exc:
             bridge._write(out, bridge._FAILED, _failure(exc))
             continue
-        if not isinstance(responses, (list, tuple)) or len(responses) != 1 \
-                or not isinstance(responses[0], utils.InferenceResponse):
-            shape = type(responses).__name__ + (f" of {len(responses)}" if isinstance(responses, (list, tuple)) else "")
-            bridge._write(out, bridge._FAILED, json.dumps({"contract": True, "type": "", "message": (
-                "execute() must return a list of one pb_utils.InferenceResponse per request; for one request it "
-                f"returned {shape}")}).encode())
+        broken = _broken(responses, utils)
+        if broken:
+            bridge._write(out, bridge._FAILED, json.dumps({"contract": True, "type": "", "message": broken}).encode())
         elif responses[0].has_error():
             bridge._write(out, ERROR_RESPONSE, responses[0].error().message().encode())
         else:
