@@ -84,7 +84,8 @@ def test_a_hand_written_model_breaking_tritons_contract_is_named(body: str, mess
 def handmade(body: str, folder: Path) -> Ensemble:
     (folder / "model" / "1").mkdir(parents=True)
     (folder / "model" / "1" / "model.py").write_text(HAND_WRITTEN.format(body=body))
-    step = PythonModelStep("model", folder / "model", inputs=[Tensor("x", "FP32", [4])], outputs=[Tensor("y", "FP32", [4])])
+    step = PythonModelStep("model", folder / "model", inputs=[Tensor("x", "FP32", [4])],
+                           outputs=[Tensor("y", "FP32", [4])])
     ens = Ensemble("handmade")
     ens.output("Y", step(ens.input("X", "FP32", [4])))
     return ens
