@@ -119,3 +119,38 @@ def test_a_child_never_called_ends_with_the_run(tmp_path: Path) -> None:
     children = list(running._children.values())
     running.close()
     assert children and all(child._child is None for child in children)
+
+
+ANSWERS = """    def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "x").as_numpy()
+        if x[0] == 1:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError("one"))]
+        if x[0] == 2:
+            raise KeyError("two")
+        if x[0] == 3:
+            return [None]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", x * 2)])]
+
+    def finalize(self):
+        print("finalized")
+"""
+
+
+def test_the_child_answers_each_call_as_the_model_does(tmp_path: Path) -> None:
+    """One child, many calls: outputs, an error response, a raise and a broken answer, each said as in process.
+    On conch's own Python, so that the child's side is measured too."""
+    import sys
+
+    from conch.compiler.compiled import compile_ensemble
+    from conch.executor import ChildPython, pb_utils_path
+
+    plan = compile_ensemble(handmade(ANSWERS, tmp_path), "local", "24.10")
+    python = ChildPython(Path(sys.executable), f"{sys.version_info.major}.{sys.version_info.minor}", "24.10",
+                         pb_utils_path())
+    with conch.Executor(plan, python=python) as running:
+        assert running.run({"X": np.full(4, 5, np.float32)}).outputs["Y"].tolist() == [10.0] * 4
+        for first, message in ((1, r"answered with an error: one$"), (2, r"raised KeyError: 'two'$"),
+                               (3, r"execute\(\) returned NoneType for a request; answer each request with a "
+                                   r"pb_utils.InferenceResponse$")):
+            with pytest.raises(RunError, match=r"ensemble 'handmade', step 'model' \(python_model\):? " + message):
+                running.run({"X": np.full(4, first, np.float32)})
