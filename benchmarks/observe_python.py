@@ -9,9 +9,11 @@
 - image's Python, image env kept: the same with the image environment already built (it is built once per
   machine and release Python, and the local replay builds and uses the same one).
 
-pip's own download cache is warm in every case (as on a developer's machine).
+pip's own download cache is warm in every case (as on a developer's machine). ``--observe-only`` measures
+instead the observe run alone of text_embeddings (its two Python steps with their packed environment, and
+the encoder's stand-in), warm caches, in this process: the children's start and the pipe, nothing else.
 
-    python benchmarks/observe_python.py [--rounds 3] [ensembles/]
+    python benchmarks/observe_python.py [--rounds 3] [--observe-only] [ensembles/]
 
 Writes benchmarks/results/observe_python.json.
 """
@@ -58,15 +60,40 @@ def build(arm: str, out: str, paths: list[str]) -> int:
     return int(cli(["build", *paths, "--target", "local", "--out", out]))
 
 
+def observe_only(rounds: int) -> int:
+    """The observe run of text_embeddings, in process against on the image's Python, A/B alternating."""
+    sys.path.insert(0, str(ROOT / "ensembles"))
+    import text_embeddings
+
+    from conch.builder import observe
+    from conch.compiler.compiled import compile_ensemble
+
+    local = compile_ensemble(text_embeddings.text_embeddings, "local", "24.10")
+    python, _ = observe.image_python(local)
+
+    def once(child: bool) -> float:
+        start = time.perf_counter()
+        observe._run(local, True, python if child else None)
+        return time.perf_counter() - start
+
+    measured = alternate({IN_PROCESS: lambda: once(False), IMAGE: lambda: once(True)}, rounds)
+    rows = [[arm, median(runs), min(runs), max(runs)] for arm, runs in measured.items()]
+    return finish("observe_python_run", ("observe run of text_embeddings (s)", "median", "min", "max"), rows,
+                  {"runs": measured})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="*", type=Path, default=[ROOT / "ensembles"])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--observe-only", action="store_true")
     parser.add_argument("--arm", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:
         return build(args.arm, args.out, [str(p) for p in args.paths])
+    if args.observe_only:
+        return observe_only(args.rounds)
     with tempfile.TemporaryDirectory(prefix="conch-bench-image-env-") as kept:
         build_once(IMAGE_KEPT, args.paths, Path(kept))  # builds the kept image environment, not measured
         cases = {arm: (lambda a=arm: build_once(a, args.paths, Path(kept))) for arm in (IN_PROCESS, IMAGE, IMAGE_KEPT)}
@@ -76,7 +103,7 @@ def main() -> int:
     rows += [[f"{arm} - in process (medians)", median(runs) - base, "", ""]
              for arm, runs in measured.items() if arm != IN_PROCESS]
     return finish("observe_python", ("cold build of the examples (s)", "median", "min", "max"), rows,
-                  {"runs": measured, "paths": [str(p) for p in args.paths]})
+                  {"runs": measured, "paths": [str(p.resolve().relative_to(ROOT)) for p in args.paths]})
 
 
 if __name__ == "__main__":
