@@ -40,7 +40,7 @@ from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import FileSource
 from conch.ensembles.target import Target
-from conch.errors import BuildError, ConchError
+from conch.errors import BuildError, ConchError, ServeError
 from conch.executor import ChildPython, Executor, pb_utils_path
 from conch.image_python import (
     find_interpreter,
@@ -148,7 +148,15 @@ def image_python(local: CompiledEnsemble) -> tuple[ChildPython | None, str]:
         interpreter = probe(sys.executable, "conch's")
         if interpreter is None:  # no shared libpython is fine for a child, not for the probe: run them here
             return None, note
-    environment = image_environment(interpreter, tuple(sorted(image_requirements(release))))  # the replay's too
+    try:
+        environment = image_environment(interpreter, tuple(sorted(image_requirements(release))))  # the replay's too
+    except ServeError as exc:  # e.g. no package index here: the build runs them in this process, and says so
+        note = (f"the build's observe runs (warmup, shared-memory sizing) ran the Python steps in conch's process: "
+                f"the environment of Triton {release}'s image Python could not be built ({exc})")
+        if strict_default():
+            raise BuildError(f"ensemble {local.name!r}: {note}; --strict (and CI) refuse to run the Python steps "
+                             "otherwise than as the image runs them") from exc
+        return None, note
     environments = {}
     for compiled in local.steps:
         if compiled.python_in_production and compiled.env is not None:

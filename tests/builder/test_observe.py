@@ -252,3 +252,26 @@ def test_the_observation_key_covers_the_python_the_steps_run_on(steps: ModuleTyp
         assert python is not None and note == ""
         assert python.version == Release.of(release).stub_python
         assert observation_key(Target.LOCAL, local, True, python=python) != observation_key(Target.LOCAL, local, True)
+
+
+def test_without_a_package_index_the_build_runs_the_steps_here_and_says_so(
+        steps: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image environment cannot be built (no index, nothing kept): the build goes on, as before issue 39."""
+    from conch.builder import repository_build
+
+    monkeypatch.setenv("CONCH_IMAGE_PYTHON_DIR", str(tmp_path / "no-image-envs"))
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("CONCH_STRICT_PYTHON", raising=False)
+    for name, value in (("PIP_INDEX_URL", "http://127.0.0.1:9/simple"), ("PIP_RETRIES", "0"), ("PIP_TIMEOUT", "1"),
+                        ("PIP_NO_CACHE_DIR", "1"), ("PIP_FIND_LINKS", "")):
+        monkeypatch.setenv(name, value)
+    said: list[str] = []
+    repository_build._said.clear()
+    render_repository(declared(steps, pure=False), "local", "24.10", progress=said.append)
+    assert any(line.startswith("warning: the build's observe runs (warmup, shared-memory sizing) ran the Python "
+                               "steps in conch's process: the environment of Triton 24.10's image Python could not "
+                               "be built (could not install the image's Python packages") for line in said)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(BuildError, match=r"--strict \(and CI\) refuse to run the Python steps otherwise than as "
+                       r"the image runs them"):
+        render_repository(declared(steps, pure=False), "local", "24.10")
