@@ -31,30 +31,31 @@ DEFAULT_EXAMPLES = ("resnet_tensorrt.py", "resnet_pytorch.py", "text_embeddings.
 
 def cold() -> dict[str, float]:
     """Seconds to find Python 3.10 (no probe remembered) and to build its image environment in an empty cache."""
+    from conch import image_python as ip
     from conch.ensembles.target import Release
-    from conch.triton import stub_python as sp
 
-    sp.probe.cache_clear()
+    ip.probe.cache_clear()
     start = time.perf_counter()
-    interpreter = sp.find_interpreter("3.10")
+    interpreter = ip.find_interpreter("3.10")
     found = time.perf_counter() - start
     if interpreter is None:
         raise SystemExit("no Python 3.10 here: nothing to measure")
     with tempfile.TemporaryDirectory(prefix="conch-bench-cache-") as cache:
-        before = os.environ.get("CONCH_CACHE_DIR")
-        os.environ["CONCH_CACHE_DIR"] = cache
+        packages = tuple(sorted(set(ip.image_requirements(Release.of("24.10")))))  # as the stub's venv
+        before = os.environ.get(ip.IMAGE_PYTHON_DIR_ENV)
+        os.environ[ip.IMAGE_PYTHON_DIR_ENV] = cache
         try:
             start = time.perf_counter()
-            sp.image_environment(interpreter, sp.image_packages(Release.of("24.10")))
+            ip.image_environment(interpreter, packages)
             built = time.perf_counter() - start
             start = time.perf_counter()
-            sp.image_environment(interpreter, sp.image_packages(Release.of("24.10")))
+            ip.image_environment(interpreter, packages)
             again = time.perf_counter() - start
         finally:
             if before is None:
-                os.environ.pop("CONCH_CACHE_DIR")
+                os.environ.pop(ip.IMAGE_PYTHON_DIR_ENV)
             else:
-                os.environ["CONCH_CACHE_DIR"] = before
+                os.environ[ip.IMAGE_PYTHON_DIR_ENV] = before
     return {"find 3.10 (s)": found, "image env, cold (s)": built, "image env, cached (s)": again}
 
 

@@ -27,6 +27,8 @@ from conch.ensembles.run_result import RunResult, StepTrace
 from conch.ensembles.target import DEFAULT_RELEASE, Release, Target
 from conch.ensembles.tensors import Tensor, dims_compatible
 from conch.errors import ConchError, DeclarationError, RunError
+from conch.executor_child import ChildFailure, ChildModel, ChildPython
+from conch.model_worker import ContractError, load_model
 from conch.scratch import scratch_dir
 from conch.stub_types import STUB_TYPES
 from conch.triton_wheel import pytriton_paths
@@ -34,7 +36,7 @@ from conch.triton_wheel import pytriton_paths
 PB_UTILS = "triton_python_backend_utils"
 TRACEBACK = "\nTraceback (most recent call last):"
 
-__all__ = ["Executor", "RunResult", "StepTrace", "run", "sample_inputs"]
+__all__ = ["ChildPython", "Executor", "RunResult", "StepTrace", "run", "sample_inputs"]
 
 
 class Executor:
@@ -47,15 +49,30 @@ class Executor:
             every step checked), or a plan compiled for the local target.
         release: the release the steps are checked against (it does not change what runs here); a
             compiled plan brings its own.
+        python: where the steps that are Python models in production run instead of this process: one child
+            process each on that interpreter (the build's observe runs: the release's image Python), all
+            started here.
     """
 
-    def __init__(self, ensemble: Ensemble | CompiledEnsemble, *, release: Release | str = DEFAULT_RELEASE) -> None:
+    def __init__(self, ensemble: Ensemble | CompiledEnsemble, *, release: Release | str = DEFAULT_RELEASE,
+                 python: ChildPython | None = None) -> None:
         if isinstance(ensemble, Ensemble):
             ensemble = compile_ensemble(ensemble, Target.LOCAL, release)
         self.plan = ensemble.local()
         self.release = self.plan.release
         self._workdir = Path(tempfile.mkdtemp(prefix="conch-run-", dir=scratch_dir()))
         self._models: dict[str, Any] = {}
+        self._children: dict[str, ChildModel] = {}
+        try:
+            for compiled in self.plan.steps:
+                if python is not None and python.runs(compiled):  # started together: interpreters start side by side
+                    folder, config = self._laid_out(compiled)
+                    self._children[compiled.model_name] = ChildModel(
+                        python, folder, latest_version(folder), compiled, config_json(compiled.model_name, config),
+                        f"ensemble {self.plan.name!r}, step {compiled.step.name!r} ({compiled.step.kind})")
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> Executor:
         return self
@@ -65,6 +82,10 @@ class Executor:
 
     def close(self) -> None:
         models, self._models = self._models, {}
+        for name, child in self._children.items():
+            if name not in models:  # started, never used
+                child.finalize()
+        self._children = {}
         workdir = str(self._workdir)
         sys.path[:] = [p for p in sys.path if not p.startswith(workdir)]  # the models' folders, added at load
         try:
@@ -140,10 +161,32 @@ class Executor:
         return StepTrace(step.name, step.kind, compiled.model_name, routed, outputs, millis, problems)
 
     def _model(self, compiled: CompiledStep) -> Any:
-        """The step's generated model.py, laid out as the local target lays it out, imported and initialized."""
-        step, name, layout = compiled.step, compiled.model_name, compiled.layout
+        """The step's generated model.py, laid out as the local target lays it out, imported and initialized
+        (in its child process, for a step that runs in one)."""
+        step, name = compiled.step, compiled.model_name
         if name in self._models:
             return self._models[name]
+        if name in self._children:
+            self._models[name] = self._children[name].loaded()
+            return self._models[name]
+        folder, config = self._laid_out(compiled)
+        version = latest_version(folder)
+        try:
+            instance = load_python_model(folder, version, name, config, f"conch_run_{len(self._models)}_{name}")
+        except ConchError:
+            raise
+        except Exception as exc:
+            raise RunError(
+                f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._models[name] = instance
+        return instance
+
+    def _laid_out(self, compiled: CompiledStep) -> tuple[Path, str]:
+        """The step's model folder as the local target lays it out, written under the run's folder, and its
+        config.pbtxt text."""
+        step, name, layout = compiled.step, compiled.model_name, compiled.layout
         try:
             config = render_config(layout.spec)
         except ConchError as exc:
@@ -165,18 +208,7 @@ class Executor:
                 path.write_bytes(source)
             else:
                 path.symlink_to(Path(source).resolve())
-        version = latest_version(folder)
-        try:
-            instance = load_python_model(folder, version, name, config, f"conch_run_{len(self._models)}_{name}")
-        except ConchError:
-            raise
-        except Exception as exc:
-            raise RunError(
-                f"ensemble {self.plan.name!r}, step {step.name!r} ({step.kind}): loading it failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        self._models[name] = instance
-        return instance
+        return folder, config
 
 
 def latest_version(folder: Path) -> str:
@@ -186,51 +218,32 @@ def latest_version(folder: Path) -> str:
 
 
 def load_python_model(folder: Path, version: str, name: str, config: str, module_name: str) -> Any:
-    """A Python-backend model as the stub loads it (python_backend ``src/pb_stub.cc``): its version folder and
-    model folder on ``sys.path``, ``auto_complete_config`` (optional) given the config, the class instantiated and
-    ``initialize`` (optional) called with Triton's arguments. ``config`` is the model's config.pbtxt text."""
-    # Triton's JSON of the whole config (its contract with initialize), through the typed reader; check_config
-    # parses a rendered text once per process (a build renders, then runs it)
-    config_json = json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt").triton_json())
-    before = list(sys.path)  # a generated model.py prepends its folder: undone below, the stub's own entries kept
-    added = [str(folder / version), str(folder)]
-    sys.path.extend(added)  # as the stub does, for the imports the model makes at load and at run time
+    """A Python-backend model as the stub loads it (``conch.model_worker.load_model``), in this process.
+    ``config`` is the model's config.pbtxt text."""
     try:
-        module = _import_model(folder / version / "model.py", module_name)
-        model_class = module.TritonPythonModel
-        auto_complete = getattr(model_class, "auto_complete_config", None)
-        if auto_complete is not None:
-            utils = sys.modules[PB_UTILS]
-            completed = auto_complete(utils.ModelConfig(config_json))
-            if not isinstance(completed, utils.ModelConfig):
-                raise RunError(f"{name}: auto_complete_config must return the pb_utils.ModelConfig it was given "
-                               f"(Triton refuses the model), got {type(completed).__name__}")
-            config_json = json.dumps(completed.as_dict())
-        instance = model_class()
-        initialize = getattr(instance, "initialize", None)
-        if initialize is not None:
-            initialize({
-                "model_name": name, "model_instance_name": f"{name}_0_0", "model_instance_kind": "CPU",
-                "model_instance_device_id": "0", "model_repository": str(folder), "model_version": version,
-                "model_config": config_json,
-            })
-    finally:
-        sys.path[:] = [*before, *added]
-    if not callable(getattr(instance, "execute", None)):
-        raise RunError(f"{name}: its TritonPythonModel has no execute(self, requests), which Triton calls for "
-                       "every batch of requests; define it")
-    return instance
+        return load_model(str(folder), version, name, config_json(name, config), module_name,
+                          lambda path, module: _import_model(Path(path), module))
+    except ContractError as exc:
+        raise RunError(str(exc)) from None
+
+
+def config_json(name: str, config: str) -> str:
+    """Triton's JSON of the whole config (its contract with initialize), through the typed reader; check_config
+    parses a rendered text once per process (a build renders, then runs it)."""
+    return json.dumps(read_config(check_config(config, name), where=f"{name}/config.pbtxt").triton_json())
 
 
 def _execute(model: Any, arrays: Mapping[str, np.ndarray], outputs: list[str], name: str, where: str,
              said_by: str) -> dict[str, np.ndarray]:
     """One request through ``execute`` as Triton makes it: a list of one request in, a list of one response out.
     ``said_by``: how conch's generated model.py starts the errors it answers with ("step 'x' of ensemble 'e' ")."""
-    utils = sys.modules[PB_UTILS]
+    utils = _utils()
     if hasattr(model, "check_dims"):  # conch's generated model.py: the run reports dims its own way
         model.check_dims = False
     try:
         responses = model.execute([utils.InferenceRequest(arrays, outputs, name)])
+    except ChildFailure as exc:
+        raise RunError(f"{where}{exc}") from None
     except Exception as exc:
         raise RunError(f"{where} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(responses, list | tuple) or len(responses) != 1:
@@ -307,14 +320,24 @@ def _presented(array: np.ndarray, spec: Tensor, batching: bool) -> tuple[np.ndar
 
 def _import_model(path: Path, module_name: str) -> ModuleType:
     """Import a model.py; it imports Triton's own triton_python_backend_utils, as in the stub."""
+    _utils()
+    return _import_file(path, module_name)
+
+
+def _utils() -> ModuleType:
+    """Triton's own triton_python_backend_utils with what the stub adds to it from C++, imported once."""
     if PB_UTILS not in sys.modules:
-        utils = _import_file(pytriton_paths()[0] / "backends" / "python" / f"{PB_UTILS}.py", PB_UTILS,
-                             "; reinstall nvidia-pytriton")
+        utils = _import_file(pb_utils_path(), PB_UTILS, "; reinstall nvidia-pytriton")
         for name, kind in STUB_TYPES.items():  # the stub adds these from C++
             if not hasattr(utils, name):
                 setattr(utils, name, kind)
         sys.modules[PB_UTILS] = utils
-    return _import_file(path, module_name)
+    return sys.modules[PB_UTILS]
+
+
+def pb_utils_path() -> Path:
+    """Triton's triton_python_backend_utils.py, from the pytriton wheel's python backend."""
+    return pytriton_paths()[0] / "backends" / "python" / f"{PB_UTILS}.py"
 
 
 def _import_file(path: Path, module_name: str, fix: str = "") -> ModuleType:

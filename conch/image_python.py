@@ -67,6 +67,14 @@ def stdlib_since(module: str, python: str) -> str | None:
     return None
 
 
+def requirement_of(module: str) -> str:
+    """The distribution installed here that provides ``module`` (PyYAML for yaml), as a requirement string."""
+    from importlib.metadata import packages_distributions
+
+    found = packages_distributions().get(module)
+    return f'"{found[0]}"' if found else f'"<the package of {module}>"'
+
+
 INTERPRETER_ENV = "CONCH_PYTHON_"  # CONCH_PYTHON_3_10=/path/to/python3.10: the interpreter of that version to use
 PROBE = ("import json, sys, sysconfig; print(json.dumps([sys.version_info[0], sys.version_info[1],"
          " sys.version.split()[0], sys.executable, sysconfig.get_config_var('LIBDIR'),"
@@ -148,6 +156,13 @@ def find_interpreter(version: str) -> Interpreter | None:
     return None
 
 
+def other_python(ran: str, wanted: str, images: str) -> str:
+    """What every result of a run on another Python than the image's says: ``ran on 3.11; the 24.10 image runs
+    3.10 (no Python 3.10 found: ...)``."""
+    return (f"ran on {ran}; the {images} image runs {wanted} (no Python {wanted} found: install one with pyenv, "
+            f"uv or conda, or give --python PATH or {INTERPRETER_ENV}{wanted.replace('.', '_')})")
+
+
 def given_interpreter(path: Path) -> Interpreter:
     """``--python PATH``: the interpreter there, made the one its version uses (through ``CONCH_PYTHON_X_Y``, so
     the servers this process and its children start use it); ServeError when it cannot run the stub."""
@@ -169,16 +184,18 @@ def host_interpreter() -> Interpreter:
     return found
 
 
-PLATFORM = "manylinux2014_x86_64"  # the wheels' platform, as the packer's (conch/builder/pack.py)
+PLATFORM = "manylinux2014_x86_64"  # the wheels of the image environment (as the packer's)
+IMAGE_PYTHON_DIR_ENV = "CONCH_IMAGE_PYTHON_DIR"  # where image environments are kept (default <cache>/image-python)
 
 
 def image_environment(interpreter: Interpreter, packages: tuple[str, ...]) -> Path:
     """A venv of ``interpreter`` holding ``packages`` (and not the interpreter's own site-packages), built once in
-    ``<cache>/image-python/`` under a key of what it holds and published whole."""
+    ``<cache>/image-python/`` (or ``$CONCH_IMAGE_PYTHON_DIR``) under a key of what it holds and published whole."""
     stat = interpreter.executable.stat()
     key = key_of([str(interpreter.executable), interpreter.full_version, stat.st_size, stat.st_mtime_ns,
                   list(packages), PLATFORM])[:20]
-    final = cache_dir() / "image-python" / f"py{interpreter.version}-{key}"
+    root = Path(os.environ.get(IMAGE_PYTHON_DIR_ENV) or cache_dir() / "image-python")
+    final = root / f"py{interpreter.version}-{key}"
     if (final / "pins.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -213,3 +230,11 @@ def _build_environment(interpreter: Interpreter, packages: tuple[str, ...], root
     (root / "pins.json").write_text(json.dumps({"python": interpreter.full_version, "interpreter":
                                                 str(interpreter.executable), "packages": list(packages),
                                                 "pins": pins}, indent=1) + "\n")
+
+
+STRICT_ENV = "CONCH_STRICT_PYTHON"  # set by --strict: this process and its children refuse another Python
+
+
+def strict_default() -> bool:
+    """Whether a run on another Python than the image's fails: in CI (``CI=true``), or after ``--strict``."""
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))

@@ -27,6 +27,8 @@ if os.environ.get(_SESSION_CACHE) is None or os.environ.get(_SESSION_CACHE) != o
     _kept = os.environ.get("CONCH_TEST_CACHE_DIR")
     os.environ["CONCH_CACHE_DIR"] = _kept or tempfile.mkdtemp(prefix="conch-test-cache-")
     os.environ[_SESSION_CACHE] = os.environ["CONCH_CACHE_DIR"]
+    # the image's Python environments (pip, ~20 s each): built once for the session, whatever cache a test uses
+    os.environ["CONCH_IMAGE_PYTHON_DIR"] = os.path.join(os.environ["CONCH_CACHE_DIR"], "image-python")
 
 # Python as users run it: bytecode caches written and reused. Under PYTHONDONTWRITEBYTECODE=1 (set in some CI
 # images) every worker and CLI subprocess compiled TensorFlow, torch and transformers from source again, about 10 s

@@ -16,9 +16,10 @@ CONCH = Path(__file__).resolve().parent.parent / "conch"
 # Lowest first. A part is a subpackage of conch or a module at its root ("__init__" is the package root).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "cache", "version", "startup_lines", "templates"),
-    ("scratch", "aws", "triton_wheel", "diagram", "stub_types"),
+    ("scratch", "aws", "triton_wheel", "diagram", "stub_types", "model_worker"),
     ("ensembles", "atomic_write"),  # the declaration; the one atomic file writer
     ("backends", "compiler", "wire", "verdicts", "image_python"),
+    ("executor_child",),  # a Python step of that run in a child process on the image's Python
     ("executor",),  # the compiled plan run in this process
     ("archive",),  # reading archives
     ("builder",),  # writing them

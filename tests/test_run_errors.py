@@ -71,11 +71,86 @@ class TritonPythonModel:
      r"handmade__model: auto_complete_config must return the pb_utils.ModelConfig it was given \(Triton refuses "
      r"the model\), got dict"),
 ])
-def test_a_hand_written_model_breaking_tritons_contract_is_named(body: str, message: str, tmp_path: Path) -> None:
-    (tmp_path / "model" / "1").mkdir(parents=True)
-    (tmp_path / "model" / "1" / "model.py").write_text(HAND_WRITTEN.format(body=body))
-    step = PythonModelStep("model", tmp_path / "model", [Tensor("x", "FP32", [4])], [Tensor("y", "FP32", [4])])
+@pytest.mark.parametrize("child", [False, True], ids=["in process", "on the image's Python"])
+def test_a_hand_written_model_breaking_tritons_contract_is_named(body: str, message: str, child: bool,
+                                                                tmp_path: Path) -> None:
+    """The same words whether the model runs in conch's process (`conch run`) or in a child process on the
+    release's image Python (the build's observe runs)."""
+    ens = handmade(body, tmp_path)
+    with pytest.raises(RunError, match=message), executor(ens, child) as running:
+        running.run({"X": np.ones(4, np.float32)})
+
+
+def handmade(body: str, folder: Path) -> Ensemble:
+    (folder / "model" / "1").mkdir(parents=True)
+    (folder / "model" / "1" / "model.py").write_text(HAND_WRITTEN.format(body=body))
+    step = PythonModelStep("model", folder / "model", inputs=[Tensor("x", "FP32", [4])],
+                           outputs=[Tensor("y", "FP32", [4])])
     ens = Ensemble("handmade")
     ens.output("Y", step(ens.input("X", "FP32", [4])))
-    with pytest.raises(RunError, match=message):
-        conch.run(ens, {"X": np.ones(4, np.float32)})
+    return ens
+
+
+def executor(ens: Ensemble, child: bool) -> conch.Executor:
+    """An executor of ``ens`` (24.10) whose Python steps run in this process, or in children on Python 3.10."""
+    from conch.builder.observe import image_python
+    from conch.compiler.compiled import compile_ensemble
+
+    plan = compile_ensemble(ens, "local", "24.10")
+    return conch.Executor(plan, python=image_python(plan)[0] if child else None)
+
+
+def test_a_child_that_dies_in_a_call_is_named(tmp_path: Path) -> None:
+    ens = handmade("    def execute(self, requests):\n        import os\n        os._exit(3)", tmp_path)
+    with pytest.raises(RunError, match=r"ensemble 'handmade', step 'model' \(python_model\): its process on Python "
+                       r"3.10 exited \(see the output above\)"), executor(ens, True) as running:
+        running.run({"X": np.ones(4, np.float32)})
+
+
+def test_a_child_that_dies_at_load_is_named(tmp_path: Path) -> None:
+    ens = handmade("    import os\n    os._exit(3)", tmp_path)
+    with pytest.raises(RunError, match=r"ensemble 'handmade', step 'model' \(python_model\): its process on Python "
+                       r"3.10 exited while loading it \(see the output above\)"), executor(ens, True) as running:
+        running.run({"X": np.ones(4, np.float32)})
+
+
+def test_a_child_never_called_ends_with_the_run(tmp_path: Path) -> None:
+    running = executor(handmade("    def execute(self, requests):\n        return []", tmp_path), True)
+    children = list(running._children.values())
+    running.close()
+    assert children and all(child._child is None for child in children)
+
+
+ANSWERS = """    def execute(self, requests):
+        x = pb_utils.get_input_tensor_by_name(requests[0], "x").as_numpy()
+        if x[0] == 1:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError("one"))]
+        if x[0] == 2:
+            raise KeyError("two")
+        if x[0] == 3:
+            return [None]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", x * 2)])]
+
+    def finalize(self):
+        print("finalized")
+"""
+
+
+def test_the_child_answers_each_call_as_the_model_does(tmp_path: Path) -> None:
+    """One child, many calls: outputs, an error response, a raise and a broken answer, each said as in process.
+    On conch's own Python, so that the child's side is measured too."""
+    import sys
+
+    from conch.compiler.compiled import compile_ensemble
+    from conch.executor import ChildPython, pb_utils_path
+
+    plan = compile_ensemble(handmade(ANSWERS, tmp_path), "local", "24.10")
+    python = ChildPython(Path(sys.executable), f"{sys.version_info.major}.{sys.version_info.minor}", "24.10",
+                         pb_utils_path())
+    with conch.Executor(plan, python=python) as running:
+        assert running.run({"X": np.full(4, 5, np.float32)}).outputs["Y"].tolist() == [10.0] * 4
+        for first, message in ((1, r"answered with an error: one$"), (2, r"raised KeyError: 'two'$"),
+                               (3, r"execute\(\) returned NoneType for a request; answer each request with a "
+                                   r"pb_utils.InferenceResponse$")):
+            with pytest.raises(RunError, match=r"ensemble 'handmade', step 'model' \(python_model\):? " + message):
+                running.run({"X": np.full(4, first, np.float32)})

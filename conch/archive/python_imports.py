@@ -22,7 +22,7 @@ from conch.archive import import_scan
 from conch.archive.release_check import ENV_PREFIX
 from conch.cache import file_sha256, remembered
 from conch.ensembles.target import Release
-from conch.image_python import find_interpreter, image_packages, stdlib_modules, stdlib_since
+from conch.image_python import find_interpreter, image_packages, requirement_of, stdlib_modules, stdlib_since
 
 Level = Literal["error", "warning"]
 _SITE = re.compile(r"(?:^|/)lib/python3\.\d+/site-packages/([^/]+)")
@@ -138,16 +138,8 @@ def _missing(module: str, line: int, model: PythonCode, release: Release, hint: 
         return f"{where}, {own}"
     return (f"{where}, which Triton {release}'s image Python {python} does not provide (its standard library, "
             f"numpy, pip, setuptools, wheel, virtualenv), {env}: it fails with ModuleNotFoundError on SageMaker; "
-            f"give the step an environment that holds it: env=conch.PythonEnv(requirements=[{_requirement(module)}]) "
+            f"give the step an environment that holds it: env=conch.PythonEnv(requirements=[{requirement_of(module)}]) "
             "(a hand-written model: an EXECUTION_ENV_PATH environment)")
-
-
-def _requirement(module: str) -> str:
-    """The distribution installed here that provides ``module`` (PyYAML for yaml), as a requirement string."""
-    from importlib.metadata import packages_distributions
-
-    found = packages_distributions().get(module)
-    return f'"{found[0]}"' if found else f'"<the package of {module}>"'
 
 
 def _compile_finding(file: str, error: str, release: Release, compiled_with: str) -> CodeFinding:

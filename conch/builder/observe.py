@@ -2,17 +2,27 @@
 for the warmup payload, and how large each step's tensors get for the samples (to size shared memory).
 Nothing runs when the ensemble declares no warmup and every tensor's size follows from its declaration.
 
+Each step that is a Python model in production runs as SageMaker's stub runs it: in a child process on the
+release's image Python (3.10 up to 24.10, 3.12 from 24.11; conch.image_python), with the image's packages and
+the step's own environment only, so an import the image cannot satisfy fails the warmup here. Where no
+interpreter of that version is found, conch's own runs them with the image's packages and the build says so
+(``Observed.python_note``), or fails under ``--strict`` and in CI. The other steps (GPU-less stand-ins) run in
+this process.
+
 A run's findings are kept in conch's cache only when every step it runs is pure (``Step.runs_pure``: a
 model file run by its framework, conch's stand-ins, or user code declared ``pure=True``), under a key of
 everything they follow from (the declaration, each step's local layout with the digests of its files, the
 step code's folder and closures, the samples' and the warmup payload's arrays, the target and release,
-conch's code, the Python and the installed distributions), so an unchanged rebuild runs nothing. Any other
+conch's code, conch's Python and its installed distributions, and the image Python's version and packages),
+so an unchanged rebuild runs nothing. Any other
 run is made at every build."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +31,7 @@ import numpy as np
 
 from conch.builder.archive import expand
 from conch.builder.buildcache import digest
+from conch.builder.pack import pack
 from conch.builder.shm_sizing import RowBytes, needs_samples, observe_row_bytes
 from conch.builder.warmup_inputs import DerivedWarmup, StepWarmup, derive_warmup
 from conch.cache import cache_dir, code_digest, editable_sources, environment, key_of, own_code, read_json, write_json
@@ -29,8 +40,16 @@ from conch.ensembles.config import Warmup, WarmupInput
 from conch.ensembles.dtypes import DType
 from conch.ensembles.layout import FileSource
 from conch.ensembles.target import Target
-from conch.errors import BuildError, ConchError
-from conch.executor import Executor
+from conch.errors import BuildError, ConchError, ServeError
+from conch.executor import ChildPython, Executor, pb_utils_path
+from conch.image_python import (
+    find_interpreter,
+    image_environment,
+    image_requirements,
+    other_python,
+    probe,
+    strict_default,
+)
 from conch.version import __version__
 
 runs = 0  # in-process runs of observe() in this process (what the cache saves; tests read it)
@@ -44,6 +63,7 @@ class Observed:
     warmup: DerivedWarmup = field(default_factory=DerivedWarmup)
     row_bytes: RowBytes = field(default_factory=dict)
     unmeasured: str | None = None
+    python_note: str = ""  # the Python steps ran on another Python than the image's: what the build says
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,14 +101,22 @@ def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[Fi
         local = plan.local()  # what runs in this process
     except ConchError as exc:  # a step this process cannot lay out: as if it failed to run
         return _unrunnable(plan, exc)
+    python, note = image_python(local)
+    observed = _observed(plan, local, measure, python, refresh, digests)
+    observed.python_note = note
+    return observed
+
+
+def _observed(plan: CompiledEnsemble, local: CompiledEnsemble, measure: bool, python: ChildPython | None,
+              refresh: bool, digests: Callable[[FileSource], str]) -> Observed:
     if not all(compiled.step.runs_pure() for compiled in local.steps):  # user code may read anything
-        return _run(local, measure)
+        return _run(local, measure, python)
     try:
-        key = observation_key(plan.target, local, measure, digests)
+        key = observation_key(plan.target, local, measure, digests, python)
     except ConchError:  # e.g. a warmup naming no sample: the run below says so, in the build's words
-        return _run(local, measure)
+        return _run(local, measure, python)
     if key is None:  # step code that cannot be told by its content
-        return _run(local, measure)
+        return _run(local, measure, python)
     where = cache_dir() / "observed" / f"{key[:32]}.json"
     known = None if refresh else read_json(where)
     if isinstance(known, dict):
@@ -96,10 +124,49 @@ def observe(plan: CompiledEnsemble, refresh: bool = False, digests: Callable[[Fi
             return Observed.from_json(known)
         except (KeyError, TypeError, ValueError, ConchError):  # an older or damaged record: run again
             pass
-    observed = _run(local, measure)
+    observed = _run(local, measure, python)
     if observed.unmeasured is None:
         write_json(where, observed.to_json())
     return observed
+
+
+def image_python(local: CompiledEnsemble) -> tuple[ChildPython | None, str]:
+    """Where the Python steps of ``local`` run (None: in this process, there being none), and the note the build
+    gives when that is not the release's image Python. BuildError under ``--strict`` (and CI) then."""
+    if not any(compiled.python_in_production for compiled in local.steps):
+        return None, ""
+    release = local.release
+    wanted = release.stub_python
+    interpreter = find_interpreter(wanted)
+    note = ""
+    if interpreter is None:
+        here = f"{sys.version_info.major}.{sys.version_info.minor}"
+        note = f"the build's observe runs (warmup, shared-memory sizing) {other_python(here, wanted, str(release))}"
+        if strict_default():
+            raise BuildError(f"ensemble {local.name!r}: {note}; --strict (and CI) refuse to run the Python steps on "
+                             "another Python than the image's")
+        interpreter = probe(sys.executable, "conch's")
+        if interpreter is None:  # no shared libpython is fine for a child, not for the probe: run them here
+            return None, note
+    try:
+        environment = image_environment(interpreter, tuple(sorted(image_requirements(release))))  # the replay's too
+    except ServeError as exc:  # e.g. no package index here: the build runs them in this process, and says so
+        note = (f"the build's observe runs (warmup, shared-memory sizing) ran the Python steps in conch's process: "
+                f"the environment of Triton {release}'s image Python could not be built ({exc})")
+        if strict_default():
+            raise BuildError(f"ensemble {local.name!r}: {note}; --strict (and CI) refuse to run the Python steps "
+                             "otherwise than as the image runs them") from exc
+        return None, note
+    environments = {}
+    for compiled in local.steps:
+        if compiled.python_in_production and compiled.env is not None:
+            try:  # packed for the release's Python as the build packs it (from the cache then)
+                folder = pack(compiled.env, wanted).folder  # the bytes both targets ship
+            except ConchError:  # the build names it when it packs; the step runs in this process meanwhile
+                continue
+            environments[compiled.model_name] = tuple(str(p) for p in sorted(folder.glob("lib/python*/site-packages")))
+    return ChildPython(environment / "bin" / "python", interpreter.version, str(release), pb_utils_path(),
+                       environments), note
 
 
 def _unrunnable(plan: CompiledEnsemble, exc: ConchError) -> Observed:
@@ -109,41 +176,41 @@ def _unrunnable(plan: CompiledEnsemble, exc: ConchError) -> Observed:
     runs += 1
     request = plan.warmup_request
     if request is not None:
-        raise BuildError(f"ensemble {plan.name!r}: warmup from {request.describe()}: running it in this "
-                         f"process failed: {exc}") from exc
-    return Observed(unmeasured=f"running the samples in this process failed: {exc}")
+        raise BuildError(f"ensemble {plan.name!r}: warmup from {request.describe()}: running it failed: {exc}") from exc
+    return Observed(unmeasured=f"running the samples failed: {exc}")
 
 
-def _run(local: CompiledEnsemble, measure: bool) -> Observed:
+def _run(local: CompiledEnsemble, measure: bool, python: ChildPython | None = None) -> Observed:
     global runs
 
     runs += 1
     request = local.warmup_request
     observed = Observed()
-    with Executor(local) as executor:
+    with Executor(local, python=python) as executor:
         if request is not None:
             try:
                 result = executor.run(request.resolve(local), intermediates=True)
             except ConchError as exc:
-                raise BuildError(f"ensemble {local.name!r}: warmup from {request.describe()}: running it in this "
-                                 f"process failed: {exc}") from exc
+                raise BuildError(f"ensemble {local.name!r}: warmup from {request.describe()}: running it failed: "
+                                 f"{exc}") from exc
             observed.warmup = derive_warmup(local, request, result)
         if measure:
             try:
                 results = [executor.run(s.inputs, intermediates=True) for s in local.samples]
             except ConchError as exc:
-                observed.unmeasured = f"running the samples in this process failed: {exc}"
+                observed.unmeasured = f"running the samples failed: {exc}"
             else:
                 observed.row_bytes = observe_row_bytes(local, results)
     return observed
 
 
 def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
-                    digests: Callable[[FileSource], str] = digest) -> str | None:
+                    digests: Callable[[FileSource], str] = digest, python: ChildPython | None = None) -> str | None:
     """Everything a run of ``observe`` follows from: each step as the in-process run lays it out (the
     local target's config and the digests of its files: generated model.py, the user's module, weights),
-    the modules of the step code's folder, the wiring, the payloads, conch's own code, the Python and the
-    installed distributions. None when a step's code cannot be told by content (``cache.code_digest``: e.g.
+    the modules of the step code's folder, the wiring, the payloads, conch's own code, conch's Python and its
+    installed distributions, and the Python the Python steps run on (its version and the image environment's
+    packages, ``pins.json``). None when a step's code cannot be told by content (``cache.code_digest``: e.g.
     a module imported before an edit of its file runs its old code, which the file's digest does not stand for).
     Raises ConchError for a payload the run would refuse (observe() then lets the run report it)."""
     steps = []
@@ -163,7 +230,15 @@ def observation_key(target: Target, local: CompiledEnsemble, measure: bool,
         "samples": [[s.name, _arrays_key(s.inputs)] for s in local.samples] if measure else None,
     }
     return key_of([__version__, own_code(), environment(), editable_sources(), local.name, target.value,
-                   str(local.release), repr(local.spec), steps, payloads])
+                   str(local.release), repr(local.spec), steps, payloads, _python_key(python)])
+
+
+def _python_key(python: ChildPython | None) -> object:
+    """The child Python's version and what its image environment holds (None: the steps run in this process)."""
+    if python is None:
+        return None
+    pins = json.loads((python.executable.parent.parent / "pins.json").read_text())
+    return [pins["python"], pins["pins"], sorted(python.environments.items())]
 
 
 def _arrays_key(arrays: dict[str, Any]) -> dict[str, str]:

@@ -3,6 +3,7 @@ shared memory, samples, manifest) and written as a deterministic MME tarball."""
 
 from __future__ import annotations
 
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,7 @@ class RepositoryBuild:
         python_code: dict[str, str | None] = {}  # production's Python-backend models -> their EXECUTION_ENV_PATH
         with captured("running the ensemble in this process", output):
             observed = observe(plan, self.refresh, self.digests)  # in-process for a warmup or shm, once
+        _say_once(observed.python_note, progress)
         for step in plan.steps:
             model, layout = step.model_name, step.layout
             try:
@@ -211,6 +213,19 @@ class RepositoryBuild:
                                f"{where}, output {name!r} (expected shape {expected[name]['shape']})")
             out.append(SampleRecord(sample.name, encoded_inputs, expected, checks))
         return tuple(out)
+
+
+_said: set[str] = set()  # what a build says once per process, not once per ensemble
+
+
+def _say_once(note: str, progress: Progress | None) -> None:
+    if not note or note in _said:
+        return
+    _said.add(note)
+    if progress is not None:
+        progress(f"warning: {note}")
+    else:
+        warnings.warn(f"conch: {note}", RuntimeWarning, stacklevel=3)
 
 
 def _unkeyed(plan: CompiledEnsemble, progress: Progress | None) -> list[str]:

@@ -81,7 +81,7 @@ def _output_lines(ensemble: str, output: Sequence[CapturedOutput], verbose: bool
 
 
 def register(sub: Subcommands) -> None:
-    from conch.cli.flags import add_ensemble_flags
+    from conch.cli.flags import add_ensemble_flags, add_python_flags
     from conch.ensembles.target import Target
 
     b = sub.add_parser("build", help="build one MME tarball per ensemble")
@@ -104,4 +104,5 @@ def register(sub: Subcommands) -> None:
                    help="show the warnings and output of the ensembles' own code (exports, expected outputs) in "
                         "full, not one line per ensemble")
     add_ensemble_flags(b)
+    add_python_flags(b)  # the warmup and shared-memory sizing run each Python step on the release's Python
     b.set_defaults(func=cmd_build)

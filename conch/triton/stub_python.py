@@ -6,7 +6,6 @@ than production without saying it."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,13 +13,16 @@ from pathlib import Path
 
 from conch.ensembles.target import DEFAULT_RELEASE, Release
 from conch.errors import ServeError
-from conch.image_python import (
+from conch.image_python import (  # noqa: F401  (STRICT_ENV, strict_default: the names the CLI and servers use)
     INTERPRETER_ENV,
+    STRICT_ENV,
     Interpreter,
     find_interpreter,
     host_interpreter,
     image_environment,
     image_requirements,
+    other_python,
+    strict_default,
 )
 
 
@@ -47,10 +49,7 @@ class StubPython:
         """Empty when faithful; else what every result says: ``ran on 3.11; the 24.10 image runs 3.10``."""
         if self.faithful:
             return ""
-        images = ", ".join(self.releases) or DEFAULT_RELEASE
-        return (f"ran on {self.version}; the {images} image runs {self.wanted} (no Python {self.wanted} found: "
-                f"install one with pyenv, uv or conda, or give --python PATH or {INTERPRETER_ENV}"
-                f"{self.wanted.replace('.', '_')})")
+        return other_python(self.version, self.wanted, ", ".join(self.releases) or DEFAULT_RELEASE)
 
     def describe(self) -> str:
         """One line for a log or a summary."""
@@ -85,14 +84,6 @@ def group_by_python(releases: dict[str, str]) -> dict[str, list[str]]:
     for item, release in releases.items():
         groups.setdefault(Release.of(release).stub_python, []).append(item)
     return groups
-
-
-STRICT_ENV = "CONCH_STRICT_PYTHON"  # set by --strict: this process and its children refuse another Python
-
-
-def strict_default() -> bool:
-    """Whether a run on another Python than the image's fails: in CI (``CI=true``), or after ``--strict``."""
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("CI", STRICT_ENV))
 
 
 def release_of(archives: Iterable[Path]) -> str:

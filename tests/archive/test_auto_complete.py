@@ -16,7 +16,7 @@ from single_models import AUTO_SUM_MODEL, auto_sum_repo, simple_onnx, write_repo
 
 from conch.archive.verify import check_folder, check_repository, checked, is_model_repository
 from conch.cli import main
-from conch.image_python import find_interpreter
+from conch.image_python import IMAGE_PYTHON_DIR_ENV, find_interpreter
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
 from conch.triton.server import LocalTriton
@@ -77,7 +77,8 @@ def test_without_the_images_packages_conch_s_own_python_completes_and_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cold cache and an index that does not answer: the image's venv cannot be made, so conch's own Python runs
     auto_complete_config, and the finding names it."""
-    for name, value in {"CONCH_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    for name, value in {"CONCH_CACHE_DIR": str(tmp_path / "cache"), IMAGE_PYTHON_DIR_ENV: str(tmp_path / "image"),
+                        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
                         "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "", "PIP_NO_CACHE_DIR": "1",
                         "PIP_RETRIES": "0"}.items():
         monkeypatch.setenv(name, value)

@@ -42,5 +42,7 @@ def test_an_auto_complete_archive_answers_through_the_local_mme_and_one_importin
                                Body=body)
     error = refused.value.response["Error"]
     assert error["Code"] == "ValidationError"
-    assert ("TargetModel with_torch.tar.gz fails `conch check`: auto_sum/1/model.py: line 2: imports torch, which "
-            "Triton 24.10's image Python 3.10 does not provide") in error["Message"]
+    # Triton's own refusal first: auto-complete runs model.py on the image's Python, which has no torch
+    assert ("TargetModel with_torch.tar.gz fails `conch check`: auto_sum/1/model.py: auto_complete_config fails on "
+            "Python 3.10, so Triton refuses to load 'auto_sum'") in error["Message"], error["Message"]
+    assert "No module named 'torch'" in error["Message"], error["Message"]
