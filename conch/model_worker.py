@@ -131,4 +131,7 @@ def _serve(utils_path, types_path, bridge_path):
 if __name__ == "__main__":
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # conch's own folder: its modules are not the model's to import
-    _serve(*sys.argv[1:4])
+    try:
+        _serve(*sys.argv[1:4])
+    except BrokenPipeError:  # conch stopped listening (another step failed to load): nobody to answer
+        os._exit(0)

@@ -154,3 +154,33 @@ def test_the_child_answers_each_call_as_the_model_does(tmp_path: Path) -> None:
                                    r"pb_utils.InferenceResponse$")):
             with pytest.raises(RunError, match=r"ensemble 'handmade', step 'model' \(python_model\):? " + message):
                 running.run({"X": np.full(4, first, np.float32)})
+
+
+def test_a_child_whose_conch_stopped_listening_ends_without_a_traceback(tmp_path: Path) -> None:
+    """A build stops reading a step's child when another step fails to load: the child's answer meets a closed
+    pipe, and it ends quietly (no BrokenPipeError traceback in the build's output)."""
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conch import model_worker, stub_types
+    from conch.backends.standins import standin_bridge as bridge
+    from conch.executor import pb_utils_path
+
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "model.py").write_text("class TritonPythonModel:\n    def execute(self, requests):\n"
+                                             "        return []\n")
+    hello = io.BytesIO()
+    bridge._write(hello, bridge._OK, json.dumps({"folder": str(tmp_path), "version": "1", "name": "m",
+                                                 "config": "{}", "outputs": [], "paths": []}).encode())
+    read, write = os.pipe()
+    os.close(read)  # nobody listens
+    try:
+        done = subprocess.run([sys.executable, "-I", model_worker.__file__, str(pb_utils_path()), stub_types.__file__,
+                               bridge.__file__], input=hello.getvalue(), stdout=write, stderr=subprocess.PIPE,
+                              cwd=tmp_path, timeout=60)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr.decode()

@@ -1,8 +1,9 @@
 """A rebuild with a warm cache ships what the code says now: one test per way an answer can depend on
 something outside the code conch can read (a file the code reads, an environment variable, an installed
 library's version, a helper module outside the ensemble's folder, a closure's captured value). Each builds four
-ensembles, one per kind of user code (a DALI pipeline, a sample's expected outputs, a Python step run in the
-build's process to derive a warmup, an exported ONNX model), each multiplying by a value found that way and
+ensembles, one per kind of user code (a DALI pipeline, a sample's expected outputs, a Python step run by the
+build to derive a warmup (by the environment variable only: it runs on the image's Python), an exported ONNX
+model), each multiplying by a value found that way and
 nothing else changing with it (so no change of one part masks a stale other). It changes the value, builds
 again with the same cache, and holds every archive to the one a build with an empty cache writes. Every build
 is a `conch build` process of its own, as a user runs it (a library upgraded or a helper edited is only seen
@@ -106,7 +107,7 @@ stale_sample.sample("one", ONES, expected)
 stale_python, x = ensemble("stale_python")
 stale_python.output("OUT", python("same", code.same)(python("scale", code.scale)(x)))
 stale_python.sample("one", ONES, {{"OUT": np.ones((2, 4), np.float32)}})
-stale_python.warmup("one")  # derived by running the ensemble in the build's process
+stale_python.warmup("one")  # derived by running the ensemble in the build
 
 stale_export, x = ensemble("stale_export")
 stale_export.output("OUT", OnnxStep("mul", exported, inputs=[Tensor("x", "FP32", [4])],
@@ -153,7 +154,10 @@ class Project:
             folder.mkdir()
         current = CURRENT[way]
         value = "value" if way == "closure value" else "current()"
-        python_value = "1.0" if way == "closure value" else "current()"  # Triton imports it: no closure
+        # the Python step runs in the build as the image's stub runs it (docs/image-python.md): only the environment
+        # variable reaches it there, as on Triton; a file beside the module, a library of conch's venv and a helper
+        # outside the folder would fail its warmup, as they fail on SageMaker. A closure Triton never sees either.
+        python_value = "current()" if way == "environment variable" else "1.0"
         (self.folder / "stale_code.py").write_text(CODE.format(current=current, value=value,
                                                                python_value=python_value))
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([CONCH_ROOT, str(self.lib), str(self.outside)]),
@@ -198,8 +202,8 @@ def test_a_rebuild_with_a_warm_cache_ships_what_the_code_says_now(tmp_path: Path
     again = project.build("again")  # the same cache, warm from the first build
     cold = project.build("cold", cache="empty-cache")
     moved = {name for name in NAMES if cold[name] != first[name]}
-    # a Python step's code is a top-level function (Triton imports it): it closes over nothing
-    assert moved == set(NAMES) - ({"stale_python"} if way == "closure value" else set())
+    # the Python step's warmup follows the value by the environment variable only (see Project)
+    assert moved == set(NAMES) - ({"stale_python"} if way != "environment variable" else set())
     stale = {name: sorted(member for member, data in _members(cold[name]).items()
                           if _members(again[name]).get(member) != data) for name in NAMES if again[name] != cold[name]}
     assert stale == {}, f"after the {way} changed, the rebuild kept what the old value gave: {stale}"
