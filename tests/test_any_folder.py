@@ -86,7 +86,8 @@ def _serve_answers(cwd: Path, archive: str) -> None:
     """`conch serve <archive>` starts, says it is ready, and stops on Ctrl-C."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", archive, "--port", "0"], cwd=cwd,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as test_cli.py's
     try:
         assert proc.stderr is not None
         seen = []

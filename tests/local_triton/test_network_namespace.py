@@ -111,8 +111,11 @@ def test_the_platform_refusal_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def serve(archive: Path, env: dict[str, str], *flags: str) -> tuple[dict[str, object], str, dict[int, str]]:
     """Serve ``archive`` until ready, note its host listeners, then Ctrl-C it: (ready line, stderr, listeners)."""
+    # SIGINT at its default, as from a terminal: a suite run as a background job starts with it ignored (POSIX),
+    # and Python keeps it ignored in every child (as in test_cli.py's Ctrl-C test)
     proc = subprocess.Popen([sys.executable, "-m", "conch.cli", "serve", str(archive), "--port", "0", *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
