@@ -236,15 +236,21 @@ def _onnx_completed(model: Model, report: CheckReport) -> Model:
         return model
     from conch.backends.onnx import read_onnx_io  # onnx is read only for such a model
 
+    where = f"{model.prefix}{versions[-1].parent.name}/model.onnx"
     try:
         inputs, outputs = read_onnx_io(versions[-1], model.config.max_batch_size > 0, model.folder)
     except BuildError:
+        return model
+    except ImportError:  # the onnx package is an extra: a base install cannot read the file
+        report.warning(f"{model.prefix}config.pbtxt", f"names no inputs or outputs: ONNX Runtime's backend completes "
+                       f"them from {where} with SageMaker's flags (auto-complete on); conch reads them with the onnx "
+                       "package, which is not installed (pip install 'conch[onnx]'), so the config is judged as "
+                       "written")
         return model
     message = model.config.message()
     for kind, tensors in (("input", inputs), ("output", outputs)):
         for tensor in tensors:
             getattr(message, kind).add(name=tensor.name, data_type=tensor.dtype.triton, dims=list(tensor.dims))
-    where = f"{model.prefix}{versions[-1].parent.name}/model.onnx"
     report.warning(f"{model.prefix}config.pbtxt", f"names no inputs or outputs: ONNX Runtime's backend completes "
                    f"them from {where} with SageMaker's flags (auto-complete on), and conch checks them as read "
                    f"from it ({', '.join(t.name for t in (*inputs, *outputs))}); max_batch_size is judged as written "

@@ -107,6 +107,18 @@ def test_an_onnx_config_without_inputs_or_outputs_is_judged_by_its_model_file(tm
     assert not [f for f in broken.findings if "ONNX Runtime" in f.message]
 
 
+
+def test_without_the_onnx_package_such_a_config_is_judged_as_written_and_the_check_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnx is an extra (conch[onnx]): a base install's check names it instead of failing on the import."""
+    bare = 'name: "simple"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+    repo = write_repo({"simple/config.pbtxt": bare.encode(), "simple/1/model.onnx": simple_onnx()}, tmp_path / "repo")
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError, as where it is not installed
+    report = check_repository(repo)
+    (said,) = [f.message for f in report.findings if "ONNX Runtime" in f.message]
+    assert said.endswith("conch reads them with the onnx package, which is not installed (pip install "
+                         "'conch[onnx]'), so the config is judged as written"), said
+
 def test_a_model_importing_torch_without_an_environment_is_named(tmp_path: Path) -> None:
     """As python_backend's pytorch example is kept without an environment: torch is not in the image. With the
     release's Python on this machine, auto_complete_config runs in the image's packages as Triton runs it, and
