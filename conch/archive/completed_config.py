@@ -62,14 +62,10 @@ def auto_completed(path: Path, name: str, prefix: str, release: Release | str,
                           f"auto-complete on) completes one from {model_py}'s auto_complete_config; conch could not "
                           f"run it ({python}), so the folder is not judged: what it serves is known only once it "
                           "loads (e.g. `conch serve` on the archive), or write its config.pbtxt")
-    if "error" in answer:
-        return Completion(None, "error", model_py, f"auto_complete_config fails on Python {python}, so Triton "
-                          f"refuses to load {name!r} (there is no config.pbtxt to load instead): {answer['error']}"
-                          f"{_fix(answer['error'])}")
-    try:
-        completed = json_format.ParseDict(answer["config"], model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
-    except (json_format.ParseError, TypeError, ValueError) as exc:
-        return Completion(None, "error", model_py, f"auto_complete_config gives a config Triton cannot read: {exc}")
+    completed = _parsed(answer, python, model_py, None,
+                        f"refuses to load {name!r} (there is no config.pbtxt to load instead)")
+    if isinstance(completed, Completion):
+        return completed
     other = _other(python, release)
     image = f" ({other})" if other else ""
     io = ", ".join(f"{t.name}" for t in [*completed.input, *completed.output]) or "no inputs or outputs"
@@ -88,14 +84,10 @@ def _completed_file(answer: dict[str, Any] | None, python: str, model_py: str, n
         return Completion(text, "warning", model_py, f"defines auto_complete_config, which Triton (with SageMaker's "
                           f"flags: auto-complete on) runs over {prefix}config.pbtxt before loading {name!r}; conch "
                           f"could not run it ({python}), so the config is judged as written")
-    if "error" in answer:
-        return Completion(text, "error", model_py, f"auto_complete_config fails on Python {python}, so Triton (with "
-                          f"SageMaker's flags: auto-complete on) refuses to load {name!r}: {answer['error']}"
-                          f"{_fix(answer['error'])}")
-    try:
-        completed = json_format.ParseDict(answer["config"], model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
-    except (json_format.ParseError, TypeError, ValueError) as exc:
-        return Completion(text, "error", model_py, f"auto_complete_config gives a config Triton cannot read: {exc}")
+    completed = _parsed(answer, python, model_py, text,
+                        f"(with SageMaker's flags: auto-complete on) refuses to load {name!r}")
+    if isinstance(completed, Completion):
+        return completed
     written = text_format.Parse(text, model_config_pb2.ModelConfig(), allow_unknown_field=True)
     if completed == written:
         return Completion(text, "ok", model_py, "")
@@ -107,6 +99,19 @@ def _completed_file(answer: dict[str, Any] | None, python: str, model_py: str, n
                       f"SageMaker's flags (auto-complete on) loads {name!r} with the completed config (max_batch_size "
                       f"{completed.max_batch_size}, {io}), which conch checks here; a server started with "
                       "--disable-auto-complete-config would load the file as written")
+
+
+def _parsed(answer: dict[str, Any], python: str, model_py: str, text: str | None,
+            refusal: str) -> model_config_pb2.ModelConfig | Completion:
+    """The config auto_complete_config gave, or the refusal when it failed or gave one Triton cannot read (``text``:
+    the config.pbtxt kept with the refusal; ``refusal``: what Triton does, said after "so Triton")."""
+    if "error" in answer:
+        return Completion(text, "error", model_py, f"auto_complete_config fails on Python {python}, so Triton "
+                          f"{refusal}: {answer['error']}{_fix(answer['error'])}")
+    try:
+        return json_format.ParseDict(answer["config"], model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+    except (json_format.ParseError, TypeError, ValueError) as exc:
+        return Completion(text, "error", model_py, f"auto_complete_config gives a config Triton cannot read: {exc}")
 
 
 def _other(python: str, release: Release) -> str:

@@ -43,6 +43,8 @@ class Watched(Protocol):
 
     def lost(self, doing: str, wait: float = 0.0) -> ServeError | None: ...
 
+    def attach(self, client: Any) -> None: ...
+
 
 class MultiModelClient:
     """Talks to Triton's SageMaker front end the way the SageMaker MME platform does, over one kept-alive
@@ -60,6 +62,8 @@ class MultiModelClient:
         self.http = sync_client(self.sagemaker_url, self.http_url, timeout=request_timeout)
         # the pool closes with the client, whoever holds it (replay, profile and tune keep one per server)
         self._closed = weakref.finalize(self, self.http.close)
+        if server is not None:  # closed before that server stops, whoever holds it
+            server.attach(self)
 
     def close(self) -> None:
         self._closed()

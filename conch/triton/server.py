@@ -28,11 +28,14 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
+import psutil
 
 from conch.backends.standins.standin_bridge import HOST_PYTHON_ENV
 from conch.cache import cached_file
@@ -146,6 +149,30 @@ def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
+STUB = "triton_python_backend_stub"
+STOP_POLL_S = 0.02
+
+
+def _wait_for_stubs(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the server, asked to stop (SIGTERM), has exited or has let every Python stub finish (each runs
+    its model's ``finalize`` when the server unloads it), at most ``timeout`` s. Past that point the server only
+    waits for its once-a-second check of live models (core server.cc) to see none: seconds per stop that
+    nothing needs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            process.wait(timeout=STOP_POLL_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            left = [c for c in psutil.Process(process.pid).children(recursive=True) if c.name().startswith(STUB[:15])]
+        except psutil.Error:  # the server, or a stub being listed, has just exited: look again
+            continue
+        if not left:
+            return
+
+
 def bind_failed(log: str) -> bool:
     """Whether a server that exited at start did so because one of its ports was taken."""
     return any(s in log for s in ("already in use", "failed to start", "same address and port"))
@@ -192,6 +219,7 @@ class LocalTriton:
         self._log_mode = "wb"  # a restart appends, so the log of the server that died stays
         self._served = False  # the server answered once: a death from now on is kept (not a failed start)
         self._kept: dict[int, Path | None] = {}  # pid of a server that died -> where its log was kept
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()  # conch's clients of it: closed before it stops
 
     @classmethod
     def sized_for(cls, archives: Iterable[Path], strict: bool | None = None) -> LocalTriton:
@@ -397,6 +425,12 @@ class LocalTriton:
             self._kept[process.pid] = keep_log(self.log_path, f"tritonserver-{stamp}-{process.pid}.log")
         return self._kept[process.pid]
 
+    def attach(self, client: Any) -> None:
+        """A client of this server (its ``close()`` ends its connections), closed before the server stops:
+        tritonserver waits up to its exit timeout for open HTTP connections before it unloads its models, each
+        stub's ``finalize`` then unrun (core http_server.cc)."""
+        self._clients.add(client)
+
     def restart(self) -> LocalTriton:
         """Start again after the server exited, on new ports; what the old one left (stubs, shared-memory
         regions) is removed first and its log is kept (the new server appends to it). The new server dies
@@ -422,12 +456,13 @@ class LocalTriton:
         process, self.process, self._served = self.process, None, False
         if process is None:
             return
+        for client in list(self._clients):  # a kept-alive connection holds a stopping server for its exit timeout
+            client.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+        _wait_for_stubs(process, timeout=10)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # stubs that outlived the server
+            os.killpg(process.pid, signal.SIGKILL)  # the server once its stubs finished, or stubs that outlived it
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
 

@@ -106,3 +106,38 @@ def test_a_server_not_ready_in_time_is_stopped_and_reported(tmp_path: Path) -> N
     with pytest.raises(ServeError, match=r"tritonserver was not ready within 0 s"):
         server.start()
     assert not server.running()
+
+
+FINALIZING = '''import numpy as np
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.ones(1, np.float32))]) for _ in requests]
+
+    def finalize(self):
+        (Path(__file__).parent / "finalized").write_text("yes")
+'''
+
+
+@pytest.mark.integration
+def test_stop_lets_each_stub_finalize_and_does_not_wait_out_the_exit_timeout(tmp_path: Path) -> None:
+    """stop() asks the server to stop and waits for its stubs, each of which runs its model's finalize as the server
+    unloads it; a client that closed its connections does not hold the server for its exit timeout."""
+    from conch.triton.mme import MultiModelClient
+
+    repository = tmp_path / "repository"
+    (repository / "fin" / "1").mkdir(parents=True)
+    (repository / "fin" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n')
+    (repository / "fin" / "1" / "model.py").write_text(FINALIZING)
+    triton = LocalTriton(workdir=tmp_path / "server")  # a workdir of the caller's: its log stays
+    with triton, MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton) as client:
+        client.load("fin", repository, 120)
+    assert (repository / "fin" / "1" / "finalized").read_text() == "yes"
+    log = triton.log_path.read_text()
+    assert "successfully unloaded 'fin'" in log and "Exit timeout expired" not in log, log[-2000:]

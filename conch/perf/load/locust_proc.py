@@ -148,6 +148,19 @@ def prepared(spec: LoadSpec) -> list[list[Prepared]]:
     return PREPARED
 
 
+def warm(spec: LoadSpec) -> None:
+    """Decode the payloads and import the transport before the stages' clock starts (the master waits for each
+    worker's ``conch_ready``). Done by the first user instead, it blocks the process's one gevent loop, on a busy
+    machine for seconds: a worker whose heartbeat is late past Locust's liveness (3 s) is counted missing, and a
+    shape tick that starts the users while it is sends it none (the suspected cause of one test run's bench with
+    a worker and no request: docs/testing.md)."""
+    prepared(spec)
+    if spec.kind == "boto3":
+        import boto3  # noqa: F401
+    else:
+        import geventhttpclient  # noqa: F401
+
+
 class Failure(Exception):
     pass
 
@@ -287,6 +300,7 @@ def run_worker(master_host: str, port: int, stop_timeout: float) -> None:
     def take_spec(environment: Environment, msg: Any) -> None:
         global SPEC
         SPEC = LoadSpec.from_json(msg.data)
+        warm(SPEC)
         runner.send_message("conch_ready", None)
 
     runner.register_message("conch_spec", take_spec)
@@ -300,6 +314,7 @@ def run_worker(master_host: str, port: int, stop_timeout: float) -> None:
 
 
 def run_local(spec: LoadSpec, out: Path) -> None:
+    warm(spec)
     env = environment(spec, spec.timeout)
     drive(env, env.create_local_runner(), spec, out, 0)
 

@@ -84,8 +84,10 @@ def test_bench_through_boto3_sagemaker_runtime(archive: Path, tmp_path: Path, mo
 def test_copies_sharing_step_names_are_a_collision_that_fails_the_run(archive: Path, tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The default --step-names shared serves copies as SageMaker's image does: their step names collide, which
-    the run records, and a run with a collision is not a clean run."""
-    stages = '[{"duration": 3, "users": 2, "spawn_rate": 2}]'
+    the run records, and a run with a collision is not a clean run. Each user calls a copy at random: the stage
+    lasts long enough for calls after the first loads (which took the whole of a 3-s stage on a busy machine,
+    when both users' first calls went to one copy and the other was never loaded)."""
+    stages = '[{"duration": 8, "users": 2, "spawn_rate": 2}]'
     code = main(["bench", str(archive), "--mme", "--copies", "2", "--stages", stages, "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "bench.json").read_text())
     assert code == 1

@@ -66,9 +66,11 @@ def test_master_and_two_workers_count_wrong_answers_as_failures(archives: list[P
 def test_a_worker_started_with_conch_bench_worker_joins_the_master(archives: list[Path]) -> None:
     """What a worker on another machine runs: it needs no archives, the master sends the payloads."""
     started: list[subprocess.Popen[bytes]] = []
+    events: list[dict[str, Any]] = []
 
     def start_worker(event: dict[str, Any]) -> None:
         """Started once the master reports the port it bound (port 0: the system picked a free one)."""
+        events.append(event)
         if event.get("event") == "master":
             started.append(subprocess.Popen([sys.executable, "-m", "conch.cli", "bench", "--worker", "--master-host",
                                              "127.0.0.1", "--master-port", str(event["port"])],
@@ -85,7 +87,7 @@ def test_a_worker_started_with_conch_bench_worker_joins_the_master(archives: lis
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    assert summary["workers"] == 1 and summary["requests"] > 0 and summary["failures"] == 0
+    assert summary["workers"] == 1 and summary["requests"] > 0 and summary["failures"] == 0, events
 
 
 def test_bench_without_a_target_says_which_to_choose(archives: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
