@@ -5,6 +5,7 @@ Sources: server ``build.py`` (python_backend's image stage) per release; docs/fi
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -199,15 +200,20 @@ def image_environment(interpreter: Interpreter, packages: tuple[str, ...]) -> Pa
     if (final / "pins.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        _build_environment(interpreter, packages, tmp / "env")
-        os.replace(tmp / "env", final)
-    except OSError:
-        if not (final / "pins.json").is_file():  # published meanwhile by another process is fine
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # one process builds it, the others (parallel builds, test workers, a replay beside a build) wait and take it
+    with (final.parent / f".{final.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "pins.json").is_file():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            _build_environment(interpreter, packages, tmp / "env")
+            os.replace(tmp / "env", final)
+        except OSError:
+            if not (final / "pins.json").is_file():  # published meanwhile by a process that took no lock is fine
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

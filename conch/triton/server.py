@@ -150,6 +150,7 @@ def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
 
 
 STUB = "triton_python_backend_stub"
+EXIT_TIMEOUT_S = 5  # tritonserver's --exit-timeout-secs: how long it waits for requests, connections and unloads
 STOP_POLL_S = 0.02
 
 
@@ -272,7 +273,7 @@ class LocalTriton:
             *(() if self.auto_complete else ("--disable-auto-complete-config",)),
             f"--model-namespacing={'true' if self.model_namespacing else 'false'}",
             f"--log-verbose={self.log_verbose}",
-            "--exit-timeout-secs=5",
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             f"--backend-config=python,shm-default-byte-size={self.shm[0]}",
             f"--backend-config=python,shm-growth-byte-size={self.shm[1]}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
@@ -460,7 +461,7 @@ class LocalTriton:
             client.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        _wait_for_stubs(process, timeout=10)
+        _wait_for_stubs(process, timeout=EXIT_TIMEOUT_S + 1)  # past its own timeout, a server is stuck (a hung load)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the server once its stubs finished, or stubs that outlived it
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -124,7 +124,7 @@ SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_sco
             "derandomize": True}
 
 
-@settings(max_examples=40, **SETTINGS)  # about 1 in 6 is accepted: about 7 server loads (300 in the slow tier)
+@settings(max_examples=20, **SETTINGS)  # about 1 in 6 is accepted: 3 or 4 server loads (300 in the slow tier)
 @given(d=declarations())
 def test_accepted_declarations_load_and_rejected_ones_name_their_cause(
     d: Declaration, tmp_path: Path, triton_alone: LocalTriton

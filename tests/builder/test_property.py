@@ -62,7 +62,7 @@ def parse(text: bytes) -> model_config_pb2.ModelConfig:
     return config
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags(), st.sampled_from(["production", "local"]))
 def test_random_dags_render_parseable_configs(ens: Ensemble, target: str) -> None:
     repo = render_repository(ens, target, "24.10")
