@@ -141,3 +141,24 @@ def test_stop_lets_each_stub_finalize_and_does_not_wait_out_the_exit_timeout(tmp
     assert (repository / "fin" / "1" / "finalized").read_text() == "yes"
     log = triton.log_path.read_text()
     assert "Exit timeout expired" not in log, log[-2000:]  # the server was killed once its stub had finished
+
+
+@pytest.mark.integration
+def test_a_client_left_open_is_closed_by_the_stop(tmp_path: Path) -> None:
+    """A MultiModelClient made with server= and never closed (replay's, the plugin's) does not hold the stopping
+    server for its exit timeout: the stop closes it, and the model's finalize still runs."""
+    from conch.triton.mme import MultiModelClient
+
+    repository = tmp_path / "repository"
+    (repository / "fin" / "1").mkdir(parents=True)
+    (repository / "fin" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n')
+    (repository / "fin" / "1" / "model.py").write_text(FINALIZING)
+    triton = LocalTriton(workdir=tmp_path / "server")
+    with triton:
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
+        client.load("fin", repository, 120)  # its kept-alive connection stays open into the stop
+    assert (repository / "fin" / "1" / "finalized").read_text() == "yes"
+    assert "Exit timeout expired" not in triton.log_path.read_text()
+    assert client.http.is_closed
