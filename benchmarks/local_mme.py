@@ -118,7 +118,7 @@ def main() -> int:
         names = [f"copy-{i:03d}.tar.gz" for i in range(args.copies)]
         for i, name in enumerate(names):
             shutil.copyfile(distinct(i, Path(tmp) / "distinct") if args.distinct else archive, source / name)
-        config = Config(retries={"max_attempts": 1}, read_timeout=600)
+        config = Config(retries={"total_max_attempts": 1}, read_timeout=600)
 
         with LocalMME(source, step_names=args.step_names) as mme:
             rt = client(mme.url, config)

@@ -186,7 +186,7 @@ async def invoke(fleet: Fleet, endpoint_name: str, name: str, headers: Iterable[
         except AnswerTooLarge as exc:
             raise answer_too_large(target, str(exc)) from None
         except HopError as exc:
-            raise fleet.unreachable(target, exc) from None
+            raise await fleet.unreachable(target, exc) from None
         finally:
             await fleet.release(model)
         fleet.metrics.time("ModelLatency", time.monotonic() - start)

@@ -37,6 +37,8 @@ log = logging.getLogger("conch.endpoint")
 LOAD_RETRIES_ON_507 = 3
 WAIT_FOR_SLOT_S = 1.0  # re-check capacity at least this often while every loaded model is busy
 WAIT_FOR_SERVER_S = 180.0  # a load waits this long for a restarting tritonserver
+DYING_S = 1.0  # a connection dropped by a server that is not yet seen exited: how long it may take to be seen so
+DYING_POLL_S = 0.02
 
 
 class State(enum.Enum):
@@ -182,7 +184,7 @@ class Fleet:
         except ConchError as exc:
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: {exc}"))
         except HopError as exc:
-            await self._failed(m, self.unreachable(m.name, exc))
+            await self._failed(m, await self.unreachable(m.name, exc))
         except Exception as exc:  # keep the endpoint serving whatever happened to this one model
             log.exception("bringing up %s failed", m.name)
             await self._failed(m, EndpointError(f"TargetModel {m.name!r}: internal failure: {exc!r}"))
@@ -404,8 +406,14 @@ class Fleet:
             raise EndpointError(f"TargetModel {m.name!r} cannot load: tritonserver {self.down} and is not back after "
                                 f"{WAIT_FOR_SERVER_S:g} s of restarting; see the endpoint's log")
 
-    def unreachable(self, target_model: str, exc: HopError) -> EndpointError:
-        """What to answer when tritonserver did not: a restart under way, or a server that stalled."""
+    async def unreachable(self, target_model: str, exc: HopError) -> EndpointError:
+        """What to answer when tritonserver did not: a restart under way, or a server that stalled. The kernel
+        closes a dying server's connections before the server can be seen exited (reaped), so a server that still
+        looks alive is given ``DYING_S`` to be seen so: under load, the call otherwise said "did not answer"
+        (an InternalFailure 500, which boto3 retries) for a server that had been killed."""
+        deadline = time.monotonic() + DYING_S
+        while self.down is None and self.server_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(DYING_POLL_S)
         if self.down is None and self.server_alive():
             return EndpointError(self.hop.unreachable(target_model, exc))
         if self.gone:

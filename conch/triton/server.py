@@ -132,10 +132,15 @@ def keep_log(log: Path, name: str) -> Path | None:
     return kept
 
 
-def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
-    """Wait for the server to exit (without reaping it), then kill what it started: its Python stubs inherit
-    the server's open connections, so a call in flight would otherwise wait out its whole timeout instead of
-    seeing the server gone."""
+def _stubs_follow(triton: LocalTriton, process: subprocess.Popen[bytes]) -> None:
+    """Wait for the server to exit (without reaping it), then kill what it started, unless ``triton`` is stopping
+    or restarting it (those kill the group themselves, once its stubs have finished). Its Python stubs inherit the
+    server's open connections, so a call in flight would otherwise wait out its whole timeout instead of seeing
+    the server gone.
+
+    The group is killed even when another thread has reaped the server meanwhile (``exit_code()`` polls it): the
+    group's id stays taken while a stub lives, and Linux hands out a freed process id again only after its
+    counter has gone round ``pid_max``, so the signal cannot reach another program's group."""
     try:
         handle = os.pidfd_open(process.pid)
     except OSError:  # the process is gone already (reaped by stop())
@@ -144,7 +149,7 @@ def _stubs_follow(process: subprocess.Popen[bytes]) -> None:
         select.select([handle], [], [])
     finally:
         os.close(handle)
-    if process.returncode is None:  # not reaped yet: its id, the group's, cannot have been reused
+    if triton.process is process:  # it died on its own
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
 
@@ -336,7 +341,7 @@ class LocalTriton:
             try:
                 self._wait_ready()
                 self._served = True
-                threading.Thread(target=_stubs_follow, args=(self.process,), name="conch-triton-exit",
+                threading.Thread(target=_stubs_follow, args=(self, self.process), name="conch-triton-exit",
                                  daemon=True).start()
                 return self
             except ServeError:

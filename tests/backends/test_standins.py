@@ -11,7 +11,6 @@ import numpy as np
 import onnx_models
 import onnxruntime
 import pytest
-import tensorflow as tf
 import tf_graphs
 import torch
 import torch_modules
@@ -88,6 +87,7 @@ def test_torchscript_runner_refuses_results_libtorch_cannot_return(tmp_path: Pat
 
 
 def test_graphdef_runner_answers_as_a_tensorflow_session(tmp_path: Path) -> None:
+    tf = tf_graphs.tensorflow()  # imported by the worker that runs this test only
     step = TensorFlowStep("affine", tf_graphs.affine(), max_batch_size=8)
     runner = GraphDefRunner()
     runner.setup(lay_out(step, tmp_path))

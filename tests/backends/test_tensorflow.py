@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tensorflow as tf
 import tf_graphs
 
 from conch import BuildError, DeclarationError, Ensemble, Release, Tensor, TensorFlowStep
@@ -52,6 +51,7 @@ def test_a_fixed_first_dimension_cannot_batch() -> None:
 
 
 def test_graph_objects_are_serialized_deterministically() -> None:
+    tf = tf_graphs.tensorflow()
     graph_def = tf.compat.v1.GraphDef.FromString(tf_graphs.classifier())
     step = TensorFlowStep("scores", graph_def, max_batch_size=8)
     assert step.artifact.data() == graph_def.SerializeToString(deterministic=True)
@@ -83,6 +83,7 @@ def test_not_a_graphdef_is_reported() -> None:
 
 
 def _graph(placeholder_dtype, shape) -> bytes:  # type: ignore[no-untyped-def]
+    tf = tf_graphs.tensorflow()
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(placeholder_dtype, shape, name="x")
@@ -92,11 +93,13 @@ def _graph(placeholder_dtype, shape) -> bytes:  # type: ignore[no-untyped-def]
 
 
 def test_a_tensor_of_a_type_triton_lacks_is_refused() -> None:
+    tf = tf_graphs.tensorflow()
     with pytest.raises(BuildError, match=r"tensorflow step 'c': tensor 'x' is complex64, which Triton has no type for"):
         TensorFlowStep("c", _graph(tf.complex64, [None, 2]), max_batch_size=4)
 
 
 def test_a_tensor_of_unknown_rank_needs_declared_dims() -> None:
+    tf = tf_graphs.tensorflow()
     with pytest.raises(BuildError, match=r"tensorflow step 'r': the graph does not know the rank of input 'x'; "
                                          r"declare inputs= with their dims"):
         TensorFlowStep("r", _graph(tf.float32, None), max_batch_size=4)

@@ -33,7 +33,7 @@ def runtime(url: str) -> Any:
 
     return boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x",
                         aws_secret_access_key="x",
-                        config=Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=300))
+                        config=Config(retries={"total_max_attempts": 1}, read_timeout=300))
 
 
 def invoke_linear(rt: Any, target_model: str, x: np.ndarray = X) -> np.ndarray:

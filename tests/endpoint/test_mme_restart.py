@@ -78,11 +78,11 @@ def test_a_killed_server_is_restarted_and_every_model_loads_again(source: Path) 
             np.testing.assert_array_equal(invoke_linear(rt, name), EXPECTED)
         metrics = mme.metrics_json()
         log = mme.triton.log_path.read_text(errors="replace")
-    assert sorted(caught) == ["slowcall.tar.gz", "slowload.tar.gz"]  # an invocation and a load, both cut short
+    assert sorted(caught) == ["slowcall.tar.gz", "slowload.tar.gz"], log  # an invocation and a load, both cut short
     for name, exc in caught.items():
         error = exc.response["Error"]
-        assert error["Code"] == "ModelError"
-        assert f"'{name}'" in error["Message"] and "tritonserver exited" in error["Message"]
+        assert error["Code"] == "ModelError", log
+        assert f"'{name}'" in error["Message"] and "tritonserver exited" in error["Message"], log
         assert "restarts it" in error["Message"]
     assert metrics["TritonRestarts"] == 1
     assert metrics["ModelLoads"] == {"cold": 3, "reload": 2} and metrics["LoadedModelCount"] == 2

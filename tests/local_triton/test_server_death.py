@@ -4,11 +4,15 @@ next archive and counts the restart (non-zero exit)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
+import time
 from pathlib import Path
 
 import basic_steps
 import numpy as np
+import psutil
 import pytest
 from conftest import linear_ensemble
 
@@ -17,7 +21,7 @@ from conch.builder.repository_build import build_ensemble
 from conch.cli import main
 from conch.replays.local_replay import stage
 from conch.triton.mme import MultiModelClient
-from conch.triton.server import LocalTriton, ServerExited
+from conch.triton.server import STUB, LocalTriton, ServerExited
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +85,48 @@ def test_an_unload_given_up_says_the_server_goes_on_unloading(tmp_path: Path) ->
                            "server goes on unloading it"):
             client.unload(archive.name, timeout=0.001)
         assert triton.running()
+
+
+def test_the_stubs_of_a_server_that_died_are_killed_even_when_another_thread_reaped_it(tmp_path: Path) -> None:
+    """A stub inherits the server's connections: one left alive holds a call in flight for its whole timeout.
+    The stubs are stopped (SIGSTOP) so that they cannot notice the dead server and exit on their own; a thread
+    reaps the server as the local MME's watcher does. Only the kill of the server's group can end them."""
+    archive = build_ensemble(linear_ensemble("reaped_first"), tmp_path, "local")
+    with LocalTriton() as triton:
+        client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)
+        client.load(archive.name, stage(archive, triton), 120)
+        assert triton.process is not None
+        server = psutil.Process(triton.process.pid)
+        stubs = [p for p in server.children(recursive=True) if p.name().startswith(STUB[:15])]
+        assert stubs
+        for stub in stubs:
+            stub.suspend()
+        reaped = threading.Event()
+
+        def reap() -> None:
+            while triton.exit_code() is None:
+                time.sleep(0.001)
+            reaped.set()
+
+        reaper = threading.Thread(target=reap)
+        reaper.start()
+        try:
+            server.kill()
+            reaper.join(30)
+            assert reaped.is_set()
+            deadline = time.monotonic() + 30
+            while (alive := [s for s in stubs if _alive(s)]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not alive, f"stubs outlived their server: {alive}"
+        finally:
+            for stub in stubs:
+                with contextlib.suppress(psutil.Error):
+                    stub.kill()
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running, stopped or asleep; not a zombie (a dead stub waits for whoever inherited it to reap it)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

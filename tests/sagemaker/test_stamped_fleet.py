@@ -56,7 +56,7 @@ def runtime(url: str) -> Any:
     from botocore.config import Config
 
     return boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x",
-                        aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}, read_timeout=300))
+                        aws_secret_access_key="x", config=Config(retries={"total_max_attempts": 1}, read_timeout=300))
 
 
 def serve(moto: Moto, bucket: str, prefix: str, names: list[str], max_loaded: int, calls: int) -> dict[str, Any]:

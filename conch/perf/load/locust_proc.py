@@ -85,7 +85,7 @@ def boto3_transport(spec: LoadSpec) -> Send:
     from botocore.config import Config
     from botocore.exceptions import ClientError
 
-    config = Config(region_name=spec.region, retries={"max_attempts": 1}, read_timeout=spec.timeout,
+    config = Config(region_name=spec.region, retries={"total_max_attempts": 1}, read_timeout=spec.timeout,
                     connect_timeout=10)
     runtime = boto3.session.Session().client("sagemaker-runtime", endpoint_url=spec.url, config=config)
     routes = {t.name: ({"InferenceComponentName": component_name(spec.endpoint, t.name)} if spec.components
