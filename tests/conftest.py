@@ -88,6 +88,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "(tests/error_raises.py)", default="")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    error_raises.read_ahead(session.config)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     error_raises.session_finish(session)

@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,8 +161,21 @@ class Raise:
                 return why
         return None
 
-    def pattern(self) -> re.Pattern[str]:
-        return re.compile("".join(".*?" if p is None else re.escape(p) for p in self.parts), re.DOTALL)
+    def held_by(self, text: str) -> bool:
+        """Whether ``text`` holds the whole message: its fixed text in order, anything where a value goes. Each
+        run of fixed text between two values is found at its first place after the one before, which is never the
+        wrong one. The regex of the same (``.*?`` for each value) backtracked over long texts: one worker's
+        matching took 44 s."""
+        at = 0
+        for value, parts in itertools.groupby(self.parts, lambda p: p is None):
+            if value:
+                continue
+            run = "".join(str(p) for p in parts)
+            found = text.find(run, at)
+            if found < 0:
+                return False
+            at = found + len(run)
+        return True
 
 
 def _parts_text(parts: Parts, values: list[str]) -> str:
@@ -345,17 +361,31 @@ def run_raises() -> list[Raise]:
     for path in sources:
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     folder = os.environ.get("CONCH_CACHE_DIR")
-    stored = Path(folder) / "test-raises" / f"{digest.hexdigest()}.json" if folder else None
-    if stored is not None and stored.is_file():
-        return [Raise(path, line, kind, error, tuple(parts), message)
-                for path, line, kind, error, parts, message in json.loads(stored.read_text())]
-    raises = find_raises()
-    if stored is not None:
-        stored.parent.mkdir(parents=True, exist_ok=True)
+    if not folder:
+        return find_raises()
+    stored = Path(folder) / "test-raises" / f"{digest.hexdigest()}.json"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    with (stored.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process reads conch/, the others wait for what it found
+        if stored.is_file():
+            return [Raise(path, line, kind, error, tuple(parts), message)
+                    for path, line, kind, error, parts, message in json.loads(stored.read_text())]
+        raises = find_raises()
         tmp = stored.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps([[r.path, r.line, r.kind, r.error, list(r.parts), r.message] for r in raises]))
         tmp.replace(stored)
     return raises
+
+
+def read_ahead(config: Any) -> None:
+    """pytest-xdist's controller, at the start of a run with coverage: read conch/'s refusals in a thread while
+    the workers run the tests (the controller only waits for their reports), so that no worker reads them at the
+    end of the run, where each second is the run's."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    if _session_data(config, combined=False) is None:
+        return
+    threading.Thread(target=run_raises, name="read-refusals", daemon=True).start()
 
 
 def model_raises(template: Path = MODEL_TEMPLATE, root: Path = ROOT) -> list[Raise]:
@@ -466,7 +496,6 @@ def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, st
     """Each refusal's key -> the first test that asserted it."""
     done: dict[str, str] = {}
     windows = _Windows(raises)
-    patterns: dict[int, re.Pattern[str]] = {}
     for needle, haystack, regex, test in seen:
         runs = _literal_runs(needle, regex)
         if not runs:
@@ -475,9 +504,7 @@ def asserted_raises(raises: list[Raise], seen: Iterable[tuple[str, str, bool, st
             r = raises[n]
             if r.key in done:
                 continue
-            if n not in patterns:
-                patterns[n] = r.pattern()
-            if patterns[n].search(haystack):
+            if r.held_by(haystack):
                 done[r.key] = test
     return done
 
