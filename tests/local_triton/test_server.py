@@ -123,18 +123,24 @@ class TritonPythonModel:
 '''
 
 
-@pytest.mark.integration
-def test_stop_lets_each_stub_finalize_and_does_not_wait_out_the_exit_timeout(tmp_path: Path) -> None:
-    """stop() asks the server to stop and waits for its stubs, each of which runs its model's finalize as the server
-    unloads it; a client that closed its connections does not hold the server for its exit timeout."""
-    from conch.triton.mme import MultiModelClient
-
+def finalizing_repository(tmp_path: Path) -> Path:
+    """A repository with one Python model, ``fin``, whose finalize writes ``fin/1/finalized``."""
     repository = tmp_path / "repository"
     (repository / "fin" / "1").mkdir(parents=True)
     (repository / "fin" / "config.pbtxt").write_text(
         'backend: "python"\nmax_batch_size: 0\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
         'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n')
     (repository / "fin" / "1" / "model.py").write_text(FINALIZING)
+    return repository
+
+
+@pytest.mark.integration
+def test_stop_lets_each_stub_finalize_and_does_not_wait_out_the_exit_timeout(tmp_path: Path) -> None:
+    """stop() asks the server to stop and waits for its stubs, each of which runs its model's finalize as the server
+    unloads it; a client that closed its connections does not hold the server for its exit timeout."""
+    from conch.triton.mme import MultiModelClient
+
+    repository = finalizing_repository(tmp_path)
     triton = LocalTriton(workdir=tmp_path / "server")  # a workdir of the caller's: its log stays
     with triton, MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton) as client:
         client.load("fin", repository, 120)
@@ -149,12 +155,7 @@ def test_a_client_left_open_is_closed_by_the_stop(tmp_path: Path) -> None:
     server for its exit timeout: the stop closes it, and the model's finalize still runs."""
     from conch.triton.mme import MultiModelClient
 
-    repository = tmp_path / "repository"
-    (repository / "fin" / "1").mkdir(parents=True)
-    (repository / "fin" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
-        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n')
-    (repository / "fin" / "1" / "model.py").write_text(FINALIZING)
+    repository = finalizing_repository(tmp_path)
     triton = LocalTriton(workdir=tmp_path / "server")
     with triton:
         client = MultiModelClient(triton.sagemaker_url, triton.http_url, server=triton)

@@ -104,11 +104,13 @@ def test_the_stubs_of_a_server_that_died_are_killed_even_when_another_thread_rea
         reaped = threading.Event()
 
         def reap() -> None:
-            while triton.exit_code() is None:
+            until = time.monotonic() + 30
+            while triton.exit_code() is None and time.monotonic() < until:
                 time.sleep(0.001)
-            reaped.set()
+            if triton.exit_code() is not None:
+                reaped.set()
 
-        reaper = threading.Thread(target=reap)
+        reaper = threading.Thread(target=reap, daemon=True)
         reaper.start()
         try:
             server.kill()
