@@ -83,11 +83,9 @@ def test_the_40ms_branch_is_critical_and_the_5ms_branch_has_its_slack(profiles: 
     # the sleeps are floors: slow40 takes at least 40 ms, fast5 at least 5 ms; the slack is their difference
     assert slow.figures.compute_infer_ms >= 40 and fast.figures.compute_infer_ms >= 5
     assert fast.slack_ms == pytest.approx(slow.figures.work_ms - fast.figures.work_ms, abs=0.01)
-    # 35 ms, give or take what this machine added to each sleep: what it adds to fast5 takes from the slack,
-    # what it adds to slow40 adds to it (the two were lumped as one noise, and a busier fast5 failed run 4 of
-    # issue 40's five: slack 32.96 ms)
-    added_fast, added_slow = fast.figures.work_ms - 5, slow.figures.work_ms - 40
-    assert 35 - added_fast - 0.01 <= fast.slack_ms <= 35 + added_slow + 0.01
+    # so the slack is 35 ms plus what this machine added to slow40, less what it added to fast5: it is held to
+    # the measured works above, never to 35 ms (a bound of 35 less one shared noise failed run 4 of issue 40's
+    # five, when fast5 was the busier: slack 32.96 ms)
     # parallel branches are not added up: end to end is the critical path plus the scheduler, within the
     # spread the run itself shows (p99 - p50 of the ensemble's request time)
     spread = p.quantiles["request"]["p99"] - p.quantiles["request"]["p50"]
