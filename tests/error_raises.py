@@ -352,10 +352,11 @@ def find_raises(package: Path = PACKAGE, template: Path = MODEL_TEMPLATE) -> lis
 
 
 def run_raises() -> list[Raise]:
-    """``find_raises()`` once per test run: the first process of the run (a pytest-xdist worker, or the
-    controller) writes what it found into the run's cache folder (``$CONCH_CACHE_DIR``, shared by the workers
-    and removed by the controller at the end), keyed by the bytes of conch/, the template and this file; the
-    others read it (reading conch/'s ~150 modules as Python takes each process ~2.6 s)."""
+    """``find_raises()`` once per test run: the first process to take the lock (the controller's ``read_ahead``
+    thread, in a run on pytest-xdist workers) writes what it found into the run's cache folder
+    (``$CONCH_CACHE_DIR``, shared by the workers and removed by the controller at the end), keyed by the bytes
+    of conch/, the template and this file; the others wait for it and read it (reading conch/'s ~190 modules as
+    Python takes a process ~3 s of CPU)."""
     sources = [*sorted(PACKAGE.rglob("*.py")), MODEL_TEMPLATE, Path(__file__)]
     digest = hashlib.sha256()
     for path in sources:
